@@ -1,0 +1,31 @@
+// A read-only memory map of a whole file. Model weights are used in place from it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace pagoda {
+
+class MappedFile {
+ public:
+  // Throws Error naming the path when the file cannot be opened or mapped.
+  explicit MappedFile(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const uint8_t* data() const { return data_; }
+  uint64_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  const uint8_t* data_ = nullptr;
+  uint64_t size_ = 0;
+};
+
+// Reads a whole (small) file, e.g. config.json; throws Error naming the path.
+std::string read_file(const std::string& path);
+
+}  // namespace pagoda

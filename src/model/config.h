@@ -1,0 +1,44 @@
+// Hyper-parameters of a model, from GGUF metadata ("<arch>.*" keys) or a Hugging Face
+// config.json. Fields a file does not set stay 0 / empty; validate() says which are required.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pagoda {
+
+class GgufFile;
+
+struct ModelConfig {
+  std::string architecture;  // "llama", "qwen2", "qwen3", "gemma3", ...
+  std::string name;          // general.name, when set
+  uint32_t num_layers = 0;
+  uint32_t hidden_size = 0;
+  uint32_t intermediate_size = 0;
+  uint32_t num_heads = 0;
+  uint32_t num_kv_heads = 0;
+  uint32_t head_dim = 0;        // key/value head size (hidden_size / num_heads unless set)
+  uint32_t vocab_size = 0;
+  uint32_t context_length = 0;  // trained context
+  float rms_norm_eps = 1e-5f;
+  float rope_theta = 10000.0f;
+  float rope_scaling_factor = 0.0f;  // 0: none
+  std::string rope_scaling_type;     // "", "linear", "yarn", "llama3"
+  uint32_t sliding_window = 0;       // 0: every layer attends globally
+  bool tie_embeddings = false;
+
+  // K and V for one token across all layers, in bytes, at `bytes_per_element` (2 for F16).
+  // Counts KV heads, so grouped-query attention is counted right.
+  uint64_t kv_bytes_per_token(uint32_t bytes_per_element) const {
+    return 2ull * num_layers * num_kv_heads * head_dim * bytes_per_element;
+  }
+  // Throws Error naming `source` and the first missing or inconsistent field.
+  void validate(const std::string& source) const;
+};
+
+ModelConfig config_from_gguf(const GgufFile& file);
+// Parses a Hugging Face config.json text; `source` names it in errors.
+ModelConfig config_from_hf_json(const std::string& json_text, const std::string& source);
+
+}  // namespace pagoda

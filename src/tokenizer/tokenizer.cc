@@ -1,0 +1,157 @@
+#include "tokenizer/tokenizer.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace pagoda {
+
+size_t utf8_len(unsigned char c) {
+  if (c < 0x80) return 1;
+  if ((c & 0xE0) == 0xC0) return 2;
+  if ((c & 0xF0) == 0xE0) return 3;
+  if ((c & 0xF8) == 0xF0) return 4;
+  return 1;
+}
+
+std::unique_ptr<Tokenizer> Tokenizer::create(Vocab vocab) {
+  switch (vocab.kind) {
+    case TokenizerKind::kSpm: return make_spm_tokenizer(std::move(vocab));
+    case TokenizerKind::kBpe: return make_bpe_tokenizer(std::move(vocab));
+    case TokenizerKind::kWordPiece: return make_wordpiece_tokenizer(std::move(vocab));
+  }
+  fail("unknown tokenizer kind");
+}
+
+Tokenizer::Tokenizer(Vocab vocab) : vocab_(std::move(vocab)), special_by_first_byte_(256) {
+  for (size_t id = 0; id < vocab_.size(); ++id) {
+    auto tid = static_cast<TokenId>(id);
+    if (vocab_.is_special(tid) && !vocab_.tokens[id].empty()) {
+      special_by_first_byte_[static_cast<unsigned char>(vocab_.tokens[id][0])].push_back(tid);
+    }
+  }
+  for (auto& list : special_by_first_byte_) {
+    std::stable_sort(list.begin(), list.end(), [&](TokenId a, TokenId b) {
+      return vocab_.tokens[a].size() > vocab_.tokens[b].size();
+    });
+  }
+}
+
+std::vector<Tokenizer::Fragment> Tokenizer::split_special(std::string_view text,
+                                                          bool parse_special) const {
+  std::vector<Fragment> out;
+  size_t start = 0;  // start of the pending plain-text run
+  for (size_t pos = 0; pos < text.size();) {
+    TokenId hit = kNoToken;
+    for (TokenId id : special_by_first_byte_[static_cast<unsigned char>(text[pos])]) {
+      // User-defined tokens are always matched (they are ordinary text to the model); control
+      // tokens only when the caller asks, so user text cannot forge them.
+      if (!parse_special && vocab_.type(id) != TokenType::kUserDefined) continue;
+      const std::string& s = vocab_.tokens[static_cast<size_t>(id)];
+      if (text.compare(pos, s.size(), s) == 0) {
+        hit = id;
+        break;
+      }
+    }
+    if (hit == kNoToken) {
+      ++pos;
+      continue;
+    }
+    if (pos > start) out.push_back({text.substr(start, pos - start), kNoToken});
+    out.push_back({{}, hit});
+    pos += vocab_.tokens[static_cast<size_t>(hit)].size();
+    start = pos;
+  }
+  if (start < text.size()) out.push_back({text.substr(start), kNoToken});
+  return out;
+}
+
+std::vector<TokenId> Tokenizer::encode(std::string_view text, const EncodeOptions& options) const {
+  std::vector<TokenId> out;
+  if (options.add_special && vocab_.add_bos && vocab_.valid(vocab_.bos)) out.push_back(vocab_.bos);
+  bool after_special = true;
+  for (const Fragment& f : split_special(text, options.parse_special)) {
+    if (f.token != kNoToken) {
+      out.push_back(f.token);
+      after_special = true;
+    } else {
+      encode_text(f.text, after_special, out);
+      after_special = false;
+    }
+  }
+  if (options.add_special && vocab_.add_eos && vocab_.valid(vocab_.eos)) out.push_back(vocab_.eos);
+  return out;
+}
+
+std::string Tokenizer::token_to_bytes(TokenId id, bool render_special) const {
+  if (!vocab_.valid(id)) fail("token id ", id, " is out of range (vocabulary has ", vocab_.size(), ")");
+  TokenType t = vocab_.type(id);
+  if (t == TokenType::kControl || t == TokenType::kUnknown || t == TokenType::kUnused) {
+    return render_special ? vocab_.tokens[static_cast<size_t>(id)] : std::string();
+  }
+  if (t == TokenType::kUserDefined) return vocab_.tokens[static_cast<size_t>(id)];
+  return piece_bytes(id);
+}
+
+std::string Tokenizer::decode(const std::vector<TokenId>& ids, bool render_special) const {
+  StreamDecoder decoder(*this, render_special);
+  std::string out;
+  for (TokenId id : ids) out += decoder.feed(id);
+  out += decoder.flush();
+  return out;
+}
+
+namespace {
+
+// Length of the longest prefix of `s` made of complete, valid UTF-8 characters; bytes that can
+// never start or continue a valid character are replaced in `s` by U+FFFD as we go.
+size_t complete_utf8_prefix(std::string& s) {
+  size_t pos = 0;
+  while (pos < s.size()) {
+    auto c = static_cast<unsigned char>(s[pos]);
+    size_t n = utf8_len(c);
+    bool bad_lead = (c >= 0x80 && n == 1);
+    if (!bad_lead) {
+      size_t have = 1;
+      while (have < n && pos + have < s.size() &&
+             (static_cast<unsigned char>(s[pos + have]) & 0xC0) == 0x80) {
+        ++have;
+      }
+      if (have == n) {
+        pos += n;
+        continue;
+      }
+      if (pos + have == s.size()) return pos;  // incomplete: wait for more bytes
+    }
+    s.replace(pos, 1, "\xEF\xBF\xBD");
+    pos += 3;
+  }
+  return pos;
+}
+
+}  // namespace
+
+std::string StreamDecoder::feed(TokenId id) {
+  std::string bytes = tokenizer_.token_to_bytes(id, render_special_);
+  if (first_ && !bytes.empty()) {
+    if (tokenizer_.strips_leading_space() && bytes[0] == ' ') bytes.erase(0, 1);
+    first_ = false;
+  }
+  pending_ += bytes;
+  size_t n = complete_utf8_prefix(pending_);
+  std::string out = pending_.substr(0, n);
+  pending_.erase(0, n);
+  return out;
+}
+
+std::string StreamDecoder::flush() {
+  std::string out;
+  for (char c : pending_) {
+    (void)c;
+    out += "\xEF\xBF\xBD";
+  }
+  pending_.clear();
+  return out;
+}
+
+}  // namespace pagoda
