@@ -1,0 +1,23 @@
+// Small text helpers for command output.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace pagoda::cli {
+
+inline std::string human_bytes(uint64_t bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", v, units[u]);
+  return buf;
+}
+
+}  // namespace pagoda::cli
