@@ -39,6 +39,7 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   if (c.num_kv_heads == 0) c.num_kv_heads = c.num_heads;  // absent means plain multi-head
   c.head_dim = u32(a + "attention.key_length");
   if (c.head_dim == 0 && c.num_heads != 0) c.head_dim = c.hidden_size / c.num_heads;
+  c.rotary_dim = u32(a + "rope.dimension_count");
   c.context_length = u32(a + "context_length");
   c.vocab_size = u32(a + "vocab_size");
   if (c.vocab_size == 0 && f.has("tokenizer.ggml.tokens")) {

@@ -19,6 +19,7 @@ struct ModelConfig {
   uint32_t num_heads = 0;
   uint32_t num_kv_heads = 0;
   uint32_t head_dim = 0;        // key/value head size (hidden_size / num_heads unless set)
+  uint32_t rotary_dim = 0;      // leading head dimensions RoPE rotates (0: all of head_dim)
   uint32_t vocab_size = 0;
   uint32_t context_length = 0;  // trained context
   float rms_norm_eps = 1e-5f;

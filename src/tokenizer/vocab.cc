@@ -53,10 +53,14 @@ void Vocab::build_index(const std::string& source) {
 namespace {
 
 TokenId optional_id(const GgufFile& f, const char* key, TokenId fallback) {
-  auto v = f.try_u64(key);
-  if (!v) return fallback;
-  if (*v > static_cast<uint64_t>(INT32_MAX)) fail(f.name(), ": metadata key '", key, "' is too large");
-  return static_cast<TokenId>(*v);
+  const GgufValue* v = f.find(key);
+  if (v == nullptr) return fallback;
+  // Converters write -1 (or all ones, unsigned) for "no such token".
+  if (v->is_signed() && v->i == -1) return kNoToken;
+  uint64_t id = f.get_u64(key);
+  if (id == UINT32_MAX || id == UINT64_MAX) return kNoToken;
+  if (id > static_cast<uint64_t>(INT32_MAX)) fail(f.name(), ": metadata key '", key, "' is too large");
+  return static_cast<TokenId>(id);
 }
 
 }  // namespace

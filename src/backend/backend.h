@@ -1,0 +1,92 @@
+// The op-level interface the model code calls. No graph: each op runs when called, on plain
+// float buffers and weights in their stored type. The reference backend (ref/) is the oracle
+// every faster backend is tested against.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "core/dtype.h"
+
+namespace pagoda {
+
+// A weight matrix as stored in the model file: `rows` output features, each a row of `cols`
+// input elements in `type` (quantized blocks run along a row).
+struct WeightMatrix {
+  DType type = DType::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  const uint8_t* data = nullptr;
+  uint64_t row_bytes = 0;
+};
+
+struct RopeParams {
+  int32_t rotary_dim = 0;       // leading dimensions of each head that rotate (<= head_dim)
+  float theta = 10000.0f;
+  bool split_half = false;      // pairs (i, i + d/2) as in GPT-NeoX / HF; else adjacent (2i, 2i+1)
+  float position_scale = 1.0f;  // linear scaling: positions are multiplied by this
+  const float* freq_factors = nullptr;  // [rotary_dim / 2] divisors (Llama 3 scaling), or null
+};
+
+// Where each token's K/V goes and what each sequence attends to. K/V storage is in blocks of
+// `block_size` token slots: [num_blocks, block_size, num_kv_heads, head_dim] per layer; a
+// contiguous cache is the special case of one sequence whose block table is 0, 1, 2, ...
+struct AttentionBatch {
+  int32_t num_tokens = 0;
+  const int32_t* positions = nullptr;     // [num_tokens]
+  const int64_t* slot_mapping = nullptr;  // [num_tokens] slot = block * block_size + offset
+  int32_t num_seqs = 0;
+  const int32_t* query_start = nullptr;   // [num_seqs + 1] first token of each sequence
+  const int32_t* block_table = nullptr;   // [num_seqs, max_blocks_per_seq]
+  int32_t max_blocks_per_seq = 0;
+  int32_t block_size = 16;
+};
+
+struct AttentionParams {
+  int32_t num_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  float scale = 1.0f;         // applied to q·k
+  int32_t window = 0;         // 0: attend to all earlier positions; else the last `window`
+  float softcap = 0.0f;       // 0: none; else scores = softcap * tanh(scores / softcap)
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+
+  // out[t, :] = row ids[t] of `table`, as float.        out: [num_tokens, table.cols]
+  virtual void embed(const WeightMatrix& table, const int32_t* ids, int64_t num_tokens,
+                     float* out) = 0;
+  // y[t, r] = sum_c w[r, c] * x[t, c].  x: [num_tokens, w.cols]  y: [num_tokens, w.rows]
+  virtual void matmul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y) = 0;
+  // y[t, :] = x[t, :] / rms(x[t, :]) * weight.           x, y: [num_rows, dim] (may alias)
+  virtual void rms_norm(const float* x, const float* weight, int64_t num_rows, int64_t dim,
+                        float eps, float* y) = 0;
+  // Rotates x in place.                                  x: [num_tokens, num_heads, head_dim]
+  virtual void rope(float* x, const int32_t* positions, int64_t num_tokens, int64_t num_heads,
+                    int64_t head_dim, const RopeParams& params) = 0;
+  // Writes each token's K and V into its slot.           k, v: [num_tokens, num_kv_heads, head_dim]
+  virtual void write_kv(const float* k, const float* v, const AttentionBatch& batch,
+                        const AttentionParams& params, float* k_cache, float* v_cache) = 0;
+  // Causal attention of each token over its sequence's cached K/V (including itself).
+  // q, out: [num_tokens, num_heads, head_dim]
+  virtual void attention(const float* q, const float* k_cache, const float* v_cache,
+                         const AttentionBatch& batch, const AttentionParams& params,
+                         float* out) = 0;
+  // out = act(gate) * up, elementwise over n values (act: SiLU or tanh-approximated GELU).
+  virtual void silu_mul(const float* gate, const float* up, int64_t n, float* out) = 0;
+  virtual void gelu_mul(const float* gate, const float* up, int64_t n, float* out) = 0;
+  // x += y over n values.
+  virtual void add(float* x, const float* y, int64_t n) = 0;
+  // x[t, :] += bias over num_rows rows of dim.
+  virtual void add_bias(float* x, const float* bias, int64_t num_rows, int64_t dim) = 0;
+  // x *= s over n values.
+  virtual void scale(float* x, float s, int64_t n) = 0;
+};
+
+std::unique_ptr<Backend> make_reference_backend();
+
+}  // namespace pagoda
