@@ -1,0 +1,178 @@
+// Picking the next token of one sequence from the model's logits: logit bias, repetition /
+// presence / frequency penalties, then greedy or temperature + top-k + top-p + min-p, drawn with
+// the sequence's own seeded RNG, plus the log-probabilities the OpenAI API can ask for.
+//
+// Order of operations in Sampler::sample (vLLM semantics; OpenAI semantics for the penalties):
+//   1. copy the logits; NaN becomes -inf (never chosen), +inf becomes the largest float
+//   2. logit_bias is added
+//   3. repetition penalty, for ids seen in the prompt or the output: positive logits are divided
+//      by it, the others multiplied (Hugging Face / vLLM)
+//   4. presence and frequency penalties, over OUTPUT tokens only (as vLLM does):
+//      logit -= presence * (count > 0) + frequency * count
+//   5. temperature == 0: argmax, ties to the lowest id; steps 6-10 are skipped
+//   6. divide by temperature
+//   7. top-k: keep the k largest (ties to the lower id)
+//   8. softmax over what is left
+//   9. top-p: keep the smallest most-likely set whose probability sum is >= top_p (at least one)
+//  10. min-p: drop tokens with p < min_p * p_max; renormalize; draw one token
+// Log-probabilities (when asked for) are log_softmax of the logits after step 4: the model's
+// distribution as the penalties shaped it, before temperature and truncation. vLLM by default
+// reports the raw model distribution; we include bias and penalties because those are what the
+// request asked the model to be, while temperature / top-k / top-p only shape the draw.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "tokenizer/vocab.h"
+
+namespace pagoda {
+
+constexpr int kMaxNumLogprobs = 20;      // OpenAI's top_logprobs limit
+constexpr float kMaxLogitBias = 100.0f;  // OpenAI's logit_bias range is [-100, 100]
+
+// Per-request sampling settings. validate() throws Error naming the bad field and its range.
+struct SamplingParams {
+  float temperature = 1.0f;         // >= 0; 0 = greedy
+  int top_k = 0;                    // >= 0; 0 (or >= vocabulary size) = off
+  float top_p = 1.0f;               // (0, 1]; 1 = off
+  float min_p = 0.0f;               // [0, 1]; 0 = off
+  float repetition_penalty = 1.0f;  // > 0; 1 = off
+  float presence_penalty = 0.0f;    // [-2, 2]
+  float frequency_penalty = 0.0f;   // [-2, 2]
+  // Added to the logits; each value in [-100, 100], or -inf to ban a token outright. Repeated
+  // ids add up. Ids are checked against the vocabulary by Sampler's constructor.
+  std::vector<std::pair<TokenId, float>> logit_bias;
+  uint64_t seed = 0;
+  bool has_seed = false;  // false: the seed is drawn from std::random_device
+  // OpenAI "logprobs": fill SampleResult::logprob. A separate flag because computing it costs a
+  // pass of exp() over the whole vocabulary, which greedy decoding otherwise avoids.
+  bool logprobs = false;
+  int num_logprobs = 0;  // [0, 20] alternatives in SampleResult::top_logprobs; > 0 implies logprobs
+
+  void validate() const;
+};
+
+// The tokens the penalties look at: the distinct prompt ids (read by the repetition penalty only)
+// and how many times each id was generated. Sparse, because a dense count per vocabulary entry
+// would cost ~1 MiB per sequence for a 256k vocabulary.
+// Invariants: prompt_ is sorted and distinct; output_ is sorted by id and distinct, each count
+// > 0; num_output_tokens_ is the sum of the counts; every id is >= 0.
+class TokenHistory {
+ public:
+  void set_prompt(std::span<const TokenId> prompt);
+  void add_output(TokenId token);
+
+  bool in_prompt(TokenId token) const;
+  int32_t output_count(TokenId token) const;
+  std::span<const TokenId> prompt_tokens() const { return prompt_; }
+  std::span<const std::pair<TokenId, int32_t>> output_counts() const { return output_; }
+  int64_t num_output_tokens() const { return num_output_tokens_; }
+
+  void check_invariants() const;
+
+ private:
+  std::vector<TokenId> prompt_;
+  std::vector<std::pair<TokenId, int32_t>> output_;
+  int64_t num_output_tokens_ = 0;
+};
+
+// Steps 2-4 above, in place. Every id in params.logit_bias and history must be < logits.size()
+// (throws Error otherwise). Entries it changes never end up NaN or +inf (see step 1).
+void apply_bias_and_penalties(std::span<float> logits, const SamplingParams& params,
+                              const TokenHistory& history);
+
+struct SampleResult {
+  TokenId token = kNoToken;
+  float logprob = 0.0f;  // log p(token) (see the top of this file); 0 unless logprobs was asked
+  std::vector<std::pair<TokenId, float>> top_logprobs;  // the num_logprobs most likely, descending
+};
+
+// A token and its score (a logit, then an unnormalized probability) while candidates narrow.
+struct ScoredToken {
+  float score;
+  TokenId id;
+};
+
+// The tokens a draw chooses from after steps 6-10, with unnormalized probabilities (the best
+// scores exactly 1), in the order the draw walks them: best first after top-k, else id order.
+struct CandidateSet {
+  std::span<const ScoredToken> tokens;  // never empty
+  double total_score = 0.0;             // the sum of tokens' scores, in that order
+};
+
+class SamplerScratch;
+
+// Steps 6-10 on logits already through steps 1-4, for a non-greedy params: the distribution a
+// draw would use. Throws Error when every token is banned. tokens views scratch, valid until its
+// next use. Public so tests can check the kept set exactly on a large vocabulary.
+CandidateSet sampling_candidates(std::span<const float> logits, const SamplingParams& params,
+                                 SamplerScratch& scratch);
+
+// Working buffers for Sampler::sample, up to ~20 bytes per vocabulary entry: one is meant to be
+// shared by every sequence an engine thread samples rather than kept per sequence. Reused, so a
+// call allocates nothing once the buffers have grown.
+class SamplerScratch {
+ private:
+  friend class Sampler;
+  friend CandidateSet sampling_candidates(std::span<const float>, const SamplingParams&,
+                                          SamplerScratch&);
+  std::vector<float> logits_;              // [vocab_size] after bias and penalties
+  std::vector<ScoredToken> candidates_;    // [<= vocab_size] tokens still in the running
+  std::vector<ScoredToken> work_;          // [<= vocab_size] top-p's selection
+  std::vector<double> histogram_;          // [4 * 2048] top-p's radix select
+  std::vector<ScoredToken> top_logprobs_;  // [num_logprobs]
+};
+
+// The sampling state of one sequence: its params, its RNG and its token history.
+// sample() does not record the token it returns: the caller calls accept() with each token that
+// becomes part of the output, so a speculative draft the verifier rejects, or a token cut by a
+// stop string, never counts toward the penalties.
+// Same seed + same params + same prompt + same logits and accepts -> the same tokens: candidates
+// are ranked by a total order (score, then id) and drawn from in id or rank order, never in an
+// order a container or sort happens to leave, and probabilities are summed in that order too.
+// The draw uses only the 64-bit output of std::mt19937_64, whose sequence the standard fixes, not
+// std::uniform_real_distribution, whose algorithm it does not; so this holds across standard
+// libraries as well (given the same libm exp()).
+// Invariants: vocab_size_ > 0; params_ validated; every id in params_.logit_bias and history_ is
+// < vocab_size_; history_'s own invariants.
+class Sampler {
+ public:
+  // Throws Error when params are invalid, vocab_size <= 0, or a prompt / logit_bias id is
+  // outside [0, vocab_size).
+  Sampler(SamplingParams params, std::span<const TokenId> prompt, int vocab_size);
+
+  // logits: [vocab_size] for one position; not modified. Throws Error when the size is wrong or
+  // every token is banned (all logits -inf / NaN after the bias).
+  SampleResult sample(std::span<const float> logits, SamplerScratch& scratch);
+  // The same, with buffers this sampler keeps for itself (allocated on first use).
+  SampleResult sample(std::span<const float> logits);
+
+  // Adds a token to the output counts the penalties read. Throws Error when out of range.
+  void accept(TokenId token);
+
+  const SamplingParams& params() const { return params_; }
+  const TokenHistory& history() const { return history_; }
+  int vocab_size() const { return vocab_size_; }
+  uint64_t seed() const { return seed_; }  // the one in use, drawn or given, to replay a run
+
+  void check_invariants() const;
+
+ private:
+  TokenId draw(const CandidateSet& candidates);
+  void fill_logprobs(std::span<const float> logits, std::vector<ScoredToken>& top,
+                     SampleResult& result) const;
+
+  SamplingParams params_;
+  int vocab_size_;
+  uint64_t seed_;
+  std::mt19937_64 rng_;
+  TokenHistory history_;
+  std::unique_ptr<SamplerScratch> own_scratch_;
+};
+
+}  // namespace pagoda
