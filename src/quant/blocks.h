@@ -1,0 +1,123 @@
+// Weight blocks as byte images of GGUF (ggml) blocks: a tensor of type X is an array of
+// BlockX, one per kBlockSize (or kSuperBlockSize) elements along a row.
+//
+// Every half-precision field is a uint16_t holding F16 bits (see quant/fp16.h), so a struct
+// can be memcpy'd straight from a mapped file on any little-endian host. Field order and sizes
+// are the file format: never reorder, never add members. Plain structs, so fields carry no
+// trailing underscore.
+#pragma once
+
+#include <cstdint>
+
+namespace pagoda {
+
+constexpr int kBlockSize = 32;        // elements per block of the legacy types (Q4_0 .. Q8_0)
+constexpr int kSuperBlockSize = 256;  // elements per super-block of the K-quants
+constexpr int kScaleBytesK4 = 12;     // 8 scales + 8 mins of 6 bits each (Q4_K, Q5_K)
+
+// x = (q - 8) * d. qs[j] holds element j in its low nibble and element j + 16 in its high one.
+struct BlockQ4_0 {
+  uint16_t d;                  // F16 scale
+  uint8_t qs[kBlockSize / 2];  // 4-bit quants
+};
+
+// x = q * d + m, q in 0..15, nibbles packed as in Q4_0.
+struct BlockQ4_1 {
+  uint16_t d;  // F16 scale
+  uint16_t m;  // F16 minimum (offset)
+  uint8_t qs[kBlockSize / 2];
+};
+
+// x = (q - 16) * d with q = low nibble | (bit j of qh) << 4; qh is a little-endian uint32
+// stored as bytes so the struct keeps 2-byte alignment and 22-byte size.
+struct BlockQ5_0 {
+  uint16_t d;
+  uint8_t qh[4];               // bit j = fifth bit of element j
+  uint8_t qs[kBlockSize / 2];  // low four bits, nibbles packed as in Q4_0
+};
+
+// x = q * d + m, q in 0..31, bits packed as in Q5_0.
+struct BlockQ5_1 {
+  uint16_t d;
+  uint16_t m;
+  uint8_t qh[4];
+  uint8_t qs[kBlockSize / 2];
+};
+
+// x = q * d.
+struct BlockQ8_0 {
+  uint16_t d;
+  int8_t qs[kBlockSize];
+};
+
+// Sixteen groups of 16. x = d * (scales[g] & 15) * q - dmin * (scales[g] >> 4), q in 0..3.
+// Element h*128 + j*32 + l (h in 0..1, j in 0..3, l in 0..31) is bits 2j..2j+1 of qs[h*32 + l].
+struct BlockQ2_K {
+  uint8_t scales[kSuperBlockSize / 16];  // low nibble scale, high nibble min, per group
+  uint8_t qs[kSuperBlockSize / 4];
+  uint16_t d;     // F16 super-scale of the scales
+  uint16_t dmin;  // F16 super-scale of the mins
+};
+
+// Sixteen groups of 16. x = d * (s[g] - 32) * (q - 4), q = 2 low bits (qs, packed as in Q2_K)
+// | 1 high bit (bit e / 32 of hmask[e % 32]) << 2. s[g] is 6 bits: low 4 in nibble g / 8 of
+// scales[g % 8], high 2 in bits 2*(g / 4) of scales[8 + g % 4].
+struct BlockQ3_K {
+  uint8_t hmask[kSuperBlockSize / 8];
+  uint8_t qs[kSuperBlockSize / 4];
+  uint8_t scales[12];
+  uint16_t d;
+};
+
+// Eight groups of 32. x = d * sc[g] * q - dmin * m[g], q in 0..15, sc and m 6 bits each
+// packed into `scales` (see get_scale_min_k4 in reference.cc). Element c*64 + l (l < 32) is the
+// low nibble of qs[c*32 + l], element c*64 + 32 + l its high nibble.
+struct BlockQ4_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[kScaleBytesK4];
+  uint8_t qs[kSuperBlockSize / 2];
+};
+
+// As Q4_K with a fifth bit: bit e / 32 of qh[e % 32] adds 16 to element e's quant.
+struct BlockQ5_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[kScaleBytesK4];
+  uint8_t qh[kSuperBlockSize / 8];
+  uint8_t qs[kSuperBlockSize / 2];
+};
+
+// Sixteen groups of 16. x = d * scales[g] * (q - 32), q = 4 bits from ql | 2 bits from qh << 4.
+// Within each half h (128 elements), element 32*j + l takes the low nibble (j = 0, 1) or
+// high nibble (j = 2, 3) of ql[h*64 + (j % 2)*32 + l] and bits 2j..2j+1 of qh[h*32 + l].
+struct BlockQ6_K {
+  uint8_t ql[kSuperBlockSize / 2];
+  uint8_t qh[kSuperBlockSize / 4];
+  int8_t scales[kSuperBlockSize / 16];
+  uint16_t d;
+};
+
+// Activations for K-quant dot products: x = d * q. bsums[g] = sum of qs over group g of 16,
+// kept so a dot product with a "min" type can subtract the offsets once per group.
+struct BlockQ8_K {
+  float d;  // a float, not F16: the activation range is not known in advance
+  int8_t qs[kSuperBlockSize];
+  int16_t bsums[kSuperBlockSize / 16];
+};
+
+// The sizes are the GGUF type sizes (also in the traits table in core/dtype.cc, which is not
+// constexpr; tests/unit/test_quant.cc checks the two agree).
+static_assert(sizeof(BlockQ4_0) == 18);
+static_assert(sizeof(BlockQ4_1) == 20);
+static_assert(sizeof(BlockQ5_0) == 22);
+static_assert(sizeof(BlockQ5_1) == 24);
+static_assert(sizeof(BlockQ8_0) == 34);
+static_assert(sizeof(BlockQ2_K) == 84);
+static_assert(sizeof(BlockQ3_K) == 110);
+static_assert(sizeof(BlockQ4_K) == 144);
+static_assert(sizeof(BlockQ5_K) == 176);
+static_assert(sizeof(BlockQ6_K) == 210);
+static_assert(sizeof(BlockQ8_K) == 292);
+
+}  // namespace pagoda

@@ -1,0 +1,36 @@
+// Scalar reference quantize / dequantize for GGUF weight types: the oracle that every SIMD or
+// GPU kernel is checked against, and the code behind `pagoda quantize`. Written for clarity,
+// not speed: one block at a time, copied out of the source so no alignment is assumed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+
+namespace pagoda {
+
+// Bytes taken by n elements of `type`. Throws Error unless n >= 0 is a multiple of the type's
+// block size, or if the byte count would overflow.
+size_t row_bytes(DType type, int64_t n);
+
+// Whether dequantize_row / quantize_row have code for `type`.
+bool can_dequantize(DType type);
+bool can_quantize(DType type);
+
+// dst[0..n) = the values encoded by row_bytes(type, n) bytes at src (any alignment).
+// Supports F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K .. Q8_K. Throws Error for another
+// type or an n that is not a whole number of blocks.
+void dequantize_row(DType type, const void* src, float* dst, int64_t n);
+
+// Encodes src[0..n) into row_bytes(type, n) bytes at dst (any alignment). Same types as
+// dequantize_row. Inputs must be finite; as in ggml, the F16 scales bound what survives: block
+// maxima beyond about 65504 times the largest quant overflow to Inf, and tiny blocks (scales
+// below 6e-5, F16's smallest normal) lose precision. The legacy types (Q4_0 .. Q8_0) and
+// F16 / BF16 produce the same bytes as the gguf package's quantizers (which mirror ggml's
+// reference code), provided the compiler does not fuse multiply-adds (the default in ISO C++
+// mode). The K-quants use pagoda's own scale search, so their bytes differ from llama.cpp's
+// while decoding with the same formula.
+void quantize_row(DType type, const float* src, void* dst, int64_t n);
+
+}  // namespace pagoda

@@ -1,0 +1,500 @@
+// K-quants: 256-element super-blocks split into groups of 16 or 32, each group with its own
+// scale (and min) stored as a small integer code times one F16 super-scale.
+//
+// Dequantizers follow the GGUF formulas with the same float operation order as ggml
+// ((d * code) * q - dmin * m), so they reproduce llama.cpp's values bit for bit.
+// Quantizers are pagoda's own: per group, a spread of starting scales each refitted by least
+// squares, then Lloyd steps from the best; then the group scales are coded against the
+// super-scale, trying each code's neighbours; then every element is re-rounded against the
+// scale it will actually be decoded with. Error measured is plain (unweighted) squared error.
+#include "quant/reference_k.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "quant/blocks.h"
+#include "quant/fp16.h"
+
+namespace pagoda {
+namespace {
+
+constexpr int kQK = kSuperBlockSize;
+
+// Lloyd steps per group after the best start; each never increases the group's error. On
+// Gaussian data the starts below do most of the work (Q4_K NMSE 6.2e-3 with neither, 5.1e-3
+// with the starts alone, 4.9e-3 with both); more steps than this change nothing measurable.
+constexpr int kRefineSteps = 4;
+
+// Starting points for the group fits: the extreme values placed kDeltaStep * k quant steps
+// beyond (k > 0) or inside (k < 0) the outermost level, k in -kNumDeltas..kNumDeltas.
+constexpr int kNumDeltas = 10;
+constexpr float kDeltaStep = 0.1f;
+
+// Round half to even, as ggml's nearest_int; inputs are bounded quant levels.
+int nearest_int(float x) { return static_cast<int>(std::nearbyint(x)); }
+
+// ---- group fitting ----
+
+// Quant of x under x ~= scale * q - offset, q in 0..max_q.
+int affine_code(float x, float scale, float offset, int max_q) {
+  if (scale == 0.0f) return 0;
+  return std::clamp(nearest_int((x + offset) / scale), 0, max_q);
+}
+
+// Quant of x under x ~= scale * q, q in -levels..levels-1.
+int symmetric_code(float x, float scale, int levels) {
+  if (scale == 0.0f) return 0;
+  return std::clamp(nearest_int(x / scale), -levels, levels - 1);
+}
+
+struct AffineFit {
+  float scale;
+  float offset;  // >= 0: the formats store a min that is subtracted
+};
+
+float affine_error(const float* x, int n, int max_q, AffineFit fit) {
+  float error = 0.0f;
+  for (int j = 0; j < n; ++j) {
+    const float diff =
+        fit.scale * affine_code(x[j], fit.scale, fit.offset, max_q) - fit.offset - x[j];
+    error += diff * diff;
+  }
+  return error;
+}
+
+// One Lloyd step: round every x under `fit`, then solve least squares for (scale, offset) given
+// those quants. Returns false when the quants leave nothing to fit (all equal).
+bool refit_affine(const float* x, int n, int max_q, AffineFit* fit) {
+  float sum_q = 0.0f, sum_qq = 0.0f, sum_x = 0.0f, sum_qx = 0.0f;
+  for (int j = 0; j < n; ++j) {
+    const float q = static_cast<float>(affine_code(x[j], fit->scale, fit->offset, max_q));
+    sum_q += q;
+    sum_qq += q * q;
+    sum_x += x[j];
+    sum_qx += q * x[j];
+  }
+  const float det = static_cast<float>(n) * sum_qq - sum_q * sum_q;
+  if (!(det > 0.0f)) return false;
+  AffineFit next{(static_cast<float>(n) * sum_qx - sum_q * sum_x) / det, 0.0f};
+  next.offset = (next.scale * sum_q - sum_x) / static_cast<float>(n);
+  // The unconstrained optimum wants a positive min; the best with offset 0 is then on the
+  // boundary, a plain projection of x on q.
+  if (next.offset < 0.0f) next = {sum_qx / sum_qq, 0.0f};
+  if (!(next.scale > 0.0f)) return false;
+  *fit = next;
+  return true;
+}
+
+// Tries the range [min(0, min x), max x] (offset >= 0 forces 0 into it) split into max_q + delta
+// steps for a spread of deltas, since stretching the steps past the outliers often pays; refits
+// each once and keeps the best, then runs Lloyd steps from it.
+AffineFit fit_affine(const float* x, int n, int max_q) {
+  float lo = 0.0f;
+  float hi = x[0];
+  for (int j = 0; j < n; ++j) {
+    lo = std::min(lo, x[j]);
+    hi = std::max(hi, x[j]);
+  }
+  AffineFit best{(hi - lo) / static_cast<float>(max_q), -lo};
+  if (!(best.scale > 0.0f)) return best;  // constant group: offset alone reproduces it
+  float best_error = affine_error(x, n, max_q, best);
+  for (int k = -kNumDeltas; k <= kNumDeltas; ++k) {
+    const float steps = static_cast<float>(max_q) + kDeltaStep * static_cast<float>(k);
+    AffineFit candidate{(hi - lo) / steps, -lo};
+    if (!refit_affine(x, n, max_q, &candidate)) continue;
+    const float error = affine_error(x, n, max_q, candidate);
+    if (error < best_error) {
+      best = candidate;
+      best_error = error;
+    }
+  }
+  for (int step = 0; step < kRefineSteps; ++step) {
+    AffineFit next = best;
+    if (!refit_affine(x, n, max_q, &next)) break;
+    const float error = affine_error(x, n, max_q, next);
+    if (!(error < best_error)) break;
+    best = next;
+    best_error = error;
+  }
+  return best;
+}
+
+float symmetric_error(const float* x, int n, int levels, float scale) {
+  float error = 0.0f;
+  for (int j = 0; j < n; ++j) {
+    const float diff = scale * symmetric_code(x[j], scale, levels) - x[j];
+    error += diff * diff;
+  }
+  return error;
+}
+
+// Least-squares scale sum(q x) / sum(q q) for the quants that `scale` rounds x to; 0 when every
+// quant is 0.
+float refit_symmetric(const float* x, int n, int levels, float scale) {
+  float sum_qq = 0.0f, sum_qx = 0.0f;
+  for (int j = 0; j < n; ++j) {
+    const float q = static_cast<float>(symmetric_code(x[j], scale, levels));
+    sum_qq += q * q;
+    sum_qx += q * x[j];
+  }
+  return sum_qq > 0.0f ? sum_qx / sum_qq : 0.0f;
+}
+
+// Tries the extreme element on -(levels + delta) for a spread of deltas (delta = 0 puts it on
+// the lone negative level), refits each once, keeps the best and runs Lloyd steps from it.
+float fit_symmetric(const float* x, int n, int levels) {
+  const float extreme = signed_absmax(x, n);
+  float best = extreme / static_cast<float>(-levels);
+  if (best == 0.0f) return 0.0f;
+  float best_error = symmetric_error(x, n, levels, best);
+  for (int k = -kNumDeltas; k <= kNumDeltas; ++k) {
+    const float steps = static_cast<float>(levels) + kDeltaStep * static_cast<float>(k);
+    const float candidate = refit_symmetric(x, n, levels, extreme / -steps);
+    if (candidate == 0.0f) continue;
+    const float error = symmetric_error(x, n, levels, candidate);
+    if (error < best_error) {
+      best = candidate;
+      best_error = error;
+    }
+  }
+  for (int step = 0; step < kRefineSteps; ++step) {
+    const float next = refit_symmetric(x, n, levels, best);
+    if (next == 0.0f) break;
+    const float error = symmetric_error(x, n, levels, next);
+    if (!(error < best_error)) break;
+    best = next;
+    best_error = error;
+  }
+  return best;
+}
+
+// ---- coding the group scales against one F16 super-scale ----
+
+// codes[g] in 0..max_code with v[g] ~= step * codes[g] (v >= 0); returns the F16 step. A
+// nonzero value never gets code 0, which would flatten its whole group.
+uint16_t encode_unsigned(const float* v, int n, int max_code, int* codes) {
+  float max = 0.0f;
+  for (int g = 0; g < n; ++g) max = std::max(max, v[g]);
+  const uint16_t step_bits = fp32_to_fp16(max / static_cast<float>(max_code));
+  const float step = fp16_to_fp32(step_bits);  // code against the step the decoder will see
+  for (int g = 0; g < n; ++g) {
+    codes[g] =
+        step > 0.0f ? std::clamp(nearest_int(v[g] / step), v[g] > 0.0f ? 1 : 0, max_code) : 0;
+  }
+  return step_bits;
+}
+
+// codes[g] in -(max_code + 1)..max_code with v[g] ~= step * codes[g]; the value of largest
+// magnitude takes the lone negative level. Returns the F16 step.
+uint16_t encode_signed(const float* v, int n, int max_code, int* codes) {
+  const uint16_t step_bits =
+      fp32_to_fp16(signed_absmax(v, n) / static_cast<float>(-(max_code + 1)));
+  const float step = fp16_to_fp32(step_bits);
+  for (int g = 0; g < n; ++g) {
+    if (step == 0.0f) {
+      codes[g] = 0;
+      continue;
+    }
+    const float ratio = v[g] / step;
+    codes[g] = std::clamp(nearest_int(ratio), -(max_code + 1), max_code);
+    if (codes[g] == 0 && v[g] != 0.0f) codes[g] = ratio > 0.0f ? 1 : -1;
+  }
+  return step_bits;
+}
+
+// ---- Q4_K / Q5_K scale packing ----
+
+// Groups 0..3 keep scale and min in the low 6 bits of bytes g and g + 4; groups 4..7 keep their
+// low 4 bits in the nibbles of byte g + 4 and their top 2 bits in the spare top bits of bytes
+// g - 4 (scale) and g (min).
+void unpack_scale_min_k4(const uint8_t* packed, int g, int* scale, int* min) {
+  if (g < 4) {
+    *scale = packed[g] & 63;
+    *min = packed[g + 4] & 63;
+  } else {
+    *scale = (packed[g + 4] & 0xf) | ((packed[g - 4] >> 6) << 4);
+    *min = (packed[g + 4] >> 4) | ((packed[g] >> 6) << 4);
+  }
+}
+
+void pack_scale_min_k4(const int* scales, const int* mins, uint8_t* packed) {
+  for (int g = 0; g < 4; ++g) {
+    packed[g] = static_cast<uint8_t>(scales[g] | ((scales[g + 4] >> 4) << 6));
+    packed[g + 4] = static_cast<uint8_t>(mins[g] | ((mins[g + 4] >> 4) << 6));
+    packed[g + 8] = static_cast<uint8_t>((scales[g + 4] & 0xf) | ((mins[g + 4] & 0xf) << 4));
+  }
+}
+
+// Codes a super-block whose groups of `group` elements are x ~= d * sc * q - dmin * m: fits
+// every group, codes scales and mins with `max_code`, re-rounds every element into q.
+void quantize_affine_super_block(const float* x, int group, int max_q, int max_code,
+                                 uint16_t* d_bits, uint16_t* dmin_bits, int* sc, int* m, int* q) {
+  const int num_groups = kQK / group;
+  float scales[kQK / 16], offsets[kQK / 16];
+  for (int g = 0; g < num_groups; ++g) {
+    const AffineFit fit = fit_affine(x + g * group, group, max_q);
+    scales[g] = fit.scale;
+    offsets[g] = fit.offset;
+  }
+  *d_bits = encode_unsigned(scales, num_groups, max_code, sc);
+  *dmin_bits = encode_unsigned(offsets, num_groups, max_code, m);
+  const float d = fp16_to_fp32(*d_bits);
+  const float dmin = fp16_to_fp32(*dmin_bits);
+  // Rounding each code alone ignores how scale and min trade off; a neighbour pair often fits
+  // the group better once both are on their grids.
+  for (int g = 0; g < num_groups; ++g) {
+    const int sc0 = sc[g], m0 = m[g];
+    float best_error = std::numeric_limits<float>::infinity();
+    for (int s = std::max(0, sc0 - 1); s <= std::min(max_code, sc0 + 1); ++s) {
+      for (int o = std::max(0, m0 - 1); o <= std::min(max_code, m0 + 1); ++o) {
+        const AffineFit fit{d * static_cast<float>(s), dmin * static_cast<float>(o)};
+        const float error = affine_error(x + g * group, group, max_q, fit);
+        if (error < best_error) {
+          best_error = error;
+          sc[g] = s;
+          m[g] = o;
+        }
+      }
+    }
+  }
+  for (int e = 0; e < kQK; ++e) {
+    const int g = e / group;
+    q[e] = affine_code(x[e], d * static_cast<float>(sc[g]), dmin * static_cast<float>(m[g]), max_q);
+  }
+}
+
+// Codes a super-block of 16 groups of 16 as x ~= d * sc * q; q is returned offset by +levels.
+uint16_t quantize_symmetric_super_block(const float* x, int levels, int max_code, int* sc, int* q) {
+  float scales[16];
+  for (int g = 0; g < 16; ++g) scales[g] = fit_symmetric(x + g * 16, 16, levels);
+  const uint16_t d_bits = encode_signed(scales, 16, max_code, sc);
+  const float d = fp16_to_fp32(d_bits);
+  for (int g = 0; g < 16; ++g) {  // as in the affine case: a neighbour code may fit better
+    const int sc0 = sc[g];
+    float best_error = std::numeric_limits<float>::infinity();
+    for (int s = std::max(-(max_code + 1), sc0 - 1); s <= std::min(max_code, sc0 + 1); ++s) {
+      const float error = symmetric_error(x + g * 16, 16, levels, d * static_cast<float>(s));
+      if (error < best_error) {
+        best_error = error;
+        sc[g] = s;
+      }
+    }
+  }
+  for (int e = 0; e < kQK; ++e) {
+    q[e] = symmetric_code(x[e], d * static_cast<float>(sc[e / 16]), levels) + levels;
+  }
+  return d_bits;
+}
+
+// Two-bit fields of Q2_K / Q3_K: element h*128 + j*32 + l lives in bits 2j of qs[h*32 + l].
+int two_bits(const uint8_t* qs, int e) {
+  return (qs[(e / 128) * 32 + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+}
+
+void pack_two_bits(const int* q, uint8_t* qs) {
+  for (int e = 0; e < kQK; ++e) {
+    qs[(e / 128) * 32 + e % 32] |= static_cast<uint8_t>((q[e] & 3) << (2 * ((e % 128) / 32)));
+  }
+}
+
+}  // namespace
+
+// ---- Q2_K ----
+
+void dequantize_q2_k(const uint8_t* src, float* dst, int64_t num_blocks) {
+  for (int64_t i = 0; i < num_blocks; ++i) {
+    const auto b = load_block<BlockQ2_K>(src, i);
+    const float d = fp16_to_fp32(b.d);
+    const float dmin = fp16_to_fp32(b.dmin);
+    float* y = dst + i * kQK;
+    for (int e = 0; e < kQK; ++e) {
+      const float dl = d * static_cast<float>(b.scales[e / 16] & 0xf);
+      const float ml = dmin * static_cast<float>(b.scales[e / 16] >> 4);
+      y[e] = dl * static_cast<float>(two_bits(b.qs, e)) - ml;
+    }
+  }
+}
+
+void quantize_q2_k(const float* src, uint8_t* dst, int64_t num_blocks) {
+  for (int64_t i = 0; i < num_blocks; ++i) {
+    BlockQ2_K b{};
+    int sc[16], m[16], q[kQK];
+    quantize_affine_super_block(src + i * kQK, 16, 3, 15, &b.d, &b.dmin, sc, m, q);
+    for (int g = 0; g < 16; ++g) b.scales[g] = static_cast<uint8_t>(sc[g] | (m[g] << 4));
+    pack_two_bits(q, b.qs);
+    store_block(b, dst, i);
+  }
+}
+
+// ---- Q3_K ----
+
+// The 6-bit scale of group g, unbiased to -32..31.
+int q3_k_scale(const uint8_t* scales, int g) {
+  const int low = (scales[g % 8] >> (4 * (g / 8))) & 0xf;
+  const int high = (scales[8 + g % 4] >> (2 * (g / 4))) & 3;
+  return (low | (high << 4)) - 32;
+}
+
+void dequantize_q3_k(const uint8_t* src, float* dst, int64_t num_blocks) {
+  for (int64_t i = 0; i < num_blocks; ++i) {
+    const auto b = load_block<BlockQ3_K>(src, i);
+    const float d = fp16_to_fp32(b.d);
+    float* y = dst + i * kQK;
+    for (int e = 0; e < kQK; ++e) {
+      const float dl = d * static_cast<float>(q3_k_scale(b.scales, e / 16));
+      // A set hmask bit means "no -4": the stored high bit is the quant's third bit.
+      const int high = (b.hmask[e % 32] >> (e / 32)) & 1;
+      y[e] = dl * static_cast<float>(two_bits(b.qs, e) - (high ? 0 : 4));
+    }
+  }
+}
+
+void quantize_q3_k(const float* src, uint8_t* dst, int64_t num_blocks) {
+  for (int64_t i = 0; i < num_blocks; ++i) {
+    BlockQ3_K b{};
+    int sc[16], q[kQK];
+    b.d = quantize_symmetric_super_block(src + i * kQK, 4, 31, sc, q);
+    for (int g = 0; g < 16; ++g) {
+      const int biased = sc[g] + 32;
+      b.scales[g % 8] |= static_cast<uint8_t>((biased & 0xf) << (4 * (g / 8)));
+      b.scales[8 + g % 4] |= static_cast<uint8_t>((biased >> 4) << (2 * (g / 4)));
+    }
+    for (int e = 0; e < kQK; ++e) b.hmask[e % 32] |= static_cast<uint8_t>((q[e] >> 2) << (e / 32));
+    pack_two_bits(q, b.qs);
+    store_block(b, dst, i);
+  }
+}
+
+// ---- Q4_K / Q5_K ----
+
+// Decodes one super-block of Q4_K (qh == nullptr) or Q5_K; they differ only in the fifth bit.
+void dequantize_k4(uint16_t d_bits, uint16_t dmin_bits, const uint8_t* scales, const uint8_t* qh,
+                   const uint8_t* qs, float* y) {
+  const float d = fp16_to_fp32(d_bits);
+  const float dmin = fp16_to_fp32(dmin_bits);
+  for (int g = 0; g < 8; ++g) {
+    int sc, m;
+    unpack_scale_min_k4(scales, g, &sc, &m);
+    const float dl = d * static_cast<float>(sc);
+    const float ml = dmin * static_cast<float>(m);
+    // Group g is the low (even g) or high (odd g) nibbles of qs[(g / 2) * 32 ..][0..32).
+    const uint8_t* nibbles = qs + (g / 2) * 32;
+    const int shift = 4 * (g % 2);
+    for (int l = 0; l < 32; ++l) {
+      int q = (nibbles[l] >> shift) & 0xf;
+      if (qh != nullptr) q |= ((qh[l] >> g) & 1) << 4;
+      y[g * 32 + l] = dl * static_cast<float>(q) - ml;
+    }
+  }
+}
+
+void pack_nibbles_k4(const int* q, uint8_t* qs) {
+  for (int c = 0; c < 4; ++c) {
+    for (int l = 0; l < 32; ++l) {
+      qs[c * 32 + l] =
+          static_cast<uint8_t>((q[c * 64 + l] & 0xf) | ((q[c * 64 + 32 + l] & 0xf) << 4));
+    }
+  }
+}
+
+void dequantize_q4_k(const uint8_t* src, float* dst, int64_t num_blocks) {
+  for (int64_t i = 0; i < num_blocks; ++i) {
+    const auto b = load_block<BlockQ4_K>(src, i);
+    dequantize_k4(b.d, b.dmin, b.scales, nullptr, b.qs, dst + i * kQK);
+  }
+}
+
+void quantize_q4_k(const float* src, uint8_t* dst, int64_t num_blocks) {
+  for (int64_t i = 0; i < num_blocks; ++i) {
+    BlockQ4_K b{};
+    int sc[8], m[8], q[kQK];
+    quantize_affine_super_block(src + i * kQK, 32, 15, 63, &b.d, &b.dmin, sc, m, q);
+    pack_scale_min_k4(sc, m, b.scales);
+    pack_nibbles_k4(q, b.qs);
+    store_block(b, dst, i);
+  }
+}
+
+void dequantize_q5_k(const uint8_t* src, float* dst, int64_t num_blocks) {
+  for (int64_t i = 0; i < num_blocks; ++i) {
+    const auto b = load_block<BlockQ5_K>(src, i);
+    dequantize_k4(b.d, b.dmin, b.scales, b.qh, b.qs, dst + i * kQK);
+  }
+}
+
+void quantize_q5_k(const float* src, uint8_t* dst, int64_t num_blocks) {
+  for (int64_t i = 0; i < num_blocks; ++i) {
+    BlockQ5_K b{};
+    int sc[8], m[8], q[kQK];
+    quantize_affine_super_block(src + i * kQK, 32, 31, 63, &b.d, &b.dmin, sc, m, q);
+    pack_scale_min_k4(sc, m, b.scales);
+    pack_nibbles_k4(q, b.qs);
+    for (int e = 0; e < kQK; ++e) b.qh[e % 32] |= static_cast<uint8_t>((q[e] >> 4) << (e / 32));
+    store_block(b, dst, i);
+  }
+}
+
+// ---- Q6_K ----
+
+void dequantize_q6_k(const uint8_t* src, float* dst, int64_t num_blocks) {
+  for (int64_t i = 0; i < num_blocks; ++i) {
+    const auto b = load_block<BlockQ6_K>(src, i);
+    const float d = fp16_to_fp32(b.d);
+    float* y = dst + i * kQK;
+    for (int e = 0; e < kQK; ++e) {
+      const int h = e / 128, j = (e % 128) / 32, l = e % 32;
+      const int low = (b.ql[h * 64 + (j % 2) * 32 + l] >> (4 * (j / 2))) & 0xf;
+      const int high = (b.qh[h * 32 + l] >> (2 * j)) & 3;
+      y[e] =
+          d * static_cast<float>(b.scales[e / 16]) * static_cast<float>((low | (high << 4)) - 32);
+    }
+  }
+}
+
+void quantize_q6_k(const float* src, uint8_t* dst, int64_t num_blocks) {
+  for (int64_t i = 0; i < num_blocks; ++i) {
+    BlockQ6_K b{};
+    int sc[16], q[kQK];
+    b.d = quantize_symmetric_super_block(src + i * kQK, 32, 127, sc, q);
+    for (int g = 0; g < 16; ++g) b.scales[g] = static_cast<int8_t>(sc[g]);
+    for (int e = 0; e < kQK; ++e) {
+      const int h = e / 128, j = (e % 128) / 32, l = e % 32;
+      b.ql[h * 64 + (j % 2) * 32 + l] |= static_cast<uint8_t>((q[e] & 0xf) << (4 * (j / 2)));
+      b.qh[h * 32 + l] |= static_cast<uint8_t>((q[e] >> 4) << (2 * j));
+    }
+    store_block(b, dst, i);
+  }
+}
+
+// ---- Q8_K ----
+
+void dequantize_q8_k(const uint8_t* src, float* dst, int64_t num_blocks) {
+  for (int64_t i = 0; i < num_blocks; ++i) {
+    const auto b = load_block<BlockQ8_K>(src, i);
+    for (int e = 0; e < kQK; ++e) dst[i * kQK + e] = b.d * static_cast<float>(b.qs[e]);
+  }
+}
+
+void quantize_q8_k(const float* src, uint8_t* dst, int64_t num_blocks) {
+  for (int64_t i = 0; i < num_blocks; ++i) {
+    const float* x = src + i * kQK;
+    BlockQ8_K b{};
+    const float max = signed_absmax(x, kQK);
+    if (max != 0.0f) {
+      // As ggml: the extreme element lands on -127 (not -128) and d is stored as a float.
+      const float iscale = -127.0f / max;
+      for (int e = 0; e < kQK; ++e)
+        b.qs[e] = static_cast<int8_t>(std::clamp(nearest_int(iscale * x[e]), -128, 127));
+      for (int g = 0; g < 16; ++g) {
+        int sum = 0;
+        for (int l = 0; l < 16; ++l) sum += b.qs[g * 16 + l];
+        b.bsums[g] = static_cast<int16_t>(sum);
+      }
+      b.d = 1.0f / iscale;
+    }
+    store_block(b, dst, i);
+  }
+}
+
+}  // namespace pagoda

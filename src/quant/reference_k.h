@@ -1,0 +1,53 @@
+// Internal to src/quant: the K-quant halves of the scalar reference (reference_k.cc), split
+// from reference.cc to keep each file readable. Everyone else calls quant/reference.h.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace pagoda {
+
+// Block i of an array at any byte address: copying keeps the reference free of alignment and
+// aliasing assumptions (a GGUF tensor may start at any offset the file chose).
+template <typename Block>
+Block load_block(const uint8_t* src, int64_t i) {
+  Block block;
+  std::memcpy(&block, src + i * static_cast<int64_t>(sizeof(Block)), sizeof(Block));
+  return block;
+}
+
+template <typename Block>
+void store_block(const Block& block, uint8_t* dst, int64_t i) {
+  std::memcpy(dst + i * static_cast<int64_t>(sizeof(Block)), &block, sizeof(Block));
+}
+
+// The element of largest magnitude with its sign; the first one on ties, as ggml picks it.
+inline float signed_absmax(const float* x, int n) {
+  float amax = 0.0f;
+  float max = 0.0f;
+  for (int j = 0; j < n; ++j) {
+    if (amax < std::fabs(x[j])) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  return max;
+}
+
+// Each converts num_blocks super-blocks of 256 elements.
+void dequantize_q2_k(const uint8_t* src, float* dst, int64_t num_blocks);
+void dequantize_q3_k(const uint8_t* src, float* dst, int64_t num_blocks);
+void dequantize_q4_k(const uint8_t* src, float* dst, int64_t num_blocks);
+void dequantize_q5_k(const uint8_t* src, float* dst, int64_t num_blocks);
+void dequantize_q6_k(const uint8_t* src, float* dst, int64_t num_blocks);
+void dequantize_q8_k(const uint8_t* src, float* dst, int64_t num_blocks);
+
+void quantize_q2_k(const float* src, uint8_t* dst, int64_t num_blocks);
+void quantize_q3_k(const float* src, uint8_t* dst, int64_t num_blocks);
+void quantize_q4_k(const float* src, uint8_t* dst, int64_t num_blocks);
+void quantize_q5_k(const float* src, uint8_t* dst, int64_t num_blocks);
+void quantize_q6_k(const float* src, uint8_t* dst, int64_t num_blocks);
+void quantize_q8_k(const float* src, uint8_t* dst, int64_t num_blocks);
+
+}  // namespace pagoda
