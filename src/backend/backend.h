@@ -88,5 +88,7 @@ class Backend {
 };
 
 std::unique_ptr<Backend> make_reference_backend();
+// The fast CPU backend; num_threads 0 means every core.
+std::unique_ptr<Backend> make_cpu_backend(int num_threads);
 
 }  // namespace pagoda

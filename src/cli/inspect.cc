@@ -1,13 +1,142 @@
+// pagoda inspect FILE: what a model file holds, and what it will cost in memory.
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
 #include "cli/commands.h"
+#include "cli/format_util.h"
 #include "core/error.h"
+#include "format/gguf.h"
+#include "model/config.h"
+#include "model/model_file.h"
+#include "tokenizer/vocab.h"
 
 namespace pagoda::cli {
+namespace {
+
+std::string shape_text(const std::vector<uint64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+const char* kind_name(TokenizerKind kind) {
+  switch (kind) {
+    case TokenizerKind::kSpm: return "SentencePiece BPE (by merge score, byte fallback)";
+    case TokenizerKind::kBpe: return "byte-level BPE (by merge rank)";
+    case TokenizerKind::kWordPiece: return "WordPiece";
+  }
+  return "?";
+}
+
+void print_config(const ModelConfig& c) {
+  std::cout << "architecture:    " << (c.architecture.empty() ? "(none)" : c.architecture)
+            << (c.name.empty() ? "" : "  (" + c.name + ")") << "\n";
+  if (c.num_layers == 0) return;  // vocabulary-only files stop here
+  std::cout << "layers:          " << c.num_layers << "\n"
+            << "hidden size:     " << c.hidden_size << "\n"
+            << "FFN size:        " << c.intermediate_size << "\n"
+            << "attention heads: " << c.num_heads << " (KV heads " << c.num_kv_heads
+            << ", head size " << c.head_dim << ")\n"
+            << "context length:  " << c.context_length << "\n"
+            << "RoPE base:       " << c.rope_theta
+            << (c.rope_scaling_type.empty() ? "" : "  scaling " + c.rope_scaling_type) << "\n"
+            << "RMSNorm eps:     " << c.rms_norm_eps << "\n";
+  if (c.sliding_window) std::cout << "sliding window:  " << c.sliding_window << "\n";
+  std::cout << "tied embeddings: " << (c.tie_embeddings ? "yes" : "no") << "\n";
+}
+
+void print_special(const Vocab& v, const char* label, TokenId id) {
+  if (id == kNoToken) return;
+  std::cout << "  " << label << " " << id << " '" << v.tokens[static_cast<size_t>(id)] << "'\n";
+}
+
+void print_vocab(const Vocab& v) {
+  std::cout << "\ntokenizer:       " << kind_name(v.kind) << ", model '" << v.model << "'";
+  if (v.kind == TokenizerKind::kBpe) std::cout << ", pre-tokenizer '" << v.pre << "'";
+  std::cout << "\nvocabulary:      " << v.size() << " tokens";
+  if (!v.merges.empty()) std::cout << ", " << v.merges.size() << " merges";
+  std::cout << "\nadd BOS/EOS:     " << (v.add_bos ? "yes" : "no") << " / "
+            << (v.add_eos ? "yes" : "no") << "\nspecial tokens:\n";
+  print_special(v, "BOS ", v.bos);
+  print_special(v, "EOS ", v.eos);
+  print_special(v, "EOT ", v.eot);
+  print_special(v, "UNK ", v.unk);
+  print_special(v, "PAD ", v.pad);
+  print_special(v, "SEP ", v.sep);
+  print_special(v, "CLS ", v.cls);
+  print_special(v, "MASK", v.mask);
+  size_t num_control = 0;
+  for (TokenType t : v.types) num_control += t == TokenType::kControl;
+  std::cout << "  " << num_control << " control tokens; end of generation:";
+  for (TokenId id : v.eog) std::cout << " " << id;
+  std::cout << "\n";
+  if (!v.chat_template.empty()) {
+    std::istringstream lines(v.chat_template);
+    std::string line;
+    std::cout << "chat template (first lines):\n";
+    for (int k = 0; k < 4 && std::getline(lines, line); ++k) std::cout << "  | " << line << "\n";
+  }
+}
+
+void print_tensors(const std::vector<TensorRef>& tensors, const ModelConfig& c) {
+  if (tensors.empty()) {
+    std::cout << "\ntensors:         none (vocabulary-only file)\n";
+    return;
+  }
+  std::cout << "\n" << tensors.size() << " tensors:\n";
+  uint64_t total = 0, params = 0;
+  for (const auto& t : tensors) {
+    std::printf("  %-48s %-6s %-22s %12s\n", t.name.c_str(),
+                std::string(dtype_traits(t.type).name).c_str(), shape_text(t.shape).c_str(),
+                human_bytes(t.num_bytes).c_str());
+    total += t.num_bytes;
+    params += t.num_elements;
+  }
+  std::cout << "weights:         " << human_bytes(total) << " (" << total << " bytes, "
+            << params << " parameters, " << (params ? 8.0 * total / params : 0) << " bits each)\n";
+  if (c.num_layers == 0) return;
+  uint64_t per_token = c.kv_bytes_per_token(2);
+  uint64_t mha = 2ull * c.num_layers * c.num_heads * c.head_dim * 2;
+  std::cout << "KV cache (F16):  " << per_token << " bytes per token = 2 x " << c.num_layers
+            << " layers x " << c.num_kv_heads << " KV heads x " << c.head_dim << " x 2 bytes";
+  if (mha != per_token) std::cout << " (" << mha << " without grouped-query attention)";
+  std::cout << "\n";
+  if (c.context_length) {
+    std::cout << "                 " << human_bytes(per_token * c.context_length)
+              << " for one sequence of the full " << c.context_length << "-token context\n";
+  }
+}
+
+void print_metadata(const GgufFile& g) {
+  std::cout << "\nmetadata (" << g.metadata().size() << " keys, GGUF v" << g.version()
+            << ", alignment " << g.alignment() << "):\n";
+  for (const auto& [key, value] : g.metadata()) {
+    if (key == "tokenizer.chat_template") continue;
+    std::cout << "  " << key << " = " << value.to_string(6) << "\n";
+  }
+}
+
+}  // namespace
 
 Action add_inspect(CLI::App& app) {
-  auto* cmd = app.add_subcommand("inspect", "Show a model file's architecture, tokenizer and tensors");
+  auto* cmd = app.add_subcommand(
+      "inspect", "Show a model file's architecture, tokenizer, tensors and memory needs");
   auto path = std::make_shared<std::string>();
-  cmd->add_option("file", *path, "GGUF file, or a Hugging Face model folder")->required();
-  return [path] { fail("inspect: not written yet"); return 1; };
+  auto show_metadata = std::make_shared<bool>(false);
+  cmd->add_option("file", *path, "GGUF file, .safetensors file or Hugging Face model folder")
+      ->required();
+  cmd->add_flag("--metadata", *show_metadata, "Also list every metadata key");
+  return [=] {
+    auto model = ModelFile::open(*path);
+    std::cout << "file:            " << *path << " (" << model->format() << ")\n";
+    const ModelConfig& c = model->config();
+    print_config(c);
+    if (model->has_vocab()) print_vocab(model->vocab());
+    print_tensors(model->tensors(), c);
+    if (*show_metadata && model->gguf() != nullptr) print_metadata(*model->gguf());
+    return 0;
+  };
 }
 
 }  // namespace pagoda::cli

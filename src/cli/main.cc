@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   add(pagoda::cli::add_inspect);
   add(pagoda::cli::add_tokenize);
   add(pagoda::cli::add_detokenize);
+  add(pagoda::cli::add_run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

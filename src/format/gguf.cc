@@ -12,6 +12,9 @@ namespace {
 constexpr uint32_t kMagic = 0x46554747;  // "GGUF" read as little-endian uint32
 constexpr uint32_t kMaxDims = 4;         // ggml tensors have at most four dimensions
 constexpr int kMaxArrayDepth = 8;        // nested arrays deeper than this are refused
+// Every array item becomes a ~100-byte GgufValue, so a file of N bytes could otherwise cost
+// 100 x N of memory (a 1 GB file, 100 GB). Real vocabularies hold under a million items.
+constexpr uint64_t kMaxArrayItems = uint64_t{1} << 24;
 
 // Size in bytes of a scalar type; 0 for string and array (variable size).
 uint64_t scalar_size(GgufType t) {
@@ -36,6 +39,14 @@ class Cursor {
 
   uint64_t pos() const { return pos_; }
   uint64_t remaining() const { return size_ - pos_; }
+  // Counts `n` more array items against the kMaxArrayItems budget of the whole file.
+  void take_array_items(uint64_t n, const std::string& field) {
+    if (n > kMaxArrayItems - num_array_items_) {
+      error(field, str_cat("array length ", n, " takes the file past the limit of ",
+                           kMaxArrayItems, " array items in all"));
+    }
+    num_array_items_ += n;
+  }
 
   [[noreturn]] void error(const std::string& field, const std::string& problem) const {
     fail(name_, ": ", field, ": ", problem);
@@ -72,6 +83,7 @@ class Cursor {
   const uint8_t* data_;
   uint64_t size_;
   uint64_t pos_ = 0;
+  uint64_t num_array_items_ = 0;
   const std::string& name_;
 };
 
@@ -91,6 +103,7 @@ void read_array(Cursor& c, GgufValue& v, const std::string& field, int depth) {
     c.error(field, str_cat("array length ", n, " cannot fit in the ", c.remaining(),
                            " bytes left in the file"));
   }
+  c.take_array_items(n, field);
   v.array.reserve(n);
   for (uint64_t k = 0; k < n; ++k) {
     v.array.push_back(read_value(c, v.elem_type, field, depth + 1));
@@ -226,8 +239,9 @@ void GgufFile::parse_all(const uint8_t* data, uint64_t size) {
     }
     uint64_t align = a->is_unsigned() ? a->u : static_cast<uint64_t>(a->i);
     if (align == 0 || (align & (align - 1)) != 0 || align > (1u << 30)) {
+      // to_string, not `align`: a negative value would otherwise print as a huge number.
       c.error("metadata key 'general.alignment'",
-              str_cat("alignment ", align, " is not a power of two"));
+              str_cat("alignment ", a->to_string(), " is not a power of two from 1 to 2^30"));
     }
     alignment_ = align;
   }
@@ -259,7 +273,10 @@ void GgufFile::parse_all(const uint8_t* data, uint64_t size) {
                              traits->name, " block size ", traits->block_size));
     }
     t.num_elements = count;
-    t.num_bytes = count / traits->block_size * traits->type_size;  // count < 2^62: no overflow
+    // count < 2^62 alone does not bound the byte size: 2^62 F32 elements are 2^64 bytes.
+    auto num_bytes = checked_mul(count / traits->block_size, traits->type_size);
+    if (!num_bytes) c.error(field, "byte size overflows");
+    t.num_bytes = *num_bytes;
     t.offset = c.read<uint64_t>(field + " (offset)");
     if (t.offset % alignment_ != 0) {
       c.error(field, str_cat("data offset ", t.offset, " is not a multiple of the alignment ",

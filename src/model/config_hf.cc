@@ -1,0 +1,160 @@
+// ModelConfig from a Hugging Face config.json.
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "core/error.h"
+#include "format/hf_tokenizer.h"
+#include "model/config.h"
+
+namespace pagoda {
+namespace {
+
+using nlohmann::json;
+
+const char* json_kind(const json& v) {
+  if (v.is_boolean()) return "a bool";
+  if (v.is_number_float()) return "a float";
+  if (v.is_number_unsigned()) return "an integer";
+  if (v.is_number_integer()) return v.get<int64_t>() < 0 ? "a negative integer" : "an integer";
+  if (v.is_string()) return "a string";
+  if (v.is_array()) return "an array";
+  return v.is_object() ? "an object" : "null";
+}
+
+// Typed reads from one object. null counts as absent: transformers writes null for "not set"
+// (head_dim, sliding_window, rope_scaling). Errors name the key's full path.
+class Reader {
+ public:
+  Reader(const json& obj, std::string prefix, const std::string& source)
+      : obj_(&obj), prefix_(std::move(prefix)), source_(&source) {}
+
+  const json* get(const char* key) const {
+    auto it = obj_->find(key);
+    return it == obj_->end() || it->is_null() ? nullptr : &*it;
+  }
+  std::optional<uint32_t> u32(const char* key) const {
+    const json* v = get(key);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_number_integer() || (!v->is_number_unsigned() && v->get<int64_t>() < 0)) {
+      wrong(key, *v, "a non-negative integer");
+    }
+    uint64_t x = v->get<uint64_t>();
+    if (x > UINT32_MAX) fail(*source_, ": key '", path(key), "' value ", x, " is too large");
+    return static_cast<uint32_t>(x);
+  }
+  std::optional<double> number(const char* key) const {
+    const json* v = get(key);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_number()) wrong(key, *v, "a number");
+    return v->get<double>();
+  }
+  std::optional<bool> boolean(const char* key) const {
+    const json* v = get(key);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_boolean()) wrong(key, *v, "a bool");
+    return v->get<bool>();
+  }
+  std::optional<std::string> str(const char* key) const {
+    const json* v = get(key);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_string()) wrong(key, *v, "a string");
+    return v->get<std::string>();
+  }
+  // nullopt when absent; an Error when present and not an object.
+  std::optional<Reader> obj(const char* key) const {
+    const json* v = get(key);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_object()) wrong(key, *v, "an object");
+    return Reader(*v, path(key) + ".", *source_);
+  }
+
+ private:
+  std::string path(const char* key) const { return prefix_ + key; }
+  [[noreturn]] void wrong(const char* key, const json& v, const char* want) const {
+    fail(*source_, ": key '", path(key), "' is ", json_kind(v), ", expected ", want);
+  }
+
+  const json* obj_;  // pointers, not references, so a Reader can be assigned
+  std::string prefix_;
+  const std::string* source_;
+};
+
+// Gemma3TextConfig's defaults: multimodal gemma-3 files nest a text_config that leaves out
+// every value equal to them, so they must be known here.
+void gemma3_defaults(ModelConfig& c) {
+  c.vocab_size = 262208;
+  c.hidden_size = 2304;
+  c.intermediate_size = 9216;
+  c.num_layers = 26;
+  c.num_heads = 8;
+  c.num_kv_heads = 4;
+  c.head_dim = 256;
+  c.context_length = 131072;
+  c.rms_norm_eps = 1e-6f;
+  c.rope_theta = 1000000.0f;
+  c.sliding_window = 4096;
+  c.tie_embeddings = true;
+}
+
+void read_rope_scaling(const Reader& r, ModelConfig& c) {
+  // Newer transformers write rope_parameters (theta inside); older ones rope_scaling.
+  for (const char* key : {"rope_scaling", "rope_parameters"}) {
+    auto rs = r.obj(key);
+    if (!rs) continue;
+    if (auto theta = rs->number("rope_theta")) c.rope_theta = static_cast<float>(*theta);
+    std::string type = rs->str("rope_type").value_or(rs->str("type").value_or(""));
+    if (type.empty() || type == "default") continue;  // plain RoPE
+    c.rope_scaling_type = type;
+    c.rope_scaling_factor = static_cast<float>(rs->number("factor").value_or(0.0));
+  }
+}
+
+}  // namespace
+
+ModelConfig config_from_hf_json(const std::string& json_text, const std::string& source) {
+  const json doc = parse_json(json_text, source);
+  if (!doc.is_object()) fail(source, ": the top level is ", json_kind(doc), ", expected an object");
+  Reader top(doc, "", source);
+  auto model_type = top.str("model_type");
+  if (!model_type) fail(source, ": key 'model_type' is missing");
+
+  ModelConfig c;
+  const std::string& t = *model_type;
+  // Families that share a forward pass share an architecture name; unknown ones keep their
+  // model_type so the loader can name what it does not support.
+  c.architecture = t == "mistral" ? "llama" : t == "gemma3_text" ? "gemma3" : t;
+  c.name = top.str("_name_or_path").value_or("");
+
+  std::optional<Reader> text_config;
+  if (c.architecture == "gemma3") {
+    gemma3_defaults(c);
+    text_config = top.obj("text_config");  // the multimodal wrapper nests the text model
+  }
+  const Reader& r = text_config ? *text_config : top;
+
+  auto set = [](uint32_t& field, std::optional<uint32_t> v) {
+    if (v) field = *v;
+  };
+  set(c.num_layers, r.u32("num_hidden_layers"));
+  set(c.hidden_size, r.u32("hidden_size"));
+  set(c.intermediate_size, r.u32("intermediate_size"));
+  set(c.num_heads, r.u32("num_attention_heads"));
+  set(c.num_kv_heads, r.u32("num_key_value_heads"));
+  if (c.num_kv_heads == 0) c.num_kv_heads = c.num_heads;  // absent means plain multi-head
+  set(c.head_dim, r.u32("head_dim"));
+  if (c.head_dim == 0 && c.num_heads != 0) c.head_dim = c.hidden_size / c.num_heads;
+  set(c.vocab_size, r.u32("vocab_size"));
+  set(c.context_length, r.u32("max_position_embeddings"));
+  if (auto eps = r.number("rms_norm_eps")) c.rms_norm_eps = static_cast<float>(*eps);
+  if (auto theta = r.number("rope_theta")) c.rope_theta = static_cast<float>(*theta);
+  read_rope_scaling(r, c);
+  set(c.sliding_window, r.u32("sliding_window"));
+  // Qwen2/3 write a window size but only use it when this flag is set.
+  if (!r.boolean("use_sliding_window").value_or(true)) c.sliding_window = 0;
+  // The wrapper of a multimodal model may hold the flag instead of its text_config.
+  if (auto tie = top.boolean("tie_word_embeddings")) c.tie_embeddings = *tie;
+  if (auto tie = r.boolean("tie_word_embeddings")) c.tie_embeddings = *tie;
+  return c;
+}
+
+}  // namespace pagoda

@@ -1,0 +1,56 @@
+// A loaded model: hyper-parameters, weights (views into the mapped file) and one forward
+// function per architecture family.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/config.h"
+
+namespace pagoda {
+
+class ModelFile;
+class KvStorage;
+
+// One step's tokens, laid out for the forward pass (see AttentionBatch for the K/V side).
+struct ForwardBatch {
+  std::vector<int32_t> token_ids;     // [num_tokens]
+  std::vector<int32_t> positions;     // [num_tokens]
+  std::vector<int64_t> slot_mapping;  // [num_tokens]
+  std::vector<int32_t> query_start;   // [num_seqs + 1]
+  std::vector<int32_t> block_table;   // [num_seqs, max_blocks_per_seq]
+  int32_t max_blocks_per_seq = 0;
+  int32_t block_size = 16;
+  std::vector<int32_t> logit_rows;    // token rows whose logits are wanted, in output order
+
+  int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
+  int32_t num_seqs() const { return static_cast<int32_t>(query_start.size()) - 1; }
+  AttentionBatch attention_batch() const;
+};
+
+class Model {
+ public:
+  // Picks the architecture from the file; throws Error naming an unsupported one.
+  static std::unique_ptr<Model> load(const ModelFile& file);
+  virtual ~Model() = default;
+
+  const ModelConfig& config() const { return config_; }
+  // Bytes of the weights as stored (what decode has to stream per token).
+  uint64_t weight_bytes() const { return weight_bytes_; }
+
+  // Runs every token of the batch through the model, writing K/V into `kv`, and leaves the
+  // logits of batch.logit_rows in `logits`: [logit_rows.size(), vocab_size].
+  virtual void forward(Backend& backend, const ForwardBatch& batch, KvStorage& kv,
+                       std::vector<float>& logits) = 0;
+
+ protected:
+  ModelConfig config_;
+  uint64_t weight_bytes_ = 0;
+};
+
+std::unique_ptr<Model> load_llama(const ModelFile& file);
+std::unique_ptr<Model> load_gemma3(const ModelFile& file);
+
+}  // namespace pagoda

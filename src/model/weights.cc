@@ -1,0 +1,82 @@
+#include "model/weights.h"
+
+
+#include "core/error.h"
+#include "quant/reference.h"
+
+namespace pagoda {
+
+std::string gguf_tensor_name(const std::string& hf) {
+  static const std::vector<std::pair<std::string, std::string>> kTop = {
+      {"model.embed_tokens.weight", "token_embd.weight"},
+      {"model.norm.weight", "output_norm.weight"},
+      {"lm_head.weight", "output.weight"},
+  };
+  for (const auto& [from, to] : kTop) {
+    if (hf == from) return to;
+  }
+  static const std::vector<std::pair<std::string, std::string>> kLayer = {
+      {"input_layernorm", "attn_norm"},         {"self_attn.q_proj", "attn_q"},
+      {"self_attn.k_proj", "attn_k"},           {"self_attn.v_proj", "attn_v"},
+      {"self_attn.o_proj", "attn_output"},      {"self_attn.q_norm", "attn_q_norm"},
+      {"self_attn.k_norm", "attn_k_norm"},      {"post_attention_layernorm", "ffn_norm"},
+      {"mlp.gate_proj", "ffn_gate"},            {"mlp.up_proj", "ffn_up"},
+      {"mlp.down_proj", "ffn_down"},
+  };
+  const std::string prefix = "model.layers.";
+  if (hf.rfind(prefix, 0) != 0) return hf;
+  size_t dot = hf.find('.', prefix.size());
+  if (dot == std::string::npos) return hf;
+  std::string layer = hf.substr(prefix.size(), dot - prefix.size());
+  std::string rest = hf.substr(dot + 1);
+  for (const auto& [from, to] : kLayer) {
+    if (rest.rfind(from + ".", 0) == 0) return "blk." + layer + "." + to + rest.substr(from.size());
+  }
+  return hf;
+}
+
+TensorLookup::TensorLookup(const ModelFile& file) : source_(file.path()) {
+  for (const TensorRef& t : file.tensors()) by_name_.emplace(gguf_tensor_name(t.name), &t);
+}
+
+bool TensorLookup::has(const std::string& name) const { return by_name_.count(name) != 0; }
+
+const TensorRef& TensorLookup::get(const std::string& name) const {
+  auto it = by_name_.find(name);
+  if (it == by_name_.end()) fail(source_, ": tensor '", name, "' is missing");
+  const TensorRef& t = *it->second;
+  if (!counted_[t.data]) {
+    counted_[t.data] = true;
+    bytes_used_ += t.num_bytes;
+  }
+  return t;
+}
+
+WeightMatrix TensorLookup::matrix(const std::string& name, int64_t rows, int64_t cols) const {
+  const TensorRef& t = get(name);
+  if (t.shape.size() != 2 || static_cast<int64_t>(t.shape[0]) != cols ||
+      static_cast<int64_t>(t.shape[1]) != rows) {
+    std::string have;
+    for (uint64_t d : t.shape) have += (have.empty() ? "" : " x ") + std::to_string(d);
+    fail(source_, ": tensor '", name, "' has shape ", have, ", expected ", cols, " x ", rows);
+  }
+  WeightMatrix w;
+  w.type = t.type;
+  w.rows = rows;
+  w.cols = cols;
+  w.data = t.data;
+  w.row_bytes = t.num_bytes / static_cast<uint64_t>(rows);
+  return w;
+}
+
+std::vector<float> TensorLookup::vector(const std::string& name, int64_t size) const {
+  const TensorRef& t = get(name);
+  if (static_cast<int64_t>(t.num_elements) != size) {
+    fail(source_, ": tensor '", name, "' has ", t.num_elements, " elements, expected ", size);
+  }
+  std::vector<float> out(static_cast<size_t>(size));
+  dequantize_row(t.type, t.data, out.data(), size);
+  return out;
+}
+
+}  // namespace pagoda

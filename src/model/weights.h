@@ -1,0 +1,39 @@
+// Finding a model's tensors by their GGUF names (Hugging Face names are mapped to them), as
+// weight matrices used in place or as small float vectors (norms, biases).
+#pragma once
+
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/model_file.h"
+
+namespace pagoda {
+
+class TensorLookup {
+ public:
+  explicit TensorLookup(const ModelFile& file);
+
+  bool has(const std::string& gguf_name) const;
+  // A 2-D matrix [rows, cols]; throws Error naming the tensor when absent or of another shape.
+  WeightMatrix matrix(const std::string& gguf_name, int64_t rows, int64_t cols) const;
+  // A 1-D tensor of `size` elements converted to float (norm weights, biases).
+  std::vector<float> vector(const std::string& gguf_name, int64_t size) const;
+  // Sum of the bytes of every tensor used so far.
+  uint64_t bytes_used() const { return bytes_used_; }
+
+ private:
+  const TensorRef& get(const std::string& gguf_name) const;
+
+  std::string source_;
+  std::unordered_map<std::string, const TensorRef*> by_name_;  // GGUF names
+  mutable uint64_t bytes_used_ = 0;
+  mutable std::unordered_map<const uint8_t*, bool> counted_;   // aliased tensors count once
+};
+
+// The GGUF name for a Hugging Face tensor name ("model.layers.3.mlp.up_proj.weight" ->
+// "blk.3.ffn_up.weight"); the input unchanged when there is no mapping.
+std::string gguf_tensor_name(const std::string& hf_name);
+
+}  // namespace pagoda
