@@ -14,5 +14,6 @@ Action add_inspect(CLI::App& app);
 Action add_tokenize(CLI::App& app);
 Action add_detokenize(CLI::App& app);
 Action add_run(CLI::App& app);
+Action add_synth(CLI::App& app);
 
 }  // namespace pagoda::cli

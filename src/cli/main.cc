@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   add(pagoda::cli::add_tokenize);
   add(pagoda::cli::add_detokenize);
   add(pagoda::cli::add_run);
+  add(pagoda::cli::add_synth);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -103,30 +103,34 @@ std::string Tokenizer::decode(const std::vector<TokenId>& ids, bool render_speci
 
 namespace {
 
-// Length of the longest prefix of `s` made of complete, valid UTF-8 characters; bytes that can
-// never start or continue a valid character are replaced in `s` by U+FFFD as we go.
-size_t complete_utf8_prefix(std::string& s) {
+constexpr std::string_view kReplacement = "\xEF\xBF\xBD";  // U+FFFD
+
+// Moves the complete characters at the front of `pending` to the result; a byte that can never
+// start or continue a valid character becomes U+FFFD; an incomplete character at the end stays.
+std::string take_complete_utf8(std::string& pending) {
+  std::string out;
   size_t pos = 0;
-  while (pos < s.size()) {
-    auto c = static_cast<unsigned char>(s[pos]);
+  while (pos < pending.size()) {
+    auto c = static_cast<unsigned char>(pending[pos]);
     size_t n = utf8_len(c);
-    bool bad_lead = (c >= 0x80 && n == 1);
-    if (!bad_lead) {
+    if (c < 0x80 || n > 1) {
       size_t have = 1;
-      while (have < n && pos + have < s.size() &&
-             (static_cast<unsigned char>(s[pos + have]) & 0xC0) == 0x80) {
+      while (have < n && pos + have < pending.size() &&
+             (static_cast<unsigned char>(pending[pos + have]) & 0xC0) == 0x80) {
         ++have;
       }
       if (have == n) {
+        out.append(pending, pos, n);
         pos += n;
         continue;
       }
-      if (pos + have == s.size()) return pos;  // incomplete: wait for more bytes
+      if (pos + have == pending.size()) break;  // incomplete: wait for more bytes
     }
-    s.replace(pos, 1, "\xEF\xBF\xBD");
-    pos += 3;
+    out += kReplacement;
+    ++pos;
   }
-  return pos;
+  pending.erase(0, pos);
+  return out;
 }
 
 }  // namespace
@@ -138,18 +142,12 @@ std::string StreamDecoder::feed(TokenId id) {
     first_ = false;
   }
   pending_ += bytes;
-  size_t n = complete_utf8_prefix(pending_);
-  std::string out = pending_.substr(0, n);
-  pending_.erase(0, n);
-  return out;
+  return take_complete_utf8(pending_);
 }
 
 std::string StreamDecoder::flush() {
   std::string out;
-  for (char c : pending_) {
-    (void)c;
-    out += "\xEF\xBF\xBD";
-  }
+  for (size_t i = 0; i < pending_.size(); ++i) out += kReplacement;
   pending_.clear();
   return out;
 }

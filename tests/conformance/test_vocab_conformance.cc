@@ -15,7 +15,10 @@ namespace {
 
 std::string show_ids(const std::vector<TokenId>& ids) {
   std::string s;
-  for (TokenId id : ids) s += " " + std::to_string(id);
+  for (TokenId id : ids) {
+    s += ' ';
+    s += std::to_string(id);
+  }
   return s;
 }
 

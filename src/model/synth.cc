@@ -1,0 +1,229 @@
+#include "model/synth.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "format/gguf.h"
+#include "format/gguf_writer.h"
+#include "quant/reference.h"
+
+namespace pagoda {
+namespace {
+
+ModelConfig make_config(const char* arch, uint32_t layers, uint32_t hidden, uint32_t ff,
+                        uint32_t heads, uint32_t kv_heads, uint32_t head_dim, uint32_t vocab,
+                        uint32_t context, float theta, bool tied, uint32_t window = 0) {
+  ModelConfig c;
+  c.architecture = arch;
+  c.num_layers = layers;
+  c.hidden_size = hidden;
+  c.intermediate_size = ff;
+  c.num_heads = heads;
+  c.num_kv_heads = kv_heads;
+  c.head_dim = head_dim;
+  c.vocab_size = vocab;
+  c.context_length = context;
+  c.rope_theta = theta;
+  c.tie_embeddings = tied;
+  c.sliding_window = window;
+  c.rms_norm_eps = 1e-5f;
+  return c;
+}
+
+// Shapes from each model's published config.json.
+const std::vector<SynthPreset> kPresets = {
+    {"llama-3.2-1b", make_config("llama", 16, 2048, 8192, 32, 8, 64, 128256, 131072, 500000, true)},
+    {"llama-3.2-3b", make_config("llama", 28, 3072, 8192, 24, 8, 128, 128256, 131072, 500000, true)},
+    {"llama-3.1-8b", make_config("llama", 32, 4096, 14336, 32, 8, 128, 128256, 131072, 500000, false)},
+    {"llama-2-7b", make_config("llama", 32, 4096, 11008, 32, 32, 128, 32000, 4096, 10000, false)},
+    {"tinyllama-1.1b", make_config("llama", 22, 2048, 5632, 32, 4, 64, 32000, 2048, 10000, false)},
+    {"smollm2-135m", make_config("llama", 30, 576, 1536, 9, 3, 64, 49152, 8192, 100000, true)},
+    {"mistral-7b", make_config("llama", 32, 4096, 14336, 32, 8, 128, 32768, 32768, 1000000, false)},
+    {"qwen2.5-0.5b", make_config("qwen2", 24, 896, 4864, 14, 2, 64, 151936, 32768, 1000000, true)},
+    {"qwen2.5-1.5b", make_config("qwen2", 28, 1536, 8960, 12, 2, 128, 151936, 32768, 1000000, true)},
+    {"qwen3-0.6b", make_config("qwen3", 28, 1024, 3072, 16, 8, 128, 151936, 40960, 1000000, true)},
+    {"gemma3-270m", make_config("gemma3", 18, 640, 2048, 4, 1, 256, 262144, 32768, 1000000, true, 512)},
+};
+
+struct TypeRule {
+  DType base;      // most matrices
+  DType more;      // output, and attn_v / ffn_down in the layers that get more bits (K mixes)
+  uint32_t file_type;  // general.file_type (llama_ftype)
+};
+
+TypeRule parse_type(const std::string& t) {
+  if (t == "f32") return {DType::kF32, DType::kF32, 0};
+  if (t == "f16") return {DType::kF16, DType::kF16, 1};
+  if (t == "bf16") return {DType::kBF16, DType::kBF16, 32};
+  if (t == "q4_0") return {DType::kQ4_0, DType::kQ6_K, 2};
+  if (t == "q4_1") return {DType::kQ4_1, DType::kQ6_K, 3};
+  if (t == "q8_0") return {DType::kQ8_0, DType::kQ8_0, 7};
+  if (t == "q5_0") return {DType::kQ5_0, DType::kQ6_K, 8};
+  if (t == "q5_1") return {DType::kQ5_1, DType::kQ6_K, 9};
+  if (t == "q4_k") return {DType::kQ4_K, DType::kQ4_K, 14};
+  if (t == "q4_k_m") return {DType::kQ4_K, DType::kQ6_K, 15};
+  if (t == "q5_k_m") return {DType::kQ5_K, DType::kQ6_K, 17};
+  if (t == "q6_k") return {DType::kQ6_K, DType::kQ6_K, 18};
+  fail("synth: unknown type '", t, "' (known: f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q4_k q4_k_m q5_k_m q6_k)");
+}
+
+// llama.cpp's rule for which layers of a K mix get more bits on attn_v and ffn_down.
+bool more_bits(uint32_t layer, uint32_t num_layers) {
+  return layer < num_layers / 8 || layer >= 7 * num_layers / 8 || (layer - num_layers / 8) % 3 == 2;
+}
+
+// Rows whose length is not a whole number of blocks fall back the way llama.cpp does.
+DType fit_type(DType type, uint64_t cols) {
+  const auto& traits = dtype_traits(type);
+  if (cols % traits.block_size == 0) return type;
+  if (type == DType::kQ6_K || type == DType::kQ5_K) return DType::kQ8_0;
+  if (cols % 32 == 0) return DType::kQ5_0;
+  return DType::kF16;
+}
+
+// A cheap, seeded generator of roughly normal values (sum of uniforms), one stream per row so
+// the output does not depend on the thread count.
+float normal_ish(uint64_t& state) {
+  float sum = 0;
+  for (int k = 0; k < 4; ++k) {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    sum += static_cast<float>(state >> 40) * (1.0f / 16777216.0f);
+  }
+  return (sum - 2.0f) * 1.7320508f;  // unit variance
+}
+
+struct Planned {
+  std::string name;
+  DType type;
+  std::vector<uint64_t> shape;  // GGUF order: [cols, rows]
+  float scale;                  // std of the values; 0 = constant 1 (norm weights)
+};
+
+void copy_vocab(const GgufFile& vocab, GgufWriter& w) {
+  for (const auto& [key, value] : vocab.metadata()) {
+    if (key.rfind("tokenizer.", 0) == 0) w.add_value(key, value);
+  }
+}
+
+}  // namespace
+
+const std::vector<SynthPreset>& synth_presets() { return kPresets; }
+
+const SynthPreset& find_synth_preset(const std::string& name) {
+  for (const auto& p : kPresets) {
+    if (p.name == name) return p;
+  }
+  std::string known;
+  for (const auto& p : kPresets) known += " " + p.name;
+  fail("synth: unknown model shape '", name, "' (known:", known, ")");
+}
+
+void write_synthetic_model(const SynthOptions& o,
+                           const std::function<void(uint64_t, uint64_t)>& progress) {
+  ModelConfig c = find_synth_preset(o.preset).config;
+  TypeRule rule = parse_type(o.type);
+  if (o.vocab_path.empty()) fail("synth: give --vocab FILE, a GGUF file with a tokenizer to copy");
+  auto vocab = GgufFile::open(o.vocab_path);
+  if (!vocab->has("tokenizer.ggml.tokens")) fail(o.vocab_path, ": has no tokenizer.ggml.tokens");
+  c.vocab_size = static_cast<uint32_t>(vocab->find("tokenizer.ggml.tokens")->array.size());
+
+  GgufWriter w;
+  const std::string a = c.architecture + ".";
+  w.add_string("general.architecture", c.architecture);
+  w.add_string("general.name", "synthetic " + o.preset + " " + o.type);
+  w.add_u32("general.file_type", rule.file_type);
+  w.add_u32("general.quantization_version", 2);
+  w.add_u32(a + "context_length", c.context_length);
+  w.add_u32(a + "embedding_length", c.hidden_size);
+  w.add_u32(a + "block_count", c.num_layers);
+  w.add_u32(a + "feed_forward_length", c.intermediate_size);
+  w.add_u32(a + "attention.head_count", c.num_heads);
+  w.add_u32(a + "attention.head_count_kv", c.num_kv_heads);
+  w.add_u32(a + "attention.key_length", c.head_dim);
+  w.add_u32(a + "attention.value_length", c.head_dim);
+  w.add_u32(a + "rope.dimension_count", c.head_dim);
+  w.add_f32(a + "rope.freq_base", c.rope_theta);
+  w.add_f32(a + "attention.layer_norm_rms_epsilon", c.rms_norm_eps);
+  w.add_u32(a + "vocab_size", c.vocab_size);
+  if (c.sliding_window) w.add_u32(a + "attention.sliding_window", c.sliding_window);
+  copy_vocab(*vocab, w);
+
+  const uint64_t hidden = c.hidden_size, ff = c.intermediate_size, vocab_size = c.vocab_size;
+  const uint64_t q_dim = uint64_t{c.num_heads} * c.head_dim, kv_dim = uint64_t{c.num_kv_heads} * c.head_dim;
+  const float s = 0.02f;
+  std::vector<Planned> plan;
+  auto matrix = [&](std::string name, DType type, uint64_t rows, uint64_t cols) {
+    plan.push_back({std::move(name), fit_type(type, cols), {cols, rows}, s});
+  };
+  auto vec = [&](std::string name, uint64_t n, float scale) {
+    plan.push_back({std::move(name), DType::kF32, {n}, scale});
+  };
+  matrix("token_embd.weight", rule.base, vocab_size, hidden);
+  for (uint32_t l = 0; l < c.num_layers; ++l) {
+    const std::string p = "blk." + std::to_string(l) + ".";
+    const DType vd = more_bits(l, c.num_layers) ? rule.more : rule.base;
+    vec(p + "attn_norm.weight", hidden, 0);
+    matrix(p + "attn_q.weight", rule.base, q_dim, hidden);
+    matrix(p + "attn_k.weight", rule.base, kv_dim, hidden);
+    matrix(p + "attn_v.weight", rule.file_type == 15 || rule.file_type == 17 ? vd : rule.base, kv_dim, hidden);
+    matrix(p + "attn_output.weight", rule.base, hidden, q_dim);
+    if (c.architecture == "qwen2") {
+      vec(p + "attn_q.bias", q_dim, s);
+      vec(p + "attn_k.bias", kv_dim, s);
+      vec(p + "attn_v.bias", kv_dim, s);
+    }
+    if (c.architecture == "qwen3" || c.architecture == "gemma3") {
+      vec(p + "attn_q_norm.weight", c.head_dim, 0);
+      vec(p + "attn_k_norm.weight", c.head_dim, 0);
+    }
+    if (c.architecture == "gemma3") vec(p + "post_attention_norm.weight", hidden, 0);
+    vec(p + "ffn_norm.weight", hidden, 0);
+    matrix(p + "ffn_gate.weight", rule.base, ff, hidden);
+    matrix(p + "ffn_up.weight", rule.base, ff, hidden);
+    matrix(p + "ffn_down.weight", rule.file_type == 15 || rule.file_type == 17 ? vd : rule.base, hidden, ff);
+    if (c.architecture == "gemma3") vec(p + "post_ffw_norm.weight", hidden, 0);
+  }
+  vec("output_norm.weight", hidden, 0);
+  if (!c.tie_embeddings) matrix("output.weight", rule.more, vocab_size, hidden);
+
+  uint64_t total = 0;
+  for (const auto& t : plan) total += row_bytes(t.type, static_cast<int64_t>(t.shape[0])) * (t.shape.size() > 1 ? t.shape[1] : 1);
+  auto written = std::make_shared<uint64_t>(0);
+  const int threads = o.num_threads > 0 ? o.num_threads : omp_get_num_procs();
+  for (size_t ti = 0; ti < plan.size(); ++ti) {
+    const Planned t = plan[ti];
+    const uint64_t cols = t.shape[0], rows = t.shape.size() > 1 ? t.shape[1] : 1;
+    const uint64_t rb = row_bytes(t.type, static_cast<int64_t>(cols));
+    const uint64_t seed = o.seed * 0x9E3779B97F4A7C15ull + ti * 0xD1B54A32D192ED03ull;
+    w.add_tensor(t.name, t.type, t.shape, [=](GgufWriter::Sink& sink) {
+      const uint64_t chunk_rows = std::max<uint64_t>(1, (8u << 20) / std::max<uint64_t>(rb, 1));
+      std::vector<uint8_t> out;
+      for (uint64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
+        const uint64_t n = std::min(chunk_rows, rows - r0);
+        out.resize(n * rb);
+#pragma omp parallel num_threads(threads)
+        {
+          std::vector<float> row(cols);
+#pragma omp for schedule(static)
+          for (int64_t r = 0; r < static_cast<int64_t>(n); ++r) {
+            uint64_t state = seed ^ ((r0 + r + 1) * 0xBF58476D1CE4E5B9ull);
+            for (uint64_t i = 0; i < 3; ++i) normal_ish(state);
+            for (uint64_t i = 0; i < cols; ++i) row[i] = t.scale == 0 ? 1.0f : t.scale * normal_ish(state);
+            quantize_row(t.type, row.data(), out.data() + r * rb, static_cast<int64_t>(cols));
+          }
+        }
+        sink.write(out.data(), out.size());
+        *written += out.size();
+        if (progress) progress(*written, total);
+      }
+    });
+  }
+  w.write(o.output_path);
+}
+
+}  // namespace pagoda

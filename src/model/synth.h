@@ -1,0 +1,37 @@
+// Synthetic models: random weights with a real model's shapes and a real vocabulary, written as
+// GGUF, so any shape can be benchmarked without downloading weights (vLLM's "dummy" load format
+// serves the same purpose). The files load in llama.cpp too.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+
+namespace pagoda {
+
+struct SynthPreset {
+  std::string name;  // "llama-3.2-1b", ...
+  ModelConfig config;
+};
+
+const std::vector<SynthPreset>& synth_presets();
+// Throws Error listing the known names when `name` is not one.
+const SynthPreset& find_synth_preset(const std::string& name);
+
+struct SynthOptions {
+  std::string preset;
+  std::string type = "q4_0";  // q4_0, q4_1, q5_0, q5_1, q8_0, q4_k_m, q4_k, q5_k_m, q6_k, f16, bf16, f32
+  std::string vocab_path;     // a GGUF file whose tokenizer.* keys are copied
+  std::string output_path;
+  uint64_t seed = 1;
+  int num_threads = 0;
+};
+
+// Writes the file; `progress` (may be empty) is called with (bytes written, total bytes).
+void write_synthetic_model(const SynthOptions& options,
+                           const std::function<void(uint64_t, uint64_t)>& progress);
+
+}  // namespace pagoda
