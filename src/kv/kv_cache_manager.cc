@@ -1,0 +1,211 @@
+#include "kv/kv_cache_manager.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace pagoda {
+
+KvCacheManager::KvCacheManager(const KvCacheConfig& config)
+    : pool_(config.num_blocks, config.block_size, config.hash_fn),
+      prefix_caching_(config.enable_prefix_caching) {}
+
+const KvCacheManager::Table& KvCacheManager::entry(RequestId id) const {
+  auto it = tables_.find(id);
+  if (it == tables_.end()) fail("KV cache: request ", id, " has no block table");
+  return it->second;
+}
+
+int32_t KvCacheManager::num_blocks_for(int64_t num_tokens) const {
+  PAGODA_CHECK(num_tokens >= 0);
+  const int64_t n = (num_tokens + block_size() - 1) / block_size();
+  return static_cast<int32_t>(std::min<int64_t>(n, INT32_MAX));
+}
+
+CachedPrefix KvCacheManager::get_computed_blocks(const TokenSequence& tokens,
+                                                 uint64_t extra) const {
+  CachedPrefix prefix;
+  prefix.extra = extra;
+  prefix.num_queried_tokens = tokens.size();
+  if (!prefix_caching_ || tokens.size() == 0) return prefix;
+  const int32_t bs = block_size();
+  // Full blocks within the first size - 1 tokens: the last token is always computed.
+  const int32_t num_lookup = (tokens.size() - 1) / bs;
+  std::vector<TokenId> buf(static_cast<size_t>(bs));
+  BlockKey key;
+  key.extra = extra;
+  for (int32_t i = 0; i < num_lookup; ++i) {
+    tokens.copy(i * bs, bs, buf.data());
+    key.hash = pool_.hash_fn()(key.parent_hash, extra, buf);
+    const std::optional<BlockPool::Match> hit = pool_.find(key, buf);
+    if (!hit) break;
+    prefix.blocks.push_back(hit->block);
+    prefix.hashes.push_back(key.hash);
+    prefix.prefix_ids.push_back(hit->prefix_id);
+    key.parent_hash = key.hash;
+    key.parent_prefix_id = hit->prefix_id;
+  }
+  prefix.num_tokens = static_cast<int32_t>(prefix.blocks.size()) * bs;
+  return prefix;
+}
+
+std::optional<std::vector<BlockId>> KvCacheManager::allocate_slots(
+    RequestId id, int32_t num_computed_tokens, int32_t num_new_tokens,
+    const CachedPrefix* new_computed) {
+  PAGODA_CHECK(num_computed_tokens >= 0 && num_new_tokens >= 0);
+  auto it = tables_.find(id);
+  const bool is_new = it == tables_.end();
+  PAGODA_CHECK(is_new == (new_computed != nullptr));
+  const int32_t num_prefix_tokens = new_computed ? new_computed->num_tokens : 0;
+  const int32_t num_prefix_blocks = new_computed ? int32_t(new_computed->blocks.size()) : 0;
+  const int64_t num_slots = int64_t(num_computed_tokens) + num_prefix_tokens + num_new_tokens;
+  const int32_t num_have = is_new ? 0 : static_cast<int32_t>(it->second.blocks.size());
+  const int32_t num_needed = num_blocks_for(num_slots);
+  const int32_t num_alloc = std::max(0, num_needed - num_have - num_prefix_blocks);
+
+  // A cached prefix block that is free now leaves the free list when adopted.
+  int32_t num_revived = 0;
+  if (new_computed) {
+    PAGODA_CHECK(num_computed_tokens == 0);
+    PAGODA_CHECK(new_computed->hashes.size() == new_computed->blocks.size() &&
+                 new_computed->prefix_ids.size() == new_computed->blocks.size() &&
+                 num_prefix_tokens == num_prefix_blocks * block_size());
+    for (size_t i = 0; i < new_computed->blocks.size(); ++i) {
+      const BlockId b = new_computed->blocks[i];
+      // Still the block get_computed_blocks() found: nothing evicted it since.
+      PAGODA_CHECK(pool_.is_hashed(b) && pool_.hash(b) == new_computed->hashes[i] &&
+                   pool_.prefix_id(b) == new_computed->prefix_ids[i]);
+      if (pool_.ref_count(b) == 0) ++num_revived;
+    }
+  }
+  if (num_alloc + num_revived > pool_.num_free()) return std::nullopt;
+
+  Table& table = is_new ? tables_[id] : it->second;
+  if (new_computed) {
+    // Revive the hits before allocating, so allocation cannot evict one of them.
+    for (BlockId b : new_computed->blocks) pool_.acquire(b);
+    table.blocks = new_computed->blocks;
+    table.hashes = new_computed->hashes;
+    table.prefix_ids = new_computed->prefix_ids;
+    table.extra = new_computed->extra;
+    num_queried_tokens_ += new_computed->num_queried_tokens;
+    num_hit_tokens_ += new_computed->num_tokens;
+  }
+  std::vector<BlockId> fresh = pool_.allocate(num_alloc);
+  table.blocks.insert(table.blocks.end(), fresh.begin(), fresh.end());
+  table.num_slots = std::max<int32_t>(table.num_slots, static_cast<int32_t>(num_slots));
+  return fresh;
+}
+
+void KvCacheManager::cache_full_blocks(RequestId id, const TokenSequence& tokens,
+                                       int32_t num_computed_tokens) {
+  auto it = tables_.find(id);
+  PAGODA_CHECK(it != tables_.end());
+  Table& table = it->second;
+  PAGODA_CHECK(num_computed_tokens <= table.num_slots && num_computed_tokens <= tokens.size());
+  if (!prefix_caching_) return;
+  const int32_t bs = block_size();
+  const auto num_full = static_cast<size_t>(num_computed_tokens / bs);
+  std::vector<TokenId> buf(static_cast<size_t>(bs));
+  for (size_t i = table.hashes.size(); i < num_full; ++i) {
+    tokens.copy(static_cast<int32_t>(i) * bs, bs, buf.data());
+    BlockKey key;
+    key.extra = table.extra;
+    key.parent_hash = i ? table.hashes[i - 1] : kRootBlockHash;
+    key.parent_prefix_id = i ? table.prefix_ids[i - 1] : kRootPrefixId;
+    key.hash = pool_.hash_fn()(key.parent_hash, key.extra, buf);
+    const BlockId b = table.blocks[i];
+    PrefixId prefix_id;
+    if (pool_.is_hashed(b)) {
+      // Shared through a fork and already cached by the other holder: the same content.
+      PAGODA_CHECK(pool_.hash(b) == key.hash);
+      prefix_id = pool_.prefix_id(b);
+    } else {
+      prefix_id = pool_.cache(b, key, buf);
+    }
+    table.hashes.push_back(key.hash);
+    table.prefix_ids.push_back(prefix_id);
+  }
+}
+
+void KvCacheManager::free(RequestId id) {
+  auto it = tables_.find(id);
+  if (it == tables_.end()) return;
+  const std::vector<BlockId>& blocks = it->second.blocks;
+  for (auto b = blocks.rbegin(); b != blocks.rend(); ++b) pool_.release(*b);
+  tables_.erase(it);
+}
+
+std::optional<std::vector<BlockCopy>> KvCacheManager::fork(RequestId parent, RequestId child,
+                                                           int32_t num_computed_tokens) {
+  const Table& from = entry(parent);
+  PAGODA_CHECK(!has(child));
+  PAGODA_CHECK(num_computed_tokens >= 0 && num_computed_tokens <= from.num_slots);
+  const int32_t bs = block_size();
+  const auto num_full = static_cast<size_t>(num_computed_tokens / bs);
+  const bool has_tail = num_computed_tokens % bs != 0;
+  if (has_tail && pool_.num_free() < 1) return std::nullopt;
+
+  Table to;
+  to.blocks.assign(from.blocks.begin(), from.blocks.begin() + static_cast<ptrdiff_t>(num_full));
+  for (BlockId b : to.blocks) pool_.acquire(b);
+  const size_t num_hashed = std::min(num_full, from.hashes.size());
+  to.hashes.assign(from.hashes.begin(), from.hashes.begin() + static_cast<ptrdiff_t>(num_hashed));
+  to.prefix_ids.assign(from.prefix_ids.begin(),
+                       from.prefix_ids.begin() + static_cast<ptrdiff_t>(num_hashed));
+  to.extra = from.extra;
+  to.num_slots = num_computed_tokens;
+  std::vector<BlockCopy> copies;
+  if (has_tail) {
+    const BlockId dst = pool_.allocate(1)[0];
+    copies.push_back({from.blocks[num_full], dst});
+    to.blocks.push_back(dst);
+  }
+  tables_.emplace(child, std::move(to));
+  return copies;
+}
+
+KvCacheStats KvCacheManager::stats() const {
+  KvCacheStats s;
+  s.num_blocks = pool_.num_blocks();
+  s.num_used_blocks = pool_.num_used();
+  s.num_free_blocks = pool_.num_free();
+  s.num_cached_blocks = pool_.num_cached();
+  s.num_queried_tokens = num_queried_tokens_;
+  s.num_hit_tokens = num_hit_tokens_;
+  return s;
+}
+
+void KvCacheManager::check_invariants() const {
+  pool_.check_invariants();
+  const int32_t bs = block_size();
+  std::vector<int32_t> num_holders(static_cast<size_t>(pool_.num_blocks()), 0);
+  std::vector<int32_t> num_full_holders(num_holders.size(), 0);
+  for (const auto& [id, table] : tables_) {
+    PAGODA_CHECK(table.num_slots >= 0);
+    PAGODA_CHECK(static_cast<int32_t>(table.blocks.size()) == num_blocks_for(table.num_slots));
+    PAGODA_CHECK(table.hashes.size() == table.prefix_ids.size());
+    PAGODA_CHECK(static_cast<int64_t>(table.hashes.size()) * bs <= table.num_slots);
+    const auto num_full = static_cast<size_t>(table.num_slots / bs);
+    for (size_t i = 0; i < table.blocks.size(); ++i) {
+      const BlockId b = table.blocks[i];
+      PAGODA_CHECK(b >= 0 && b < pool_.num_blocks());
+      ++num_holders[static_cast<size_t>(b)];
+      if (i < num_full) ++num_full_holders[static_cast<size_t>(b)];
+      if (i < table.hashes.size() && pool_.is_hashed(b)) {
+        PAGODA_CHECK(pool_.hash(b) == table.hashes[i]);
+        PAGODA_CHECK(pool_.prefix_id(b) == table.prefix_ids[i]);
+      }
+    }
+    std::vector<BlockId> sorted = table.blocks;
+    std::sort(sorted.begin(), sorted.end());
+    PAGODA_CHECK(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());
+  }
+  for (BlockId b = 0; b < pool_.num_blocks(); ++b) {
+    const auto n = num_holders[static_cast<size_t>(b)];
+    PAGODA_CHECK(pool_.ref_count(b) == n);
+    if (n > 1 || pool_.is_hashed(b)) PAGODA_CHECK(num_full_holders[static_cast<size_t>(b)] == n);
+  }
+}
+
+}  // namespace pagoda

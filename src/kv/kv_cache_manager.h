@@ -1,0 +1,136 @@
+// Per-request block tables over one BlockPool, with automatic prefix caching: the longest
+// cached prefix of a new request's tokens is shared instead of recomputed, full blocks are
+// hashed and cached as they are committed, and fork() shares a parent's full blocks with a
+// child. Integers only; which K/V bytes a block holds is KvStorage's business.
+//
+// Invariants (check_invariants(), on top of BlockPool's):
+//   - ref_count(b) == the number of block tables holding b, for every block;
+//   - no table holds a block twice;
+//   - a table has exactly ceil(num_slots / block_size) blocks, where num_slots is the number of
+//     token slots allocated for the request (computed tokens + tokens scheduled this step);
+//   - the first hashes.size() blocks of a table are full (hashes.size() * block_size <=
+//     num_slots); when such a block is itself hashed in the pool, its pool hash and PrefixId are
+//     the ones the table recorded (it is the cached copy of that content);
+//   - only full blocks are shared or cached: a block held by two or more tables, or hashed in
+//     the pool, lies within the first floor(num_slots / block_size) blocks of every table
+//     holding it, so no one writes into a block another request or the cache can read.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+#include "kv/block_hash.h"
+#include "kv/block_pool.h"
+
+namespace pagoda {
+
+// The scheduler's request id; block tables are keyed by it.
+using RequestId = int64_t;
+
+struct KvCacheConfig {
+  int32_t num_blocks = 0;
+  int32_t block_size = kDefaultBlockSize;
+  bool enable_prefix_caching = true;
+  BlockHashFn hash_fn = hash_block;  // injectable so tests can force collisions
+};
+
+// One block copy for copy-on-write: KV of block `src` is copied into block `dst` before any
+// write of the step.
+struct BlockCopy {
+  BlockId src = kNoBlock;
+  BlockId dst = kNoBlock;
+  bool operator==(const BlockCopy&) const = default;
+};
+
+// The cached prefix of a sequence (get_computed_blocks()), full blocks only.
+struct CachedPrefix {
+  std::vector<BlockId> blocks;
+  std::vector<BlockHash> hashes;     // [blocks.size()] chain hashes
+  std::vector<PrefixId> prefix_ids;  // [blocks.size()]
+  int32_t num_tokens = 0;            // blocks.size() * block_size
+  int32_t num_queried_tokens = 0;    // the length of the sequence that was looked up
+  uint64_t extra = 0;                // the extra key the hashes were made with
+};
+
+struct KvCacheStats {
+  int32_t num_blocks = 0;
+  int32_t num_used_blocks = 0;
+  int32_t num_free_blocks = 0;
+  int32_t num_cached_blocks = 0;   // free but still hashed
+  int64_t num_queried_tokens = 0;  // tokens of admitted requests looked up in the prefix cache
+  int64_t num_hit_tokens = 0;      // of those, found cached
+  double utilization() const { return num_blocks ? double(num_used_blocks) / num_blocks : 0.0; }
+  double prefix_hit_rate() const {
+    return num_queried_tokens ? double(num_hit_tokens) / double(num_queried_tokens) : 0.0;
+  }
+};
+
+class KvCacheManager {
+ public:
+  explicit KvCacheManager(const KvCacheConfig& config);
+
+  // The longest cached prefix of `tokens`, in full blocks, leaving at least one token to
+  // compute so the step that finishes the prompt has logits: a fully cached sequence gives up
+  // its last block. Changes nothing. Empty when prefix caching is off.
+  CachedPrefix get_computed_blocks(const TokenSequence& tokens, uint64_t extra) const;
+
+  // Grows request `id`'s table to cover num_computed_tokens + (new_computed ? its tokens : 0) +
+  // num_new_tokens slots and returns the newly allocated blocks, or nullopt when the pool has
+  // too few free blocks (and then nothing changed). A request's first call passes its
+  // get_computed_blocks() result as `new_computed` (possibly empty), which the table adopts;
+  // later calls pass nullptr.
+  std::optional<std::vector<BlockId>> allocate_slots(RequestId id, int32_t num_computed_tokens,
+                                                     int32_t num_new_tokens,
+                                                     const CachedPrefix* new_computed = nullptr);
+
+  // Hashes and caches the blocks of `id` that `num_computed_tokens` newly filled. `tokens` is
+  // the request's sequence (at least num_computed_tokens long).
+  void cache_full_blocks(RequestId id, const TokenSequence& tokens, int32_t num_computed_tokens);
+
+  // Releases the request's blocks, tail first: its last blocks enter the LRU list first and are
+  // evicted first, so a prefix other requests may share stays cached longest.
+  void free(RequestId id);
+
+  // Gives `child` a table for the first num_computed_tokens tokens of `parent`: the full blocks
+  // are shared, a partly filled tail gets a fresh block to be filled by the returned copy.
+  // nullopt (nothing changed) when no block is free for the tail.
+  std::optional<std::vector<BlockCopy>> fork(RequestId parent, RequestId child,
+                                             int32_t num_computed_tokens);
+
+  bool has(RequestId id) const { return tables_.count(id) != 0; }
+  const std::vector<BlockId>& block_table(RequestId id) const { return entry(id).blocks; }
+  int32_t num_slots(RequestId id) const { return entry(id).num_slots; }
+  int32_t num_hashed_blocks(RequestId id) const {
+    return static_cast<int32_t>(entry(id).hashes.size());
+  }
+  int32_t num_blocks_for(int64_t num_tokens) const;  // ceil(num_tokens / block_size)
+
+  int32_t block_size() const { return pool_.block_size(); }
+  int32_t num_blocks() const { return pool_.num_blocks(); }
+  bool prefix_caching() const { return prefix_caching_; }
+  const BlockPool& pool() const { return pool_; }
+  KvCacheStats stats() const;
+
+  void check_invariants() const;
+
+ private:
+  struct Table {
+    std::vector<BlockId> blocks;       // append-only
+    std::vector<BlockHash> hashes;     // of the first full blocks, hashed in order
+    std::vector<PrefixId> prefix_ids;  // [hashes.size()]
+    int32_t num_slots = 0;             // token slots allocated
+    uint64_t extra = 0;
+  };
+
+  const Table& entry(RequestId id) const;
+
+  BlockPool pool_;
+  bool prefix_caching_;
+  std::unordered_map<RequestId, Table> tables_;
+  int64_t num_queried_tokens_ = 0;
+  int64_t num_hit_tokens_ = 0;
+};
+
+}  // namespace pagoda

@@ -1,0 +1,50 @@
+// One generation request as the scheduler sees it: token ids and counters, no text, no tensors.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string_view>
+#include <vector>
+
+#include "kv/block_hash.h"
+#include "kv/kv_cache_manager.h"
+#include "tokenizer/vocab.h"
+
+namespace pagoda {
+
+enum class RequestStatus {
+  kWaiting,          // queued, never run (or added by a fork of a request that was not running)
+  kRunning,          // holds blocks; scheduled every step while the budget lasts
+  kPreempted,        // queued again after its blocks were taken; output kept, KV recomputed
+  kFinishedStopped,  // sampled one of its stop ids (the stop token is the last output token)
+  kFinishedLength,   // reached max_tokens
+  kFinishedAborted,  // abort()
+};
+
+std::string_view to_string(RequestStatus status);
+inline bool is_finished(RequestStatus s) { return s >= RequestStatus::kFinishedStopped; }
+
+struct Request {
+  RequestId id = 0;
+  std::vector<TokenId> prompt;
+  std::vector<TokenId> output;    // sampled so far; kept across preemption
+  int32_t max_tokens = 16;        // output tokens at most
+  std::vector<TokenId> stop_ids;  // EOS etc.; text stop strings are the caller's business
+  uint64_t cache_key = 0;  // mixed into block hashes: only equal keys share blocks (a LoRA id)
+
+  // Set by the scheduler.
+  int32_t num_computed_tokens = 0;  // tokens whose K/V are in the cache
+  RequestStatus status = RequestStatus::kWaiting;
+  int64_t arrival_order = -1;       // order of add_request / fork, for FCFS
+  std::optional<RequestId> parent;  // the request this one was forked from
+  int32_t num_cached_tokens = 0;    // prefix-cache hit at its first admission
+  int32_t num_preemptions = 0;
+
+  int32_t num_prompt_tokens() const { return static_cast<int32_t>(prompt.size()); }
+  int32_t num_output_tokens() const { return static_cast<int32_t>(output.size()); }
+  int32_t num_tokens() const { return num_prompt_tokens() + num_output_tokens(); }
+  TokenSequence tokens() const { return {prompt, output}; }
+  bool finished() const { return is_finished(status); }
+};
+
+}  // namespace pagoda

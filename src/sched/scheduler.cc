@@ -1,0 +1,306 @@
+#include "sched/scheduler.h"
+
+#include <algorithm>
+#include <unordered_set>
+#include <utility>
+
+#include "core/error.h"
+
+namespace pagoda {
+
+Scheduler::Scheduler(SchedulerConfig config) : config_(std::move(config)), kv_(config_.kv) {
+  if (config_.max_num_batched_tokens < 1) {
+    fail("scheduler: max_num_batched_tokens must be positive, got ",
+         config_.max_num_batched_tokens);
+  }
+  if (config_.max_num_seqs < 1) {
+    fail("scheduler: max_num_seqs must be positive, got ", config_.max_num_seqs);
+  }
+}
+
+Request& Scheduler::get(RequestId id) {
+  auto it = requests_.find(id);
+  PAGODA_CHECK(it != requests_.end());
+  return it->second;
+}
+
+const Request* Scheduler::find(RequestId id) const {
+  auto it = requests_.find(id);
+  return it == requests_.end() ? nullptr : &it->second;
+}
+
+void Scheduler::add_request(Request request) {
+  const RequestId id = request.id;
+  if (requests_.count(id)) fail("request ", id, ": the id is already in use");
+  if (request.prompt.empty()) fail("request ", id, ": the prompt is empty");
+  if (request.max_tokens < 1) fail("request ", id, ": max_tokens must be at least 1");
+  if (request.num_output_tokens() >= request.max_tokens) {
+    fail("request ", id, ": already has max_tokens output tokens");
+  }
+  // The last sampled token never needs a KV slot.
+  const int64_t num_kv_tokens = int64_t(request.num_prompt_tokens()) + request.max_tokens - 1;
+  const int32_t num_blocks = kv_.num_blocks_for(num_kv_tokens);
+  if (num_blocks > kv_.num_blocks()) {
+    fail("request ", id, ": ", request.num_prompt_tokens(), " prompt tokens + max_tokens ",
+         request.max_tokens, " need ", num_blocks, " KV blocks; the cache has ", kv_.num_blocks());
+  }
+  request.num_computed_tokens = 0;
+  request.status = RequestStatus::kWaiting;
+  request.arrival_order = next_arrival_++;
+  request.num_cached_tokens = 0;
+  request.num_preemptions = 0;
+  requests_.emplace(id, std::move(request));
+  waiting_.push_back(id);
+}
+
+StepPlan Scheduler::schedule() {
+  if (step_in_flight()) fail("scheduler: schedule() while step ", in_flight_step_, " is in flight");
+  StepPlan plan;
+  plan.step_id = next_step_id_++;
+  int32_t budget = config_.max_num_batched_tokens;
+  // After a preemption, admitting new work would only take the blocks back.
+  if (!schedule_running(plan, budget)) schedule_waiting(plan, budget);
+
+  for (const auto& [child, copy] : pending_copies_) {
+    if (!kv_.has(child)) continue;  // preempted since the fork: its tail is recomputed
+    const std::vector<BlockId>& table = kv_.block_table(child);
+    if (std::find(table.begin(), table.end(), copy.dst) != table.end()) {
+      plan.block_copies.push_back(copy);
+    }
+  }
+  pending_copies_.clear();
+  num_tokens_last_step_ = plan.num_scheduled_tokens;
+  if (!plan.requests.empty()) {
+    in_flight_step_ = plan.step_id;
+    in_flight_num_tokens_ = plan.num_scheduled_tokens;
+    in_flight_num_requests_ = static_cast<int32_t>(plan.requests.size());
+  }
+  return plan;
+}
+
+bool Scheduler::schedule_running(StepPlan& plan, int32_t& budget) {
+  bool any_preempted = false;
+  size_t i = 0;
+  while (i < running_.size() && budget > 0) {
+    Request& r = get(running_[i]);
+    const int32_t num_new = std::min(r.num_tokens() - r.num_computed_tokens, budget);
+    PAGODA_CHECK(num_new > 0);
+    bool allocated = false;
+    for (;;) {
+      if (kv_.allocate_slots(r.id, r.num_computed_tokens, num_new)) {
+        allocated = true;
+        break;
+      }
+      // The newest running request gives its blocks back; requests before i are already in
+      // the plan and are never the newest.
+      const RequestId victim = running_.back();
+      preempt(victim, plan);
+      any_preempted = true;
+      if (victim == r.id) break;
+    }
+    if (!allocated) break;
+    add_to_plan(plan, r, num_new);
+    budget -= num_new;
+    ++i;
+  }
+  return any_preempted;
+}
+
+void Scheduler::schedule_waiting(StepPlan& plan, int32_t& budget) {
+  while (!waiting_.empty() && budget > 0 &&
+         static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
+    Request& r = get(waiting_.front());
+    const CachedPrefix prefix = kv_.get_computed_blocks(r.tokens(), r.cache_key);
+    const int32_t num_new = std::min(r.num_tokens() - prefix.num_tokens, budget);
+    // First come, first served: a request that does not fit blocks the ones behind it.
+    if (!kv_.allocate_slots(r.id, 0, num_new, &prefix)) break;
+    waiting_.pop_front();
+    if (r.status == RequestStatus::kWaiting) r.num_cached_tokens = prefix.num_tokens;
+    r.num_computed_tokens = prefix.num_tokens;
+    r.status = RequestStatus::kRunning;
+    running_.push_back(r.id);
+    add_to_plan(plan, r, num_new);
+    budget -= num_new;
+  }
+}
+
+void Scheduler::add_to_plan(StepPlan& plan, Request& r, int32_t num_new_tokens) {
+  ScheduledRequest s;
+  s.request_id = r.id;
+  s.num_new_tokens = num_new_tokens;
+  s.start_position = r.num_computed_tokens;
+  s.block_table = kv_.block_table(r.id);
+  s.needs_sample = r.num_computed_tokens + num_new_tokens == r.num_tokens();
+  plan.requests.push_back(std::move(s));
+  plan.num_scheduled_tokens += num_new_tokens;
+  in_flight_[r.id] = num_new_tokens;
+}
+
+void Scheduler::preempt(RequestId id, StepPlan& plan) {
+  Request& r = get(id);
+  PAGODA_CHECK(r.status == RequestStatus::kRunning && !in_flight_.count(id));
+  running_.erase(std::find(running_.begin(), running_.end(), id));
+  kv_.free(id);
+  r.num_computed_tokens = 0;
+  r.status = RequestStatus::kPreempted;
+  ++r.num_preemptions;
+  ++num_preemptions_;
+  waiting_.push_front(id);  // victims are taken newest first, so the oldest ends up in front
+  plan.preempted.push_back(id);
+  if (config_.on_preempt) config_.on_preempt(r);
+}
+
+std::vector<Request> Scheduler::commit(const StepPlan& plan,
+                                       std::span<const TokenId> sampled_tokens) {
+  if (static_cast<int32_t>(sampled_tokens.size()) != plan.num_samples()) {
+    fail("scheduler: step ", plan.step_id, " needs ", plan.num_samples(), " sampled tokens, got ",
+         sampled_tokens.size());
+  }
+  if (plan.requests.empty()) return {};
+  if (plan.step_id != in_flight_step_) {
+    fail("scheduler: commit() of step ", plan.step_id, ", which is not the step in flight");
+  }
+  std::vector<Request> finished;
+  size_t k = 0;
+  for (const ScheduledRequest& s : plan.requests) {
+    const TokenId token = s.needs_sample ? sampled_tokens[k++] : kNoToken;
+    auto it = in_flight_.find(s.request_id);
+    if (it == in_flight_.end()) continue;  // aborted since schedule()
+    Request& r = get(s.request_id);
+    PAGODA_CHECK(r.status == RequestStatus::kRunning && r.num_computed_tokens == s.start_position &&
+                 it->second == s.num_new_tokens);
+    r.num_computed_tokens += s.num_new_tokens;
+    kv_.cache_full_blocks(r.id, r.tokens(), r.num_computed_tokens);
+    if (s.needs_sample && append_and_check_stop(r, token)) {
+      finished.push_back(finish(r.id, r.status));
+    }
+  }
+  in_flight_.clear();
+  in_flight_step_ = -1;
+  in_flight_num_tokens_ = 0;
+  in_flight_num_requests_ = 0;
+  return finished;
+}
+
+bool Scheduler::append_and_check_stop(Request& r, TokenId token) {
+  r.output.push_back(token);
+  if (std::find(r.stop_ids.begin(), r.stop_ids.end(), token) != r.stop_ids.end()) {
+    r.status = RequestStatus::kFinishedStopped;
+    return true;
+  }
+  if (r.num_output_tokens() >= r.max_tokens) {
+    r.status = RequestStatus::kFinishedLength;
+    return true;
+  }
+  return false;
+}
+
+Request Scheduler::finish(RequestId id, RequestStatus status) {
+  auto it = requests_.find(id);
+  PAGODA_CHECK(it != requests_.end() && is_finished(status));
+  kv_.free(id);
+  auto run = std::find(running_.begin(), running_.end(), id);
+  if (run != running_.end()) {
+    running_.erase(run);
+  } else {
+    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), id));
+  }
+  in_flight_.erase(id);
+  std::erase_if(pending_copies_, [id](const auto& c) { return c.first == id; });
+  Request r = std::move(it->second);
+  requests_.erase(it);
+  r.status = status;
+  return r;
+}
+
+std::optional<Request> Scheduler::abort(RequestId id) {
+  if (!requests_.count(id)) return std::nullopt;
+  return finish(id, RequestStatus::kFinishedAborted);
+}
+
+void Scheduler::fork(RequestId parent, RequestId child) {
+  if (step_in_flight()) fail("scheduler: fork() while step ", in_flight_step_, " is in flight");
+  auto it = requests_.find(parent);
+  if (it == requests_.end()) fail("fork: request ", parent, " is not live");
+  if (requests_.count(child)) fail("fork: request id ", child, " is already in use");
+  const Request& p = it->second;
+  Request c;
+  c.id = child;
+  c.prompt = p.prompt;
+  c.output = p.output;
+  c.max_tokens = p.max_tokens;
+  c.stop_ids = p.stop_ids;
+  c.cache_key = p.cache_key;
+  c.parent = parent;
+  c.arrival_order = next_arrival_++;
+  c.status = RequestStatus::kWaiting;
+  if (p.status == RequestStatus::kRunning &&
+      static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
+    if (auto copies = kv_.fork(parent, child, p.num_computed_tokens)) {
+      c.num_computed_tokens = p.num_computed_tokens;
+      c.status = RequestStatus::kRunning;
+      for (const BlockCopy& copy : *copies) pending_copies_.push_back({child, copy});
+      running_.push_back(child);
+    }
+  }
+  if (c.status == RequestStatus::kWaiting) waiting_.push_back(child);
+  requests_.emplace(child, std::move(c));
+}
+
+SchedulerStats Scheduler::stats() const {
+  SchedulerStats s;
+  s.num_running = num_running();
+  s.num_waiting = num_waiting();
+  s.kv = kv_.stats();
+  s.num_preemptions = num_preemptions_;
+  s.num_tokens_last_step = num_tokens_last_step_;
+  s.num_steps = next_step_id_;
+  return s;
+}
+
+void Scheduler::check_invariants() const {
+  kv_.check_invariants();
+  PAGODA_CHECK(static_cast<int32_t>(running_.size()) <= config_.max_num_seqs);
+  PAGODA_CHECK(running_.size() + waiting_.size() == requests_.size());
+  std::unordered_set<RequestId> seen;
+  const int32_t bs = kv_.block_size();
+  for (RequestId id : running_) {
+    PAGODA_CHECK(seen.insert(id).second);
+    const Request* r = find(id);
+    PAGODA_CHECK(r && r->status == RequestStatus::kRunning && kv_.has(id));
+    auto it = in_flight_.find(id);
+    const int32_t num_scheduled = it == in_flight_.end() ? 0 : it->second;
+    PAGODA_CHECK(r->num_computed_tokens >= 0 && r->num_computed_tokens < r->num_tokens());
+    PAGODA_CHECK(r->num_computed_tokens + num_scheduled <= r->num_tokens());
+    PAGODA_CHECK(kv_.num_slots(id) == r->num_computed_tokens + num_scheduled);
+    if (kv_.prefix_caching()) {
+      PAGODA_CHECK(kv_.num_hashed_blocks(id) == r->num_computed_tokens / bs);
+    }
+  }
+  for (RequestId id : waiting_) {
+    PAGODA_CHECK(seen.insert(id).second);
+    const Request* r = find(id);
+    PAGODA_CHECK(r &&
+                 (r->status == RequestStatus::kWaiting || r->status == RequestStatus::kPreempted));
+    PAGODA_CHECK(r->num_computed_tokens == 0 && !kv_.has(id));
+  }
+  for (const auto& [id, r] : requests_) {
+    PAGODA_CHECK(r.id == id && !r.prompt.empty());
+    PAGODA_CHECK(r.num_output_tokens() < r.max_tokens);
+  }
+  for (const auto& [child, copy] : pending_copies_) PAGODA_CHECK(kv_.has(child));
+  if (!step_in_flight()) {
+    PAGODA_CHECK(in_flight_.empty());
+    return;
+  }
+  PAGODA_CHECK(in_flight_num_tokens_ <= config_.max_num_batched_tokens);
+  PAGODA_CHECK(in_flight_num_requests_ <= config_.max_num_seqs);
+  int64_t num_in_flight_tokens = 0;
+  for (const auto& [id, n] : in_flight_) {
+    PAGODA_CHECK(n > 0 && kv_.has(id));
+    num_in_flight_tokens += n;
+  }
+  PAGODA_CHECK(num_in_flight_tokens <= in_flight_num_tokens_);
+}
+
+}  // namespace pagoda

@@ -1,0 +1,120 @@
+// Continuous batching with one token budget per step (vLLM v1 style): no prefill or decode
+// phases. Every running request asks for num_tokens - num_computed_tokens new tokens (a prompt
+// chunk, a whole prompt, or the one token sampled last step); long prompts are chunked by the
+// budget; waiting requests are admitted first come, first served while budget, sequence slots
+// and blocks last; when a running request cannot get a block, the most recently admitted running
+// request is preempted and recomputed later. See docs/SCHEDULER.md.
+//
+// The step:  plan = schedule();  ...the engine runs the plan...;  commit(plan, sampled_tokens).
+//
+// Invariants (check_invariants(), on top of KvCacheManager's):
+//   - every live request is in exactly one of the waiting queue (status waiting or preempted,
+//     num_computed_tokens 0, no block table) and the running list (status running, a table);
+//   - running.size() <= max_num_seqs;
+//   - a running request has 0 <= num_computed_tokens < num_tokens between steps, and its table
+//     covers exactly num_computed_tokens (+ the tokens scheduled for it while a step is in
+//     flight) slots; with prefix caching, every full computed block is hashed after commit;
+//   - unfinished requests have output.size() < max_tokens;
+//   - the step in flight scheduled <= max_num_batched_tokens tokens and <= max_num_seqs requests.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <optional>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "kv/kv_cache_manager.h"
+#include "sched/request.h"
+#include "sched/step_plan.h"
+
+namespace pagoda {
+
+struct SchedulerConfig {
+  int32_t max_num_batched_tokens = 2048;  // the token budget of one step
+  int32_t max_num_seqs = 64;              // running requests at most
+  KvCacheConfig kv;
+  std::function<void(const Request&)> on_preempt;  // told of each preemption (e.g. to log it)
+};
+
+struct SchedulerStats {
+  int32_t num_running = 0;
+  int32_t num_waiting = 0;
+  KvCacheStats kv;  // blocks used / free / cached, utilization, prefix-cache hit rate in tokens
+  int64_t num_preemptions = 0;
+  int32_t num_tokens_last_step = 0;
+  int64_t num_steps = 0;
+};
+
+class Scheduler {
+ public:
+  explicit Scheduler(SchedulerConfig config);
+
+  // Queues a request (status, counters and arrival order are set here). Throws Error on a
+  // duplicate id, an empty prompt, max_tokens < 1, output already at max_tokens, or a request
+  // that could not fit in the whole KV cache even alone.
+  void add_request(Request request);
+
+  // Plans the next step and allocates its blocks. At most one step may be in flight.
+  StepPlan schedule();
+
+  // The result of the step `plan`: `sampled_tokens` holds one token per request of the plan
+  // with needs_sample, in plan order (none for the others). Advances num_computed_tokens, hashes
+  // newly full blocks, appends the tokens, checks max_tokens and stop ids, and frees finished
+  // requests, which are returned (moved out of the scheduler). Requests aborted since
+  // schedule() are skipped.
+  std::vector<Request> commit(const StepPlan& plan, std::span<const TokenId> sampled_tokens);
+
+  // Ends a live request at once, freeing its blocks; returns it (status finished_aborted), or
+  // nullopt when the id is unknown or already finished.
+  std::optional<Request> abort(RequestId id);
+
+  // Parallel sampling: `child` continues from a copy of `parent`'s tokens (prompt and output so
+  // far) with the same limits. A running parent that fits shares its full blocks with a running
+  // child, whose partly filled tail is copied by the next plan's block_copies; otherwise the
+  // child waits (its prefix cache hits still share blocks). Not while a step is in flight.
+  // Throws Error when the parent is unknown or the child id is taken.
+  void fork(RequestId parent, RequestId child);
+
+  const Request* find(RequestId id) const;  // a live request, or nullptr
+  bool has_unfinished() const { return !requests_.empty(); }
+  int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
+  int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
+  bool step_in_flight() const { return in_flight_step_ >= 0; }
+  const SchedulerConfig& config() const { return config_; }
+  const KvCacheManager& kv() const { return kv_; }
+  SchedulerStats stats() const;
+
+  void check_invariants() const;
+
+ private:
+  Request& get(RequestId id);
+  // Schedules running requests in admission order, preempting from the newest when blocks run
+  // out. Returns whether anything was preempted.
+  bool schedule_running(StepPlan& plan, int32_t& budget);
+  void schedule_waiting(StepPlan& plan, int32_t& budget);
+  void add_to_plan(StepPlan& plan, Request& r, int32_t num_new_tokens);
+  void preempt(RequestId id, StepPlan& plan);
+  // Appends `token`; returns whether the request is now finished.
+  bool append_and_check_stop(Request& r, TokenId token);
+  Request finish(RequestId id, RequestStatus status);
+
+  SchedulerConfig config_;
+  KvCacheManager kv_;
+  std::unordered_map<RequestId, Request> requests_;  // live requests (waiting or running)
+  std::deque<RequestId> waiting_;                    // FCFS; preempted requests go to the front
+  std::vector<RequestId> running_;                   // in admission order: newest last
+  std::vector<std::pair<RequestId, BlockCopy>> pending_copies_;  // from fork(), by child
+  std::unordered_map<RequestId, int32_t> in_flight_;  // request -> tokens scheduled this step
+  int64_t in_flight_step_ = -1;
+  int32_t in_flight_num_tokens_ = 0;
+  int32_t in_flight_num_requests_ = 0;
+  int64_t next_step_id_ = 0;
+  int64_t next_arrival_ = 0;
+  int64_t num_preemptions_ = 0;
+  int32_t num_tokens_last_step_ = 0;
+};
+
+}  // namespace pagoda

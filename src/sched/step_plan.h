@@ -1,0 +1,38 @@
+// What one engine step computes, in integers: the scheduler's output and the input of
+// build_forward_batch(). Token ids are read from the requests (Scheduler::find()).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kv/block_pool.h"
+#include "kv/kv_cache_manager.h"
+
+namespace pagoda {
+
+struct ScheduledRequest {
+  RequestId request_id = 0;
+  int32_t num_new_tokens = 0;        // tokens [start_position, start_position + num_new_tokens)
+  int32_t start_position = 0;        // = the request's num_computed_tokens before the step
+  std::vector<BlockId> block_table;  // after this step's allocation; covers every new token
+  // The scheduled tokens reach the end of the request's known tokens: the step samples one
+  // token from the logits of its last scheduled position. A chunk of a longer prompt does not.
+  bool needs_sample = false;
+};
+
+struct StepPlan {
+  int64_t step_id = -1;
+  std::vector<ScheduledRequest> requests;  // running requests first, then newly admitted
+  std::vector<BlockCopy> block_copies;     // run in order, before any K/V write of the step
+  std::vector<RequestId> preempted;        // requests this step preempted (their blocks are gone)
+  int32_t num_scheduled_tokens = 0;        // sum of num_new_tokens, <= max_num_batched_tokens
+
+  bool empty() const { return requests.empty() && block_copies.empty(); }
+  int32_t num_samples() const {
+    int32_t n = 0;
+    for (const ScheduledRequest& r : requests) n += r.needs_sample ? 1 : 0;
+    return n;
+  }
+};
+
+}  // namespace pagoda

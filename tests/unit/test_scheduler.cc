@@ -1,0 +1,350 @@
+// Scheduler: one token budget, chunked prefill, FCFS admission with prefix-cache hits,
+// preemption of the newest request, abort, stop conditions, fork. Fake requests, no model.
+#include <gtest/gtest.h>
+
+#include <numeric>
+#include <vector>
+
+#include "core/error.h"
+#include "sched/scheduler.h"
+
+namespace pagoda {
+namespace {
+
+SchedulerConfig make_config(int32_t budget, int32_t max_seqs, int32_t num_blocks,
+                            int32_t block_size = 4) {
+  SchedulerConfig config;
+  config.max_num_batched_tokens = budget;
+  config.max_num_seqs = max_seqs;
+  config.kv.num_blocks = num_blocks;
+  config.kv.block_size = block_size;
+  return config;
+}
+
+Request make_request(RequestId id, int num_prompt, int max_tokens, TokenId first = 100,
+                     std::vector<TokenId> stop_ids = {}) {
+  Request r;
+  r.id = id;
+  r.prompt.resize(static_cast<size_t>(num_prompt));
+  std::iota(r.prompt.begin(), r.prompt.end(), first);
+  r.max_tokens = max_tokens;
+  r.stop_ids = std::move(stop_ids);
+  return r;
+}
+
+// A stand-in for the model: the next token only depends on how long the sequence is.
+TokenId next_token(const Request& r) { return 1000 + r.num_tokens(); }
+
+struct StepOutcome {
+  StepPlan plan;
+  std::vector<Request> finished;
+};
+
+// schedule + commit with fake sampled tokens, checking invariants after each.
+StepOutcome step(Scheduler& s) {
+  StepOutcome out;
+  out.plan = s.schedule();
+  s.check_invariants();
+  std::vector<TokenId> sampled;
+  for (const ScheduledRequest& r : out.plan.requests) {
+    if (r.needs_sample) sampled.push_back(next_token(*s.find(r.request_id)));
+  }
+  out.finished = s.commit(out.plan, sampled);
+  s.check_invariants();
+  return out;
+}
+
+const ScheduledRequest* scheduled(const StepPlan& plan, RequestId id) {
+  for (const ScheduledRequest& r : plan.requests) {
+    if (r.request_id == id) return &r;
+  }
+  return nullptr;
+}
+
+TEST(SchedulerTest, OneRequestPrefillsThenDecodes) {
+  Scheduler s(make_config(64, 4, 16));
+  s.add_request(make_request(1, 10, 3));
+  s.check_invariants();
+  EXPECT_EQ(s.find(1)->status, RequestStatus::kWaiting);
+
+  StepOutcome a = step(s);
+  ASSERT_EQ(a.plan.requests.size(), 1u);
+  EXPECT_EQ(a.plan.requests[0].start_position, 0);
+  EXPECT_EQ(a.plan.requests[0].num_new_tokens, 10);
+  EXPECT_TRUE(a.plan.requests[0].needs_sample);
+  EXPECT_EQ(a.plan.requests[0].block_table.size(), 3u);  // 10 slots in 4-token blocks
+  EXPECT_EQ(a.plan.num_scheduled_tokens, 10);
+  EXPECT_EQ(s.find(1)->status, RequestStatus::kRunning);
+  EXPECT_EQ(s.find(1)->output, (std::vector<TokenId>{1010}));
+  EXPECT_EQ(s.find(1)->num_computed_tokens, 10);
+
+  StepOutcome b = step(s);
+  ASSERT_EQ(b.plan.requests.size(), 1u);
+  EXPECT_EQ(b.plan.requests[0].start_position, 10);
+  EXPECT_EQ(b.plan.requests[0].num_new_tokens, 1);
+  EXPECT_EQ(s.stats().num_tokens_last_step, 1);
+
+  StepOutcome c = step(s);
+  ASSERT_EQ(c.finished.size(), 1u);
+  EXPECT_EQ(c.finished[0].status, RequestStatus::kFinishedLength);
+  EXPECT_EQ(c.finished[0].output, (std::vector<TokenId>{1010, 1011, 1012}));
+  EXPECT_FALSE(s.has_unfinished());
+  EXPECT_EQ(s.stats().kv.num_used_blocks, 0);
+  EXPECT_TRUE(s.schedule().empty());
+}
+
+TEST(SchedulerTest, LongPromptIsChunkedByTheBudget) {
+  Scheduler s(make_config(8, 4, 16));
+  s.add_request(make_request(1, 20, 2));
+  std::vector<int> starts, sizes, tables;
+  std::vector<bool> samples;
+  while (s.has_unfinished()) {
+    StepOutcome o = step(s);
+    ASSERT_EQ(o.plan.requests.size(), 1u);
+    EXPECT_LE(o.plan.num_scheduled_tokens, 8);
+    starts.push_back(o.plan.requests[0].start_position);
+    sizes.push_back(o.plan.requests[0].num_new_tokens);
+    tables.push_back(static_cast<int>(o.plan.requests[0].block_table.size()));
+    samples.push_back(o.plan.requests[0].needs_sample);
+  }
+  EXPECT_EQ(starts, (std::vector<int>{0, 8, 16, 20}));
+  EXPECT_EQ(sizes, (std::vector<int>{8, 8, 4, 1}));
+  EXPECT_EQ(tables, (std::vector<int>{2, 4, 5, 6}));
+  EXPECT_EQ(samples, (std::vector<bool>{false, false, true, true}));
+}
+
+TEST(SchedulerTest, RunningFirstThenWaitingWithWhatIsLeft) {
+  Scheduler s(make_config(16, 4, 32));
+  s.add_request(make_request(1, 12, 4));
+  step(s);  // request 1 prefilled, now decoding
+  s.add_request(make_request(2, 30, 4, 500));
+  s.add_request(make_request(3, 5, 4, 900));
+  StepOutcome o = step(s);
+  ASSERT_EQ(o.plan.requests.size(), 2u);  // 1 + 15: nothing left for request 3
+  EXPECT_EQ(o.plan.requests[0].request_id, 1);
+  EXPECT_EQ(o.plan.requests[0].num_new_tokens, 1);
+  EXPECT_EQ(o.plan.requests[1].request_id, 2);
+  EXPECT_EQ(o.plan.requests[1].num_new_tokens, 15);
+  EXPECT_FALSE(o.plan.requests[1].needs_sample);
+  EXPECT_EQ(o.plan.num_scheduled_tokens, 16);
+  EXPECT_EQ(s.find(3)->status, RequestStatus::kWaiting);
+  o = step(s);  // 1 + the last 15 of request 2's prompt: the budget is spent again
+  ASSERT_EQ(o.plan.requests.size(), 2u);
+  EXPECT_EQ(o.plan.requests[1].num_new_tokens, 15);
+  EXPECT_TRUE(o.plan.requests[1].needs_sample);
+  o = step(s);  // 1 + 1 + request 3's whole prompt
+  ASSERT_EQ(o.plan.requests.size(), 3u);
+  EXPECT_EQ(o.plan.requests[2].request_id, 3);
+  EXPECT_EQ(o.plan.requests[2].start_position, 0);
+  EXPECT_EQ(o.plan.requests[2].num_new_tokens, 5);
+  EXPECT_EQ(o.plan.num_scheduled_tokens, 7);
+}
+
+TEST(SchedulerTest, MaxNumSeqsCapsConcurrency) {
+  Scheduler s(make_config(100, 2, 32));
+  for (RequestId id = 1; id <= 3; ++id) s.add_request(make_request(id, 4, 3, TokenId(100 * id)));
+  StepOutcome o = step(s);
+  EXPECT_EQ(o.plan.requests.size(), 2u);
+  EXPECT_EQ(s.num_running(), 2);
+  EXPECT_EQ(s.num_waiting(), 1);
+  step(s);
+  o = step(s);  // requests 1 and 2 finish here
+  EXPECT_EQ(o.finished.size(), 2u);
+  o = step(s);
+  ASSERT_EQ(o.plan.requests.size(), 1u);
+  EXPECT_EQ(o.plan.requests[0].request_id, 3);
+}
+
+TEST(SchedulerTest, FirstComeFirstServedWhenBlocksAreShort) {
+  Scheduler s(make_config(100, 8, 8));
+  s.add_request(make_request(1, 16, 8));       // 4 blocks
+  s.add_request(make_request(2, 20, 8, 300));  // 5 blocks: does not fit next to request 1
+  s.add_request(make_request(3, 4, 2, 600));   // would fit, but waits its turn
+  StepOutcome o = step(s);
+  ASSERT_EQ(o.plan.requests.size(), 1u);
+  EXPECT_EQ(s.find(2)->status, RequestStatus::kWaiting);
+  EXPECT_EQ(s.find(3)->status, RequestStatus::kWaiting);
+}
+
+TEST(SchedulerTest, SharedPrefixIsComputedOnce) {
+  Scheduler s(make_config(256, 4, 64, 16));
+  s.add_request(make_request(1, 48, 2));
+  while (s.has_unfinished()) step(s);
+  // 40 tokens of request 1's prompt, then 10 of its own: blocks 0 and 1 are cached.
+  Request b = make_request(2, 50, 2);
+  for (int i = 40; i < 50; ++i) b.prompt[static_cast<size_t>(i)] = 7000 + i;
+  s.add_request(b);
+  StepOutcome o = step(s);
+  const ScheduledRequest* r = scheduled(o.plan, 2);
+  ASSERT_NE(r, nullptr);
+  EXPECT_EQ(r->start_position, 32);
+  EXPECT_EQ(r->num_new_tokens, 18);
+  EXPECT_TRUE(r->needs_sample);
+  EXPECT_EQ(s.find(2)->num_cached_tokens, 32);
+  const SchedulerStats stats = s.stats();
+  EXPECT_EQ(stats.kv.num_queried_tokens, 48 + 50);
+  EXPECT_EQ(stats.kv.num_hit_tokens, 32);
+  EXPECT_EQ(stats.num_tokens_last_step, 18);
+}
+
+TEST(SchedulerTest, WholePromptCachedStillComputesTheLastBlock) {
+  Scheduler s(make_config(256, 4, 64, 16));
+  s.add_request(make_request(1, 48, 1));
+  while (s.has_unfinished()) step(s);
+  s.add_request(make_request(2, 48, 1));  // the same prompt, all three blocks cached
+  StepOutcome o = step(s);
+  ASSERT_EQ(o.plan.requests.size(), 1u);
+  EXPECT_EQ(o.plan.requests[0].start_position, 32);
+  EXPECT_EQ(o.plan.requests[0].num_new_tokens, 16);
+  EXPECT_TRUE(o.plan.requests[0].needs_sample);
+  ASSERT_EQ(o.finished.size(), 1u);
+  EXPECT_EQ(o.finished[0].output, (std::vector<TokenId>{1048}));
+}
+
+TEST(SchedulerTest, NewestRunningRequestIsPreemptedAndResumes) {
+  // 6 blocks of 4: two requests of 8 prompt tokens + 12 output need 5 blocks each at the end.
+  SchedulerConfig config = make_config(64, 4, 6);
+  std::vector<RequestId> preempted_log;
+  config.on_preempt = [&](const Request& r) { preempted_log.push_back(r.id); };
+  Scheduler s(config);
+  s.add_request(make_request(1, 8, 12));
+  s.add_request(make_request(2, 8, 12, 500));
+  std::vector<Request> done;
+  bool saw_preemption = false;
+  for (int i = 0; i < 100 && s.has_unfinished(); ++i) {
+    StepOutcome o = step(s);
+    if (!o.plan.preempted.empty() && !saw_preemption) {
+      saw_preemption = true;
+      EXPECT_EQ(o.plan.preempted, (std::vector<RequestId>{2}));  // the newest
+      const Request* r = s.find(2);
+      ASSERT_NE(r, nullptr);
+      EXPECT_EQ(r->status, RequestStatus::kPreempted);
+      EXPECT_EQ(r->num_computed_tokens, 0);
+      EXPECT_FALSE(r->output.empty());  // kept; recomputed as part of the sequence
+      ASSERT_EQ(o.plan.requests.size(), 1u);
+      EXPECT_EQ(o.plan.requests[0].request_id, 1);
+      EXPECT_EQ(s.stats().kv.num_used_blocks,
+                static_cast<int>(o.plan.requests[0].block_table.size()));
+      EXPECT_EQ(scheduled(o.plan, 2), nullptr);
+    }
+    for (Request& r : o.finished) done.push_back(std::move(r));
+  }
+  EXPECT_TRUE(saw_preemption);
+  EXPECT_EQ(s.stats().num_preemptions, static_cast<int64_t>(preempted_log.size()));
+  EXPECT_GE(preempted_log.size(), 1u);
+  ASSERT_EQ(done.size(), 2u);
+  for (const Request& r : done) {
+    EXPECT_EQ(r.status, RequestStatus::kFinishedLength);
+    EXPECT_EQ(r.num_output_tokens(), 12);
+    // next_token() depends on the length only: a recomputed request continues where it was.
+    for (int k = 0; k < 12; ++k) EXPECT_EQ(r.output[static_cast<size_t>(k)], 1008 + k);
+  }
+  EXPECT_GT(done[1].num_preemptions + done[0].num_preemptions, 0);
+  EXPECT_EQ(s.stats().kv.num_used_blocks, 0);
+}
+
+TEST(SchedulerTest, AbortFreesBlocksAtOnce) {
+  Scheduler s(make_config(64, 4, 16));
+  s.add_request(make_request(1, 10, 5));
+  s.add_request(make_request(2, 10, 5, 300));
+  step(s);
+  s.add_request(make_request(3, 10, 5, 600));
+  EXPECT_EQ(s.stats().kv.num_used_blocks, 6);
+  std::optional<Request> r = s.abort(1);
+  s.check_invariants();
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status, RequestStatus::kFinishedAborted);
+  EXPECT_EQ(s.stats().kv.num_used_blocks, 3);
+  EXPECT_TRUE(s.abort(3).has_value());  // waiting: no blocks, just gone
+  s.check_invariants();
+  EXPECT_FALSE(s.abort(3).has_value());
+  EXPECT_FALSE(s.abort(77).has_value());
+  // Aborted between schedule() and commit(): its sampled token is dropped.
+  StepPlan plan = s.schedule();
+  ASSERT_EQ(plan.requests.size(), 1u);
+  EXPECT_TRUE(s.abort(2).has_value());
+  s.check_invariants();
+  EXPECT_EQ(s.stats().kv.num_used_blocks, 0);
+  EXPECT_TRUE(s.commit(plan, std::vector<TokenId>{5}).empty());
+  s.check_invariants();
+  EXPECT_FALSE(s.has_unfinished());
+}
+
+TEST(SchedulerTest, StopTokenFinishesTheRequest) {
+  Scheduler s(make_config(64, 4, 16));
+  s.add_request(make_request(1, 6, 50, 100, {1008}));  // next_token gives 1006, 1007, 1008
+  std::vector<Request> done;
+  while (s.has_unfinished()) {
+    for (Request& r : step(s).finished) done.push_back(std::move(r));
+  }
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(done[0].status, RequestStatus::kFinishedStopped);
+  EXPECT_EQ(done[0].output, (std::vector<TokenId>{1006, 1007, 1008}));
+}
+
+TEST(SchedulerTest, ForkSharesBlocksAndPlansTheTailCopy) {
+  Scheduler s(make_config(64, 4, 16));
+  s.add_request(make_request(1, 10, 4));
+  step(s);  // 10 computed: blocks 0 1 full, block 2 holds 2 tokens; one output token
+  const std::vector<BlockId> parent = s.kv().block_table(1);
+  s.fork(1, 2);
+  s.check_invariants();
+  const Request* child = s.find(2);
+  ASSERT_NE(child, nullptr);
+  EXPECT_EQ(child->status, RequestStatus::kRunning);
+  EXPECT_EQ(child->parent, std::optional<RequestId>(1));
+  EXPECT_EQ(child->output, s.find(1)->output);
+  EXPECT_EQ(child->num_computed_tokens, 10);
+  const std::vector<BlockId> table = s.kv().block_table(2);
+  EXPECT_EQ(table[0], parent[0]);
+  EXPECT_EQ(table[1], parent[1]);
+  EXPECT_NE(table[2], parent[2]);
+  EXPECT_EQ(s.kv().pool().ref_count(parent[0]), 2);
+
+  StepOutcome o = step(s);
+  EXPECT_EQ(o.plan.block_copies, (std::vector<BlockCopy>{{parent[2], table[2]}}));
+  ASSERT_EQ(o.plan.requests.size(), 2u);
+  EXPECT_EQ(o.plan.requests[1].request_id, 2);
+  EXPECT_EQ(o.plan.requests[1].start_position, 10);
+  EXPECT_TRUE(step(s).plan.block_copies.empty());  // copied once
+  while (s.has_unfinished()) step(s);
+  EXPECT_EQ(s.stats().kv.num_used_blocks, 0);
+
+  EXPECT_THROW(s.fork(1, 3), Error);  // finished: not live
+}
+
+TEST(SchedulerTest, ForkOfAWaitingRequestWaitsToo) {
+  Scheduler s(make_config(64, 4, 16));
+  s.add_request(make_request(1, 10, 4));
+  s.fork(1, 2);
+  s.check_invariants();
+  EXPECT_EQ(s.find(2)->status, RequestStatus::kWaiting);
+  EXPECT_THROW(s.fork(1, 2), Error);  // id taken
+  EXPECT_THROW(s.fork(9, 3), Error);  // unknown parent
+  s.schedule();
+  EXPECT_THROW(s.fork(1, 4), Error);  // a step is in flight
+}
+
+TEST(SchedulerTest, BadRequestsAndMisuseAreRejected) {
+  Scheduler s(make_config(64, 4, 4));
+  EXPECT_THROW(s.add_request(make_request(1, 0, 4)), Error);   // empty prompt
+  EXPECT_THROW(s.add_request(make_request(1, 4, 0)), Error);   // max_tokens 0
+  EXPECT_THROW(s.add_request(make_request(1, 14, 4)), Error);  // 17 slots > 4 blocks of 4
+  s.add_request(make_request(1, 13, 4));                       // 16 slots: fits exactly
+  EXPECT_THROW(s.add_request(make_request(1, 2, 2)), Error);   // duplicate id
+  s.check_invariants();
+  StepPlan plan = s.schedule();
+  EXPECT_THROW(s.schedule(), Error);                            // one step in flight at a time
+  EXPECT_THROW(s.commit(plan, std::vector<TokenId>{}), Error);  // one sample is due
+  StepPlan other = plan;
+  other.step_id += 1;
+  EXPECT_THROW(s.commit(other, std::vector<TokenId>{1}), Error);
+  s.check_invariants();
+  s.commit(plan, std::vector<TokenId>{1});
+  s.check_invariants();
+  EXPECT_THROW(Scheduler(make_config(0, 4, 4)), Error);
+  EXPECT_THROW(Scheduler(make_config(4, 0, 4)), Error);
+}
+
+}  // namespace
+}  // namespace pagoda

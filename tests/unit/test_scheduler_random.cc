@@ -1,0 +1,348 @@
+// Randomized add / step / abort / fork sequences under small block budgets, run against a fake
+// model with a fake KV cache: each scheduled token is written into the slot its block table
+// names, and every step reads each scheduled request's whole sequence back through its table.
+// The next token is a hash of what was read, so a wrong prefix-cache hit, a missing
+// copy-on-write or a block freed while in use changes the output. Checked after every step:
+// the scheduler's invariants, the budget and max_num_seqs, that no one writes into a shared or
+// cached block; at the end: every request finished or was aborted, no block leaked, and every
+// finished output equals the output of the same request generated alone.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "core/error.h"
+#include "sched/scheduler.h"
+
+namespace pagoda {
+namespace {
+
+constexpr TokenId kVocab = 32;  // small, so stop ids are sampled now and then
+
+// The fake model's next token after a sequence.
+TokenId fake_next(std::span<const TokenId> seq) {
+  uint64_t h = 1469598103934665603ULL;  // FNV-1a
+  for (TokenId t : seq) {
+    h ^= static_cast<uint32_t>(t);
+    h *= 1099511628211ULL;
+  }
+  h ^= h >> 29;
+  return static_cast<TokenId>(h % kVocab);
+}
+
+// What the request generates when nothing else runs: the reference output.
+std::vector<TokenId> alone_output(const Request& r, RequestStatus* status) {
+  std::vector<TokenId> seq = r.prompt;
+  std::vector<TokenId> out;
+  for (;;) {
+    const TokenId t = fake_next(seq);
+    out.push_back(t);
+    seq.push_back(t);
+    if (std::find(r.stop_ids.begin(), r.stop_ids.end(), t) != r.stop_ids.end()) {
+      *status = RequestStatus::kFinishedStopped;
+      return out;
+    }
+    if (static_cast<int32_t>(out.size()) >= r.max_tokens) {
+      *status = RequestStatus::kFinishedLength;
+      return out;
+    }
+  }
+}
+
+class FakeModel {
+ public:
+  FakeModel(int32_t num_blocks, int32_t block_size)
+      : block_size_(block_size), slots_(static_cast<size_t>(num_blocks * block_size)) {}
+
+  // One engine step: block copies, then the K/V writes of every scheduled token, then each
+  // request "attends" to its positions [0, end) through its block table. Returns one token per
+  // sampling request, in plan order.
+  std::vector<TokenId> run(const StepPlan& plan, const Scheduler& s) {
+    for (const BlockCopy& c : plan.block_copies) {
+      std::copy_n(slots_.begin() + c.src * block_size_, block_size_,
+                  slots_.begin() + c.dst * block_size_);
+    }
+    for (const ScheduledRequest& r : plan.requests) {
+      const Request& req = *s.find(r.request_id);
+      const TokenSequence seq = req.tokens();
+      for (int32_t p = r.start_position; p < r.start_position + r.num_new_tokens; ++p) {
+        const BlockId b = r.block_table[static_cast<size_t>(p / block_size_)];
+        if (s.kv().pool().ref_count(b) != 1 || s.kv().pool().is_hashed(b)) {
+          record("request ", r.request_id, " writes position ", p, " into shared or cached block ",
+                 b);
+        }
+        slot(b, p) = {seq[p], p};
+      }
+    }
+    std::vector<TokenId> sampled;
+    std::vector<TokenId> read;
+    for (const ScheduledRequest& r : plan.requests) {
+      const Request& req = *s.find(r.request_id);
+      const TokenSequence seq = req.tokens();
+      const int32_t end = r.start_position + r.num_new_tokens;
+      read.clear();
+      for (int32_t p = 0; p < end; ++p) {
+        const Slot& got = slot(r.block_table[static_cast<size_t>(p / block_size_)], p);
+        if (got.position != p || got.token != seq[p]) {
+          record("request ", r.request_id, " reads position ", p, ": token ", got.token, " from ",
+                 got.position, ", expected ", seq[p]);
+        }
+        read.push_back(got.token);
+      }
+      if (r.needs_sample) sampled.push_back(fake_next(read));
+    }
+    return sampled;
+  }
+
+  const std::string& first_error() const { return first_error_; }
+  int64_t num_errors() const { return num_errors_; }
+
+ private:
+  struct Slot {
+    TokenId token = -1;
+    int32_t position = -1;
+  };
+  Slot& slot(BlockId b, int32_t position) {
+    return slots_[static_cast<size_t>(b * block_size_ + position % block_size_)];
+  }
+  template <typename... Args>
+  void record(Args&&... args) {
+    if (num_errors_++ == 0) first_error_ = str_cat(std::forward<Args>(args)...);
+  }
+
+  int32_t block_size_;
+  std::vector<Slot> slots_;  // [num_blocks * block_size]
+  int64_t num_errors_ = 0;
+  std::string first_error_;
+};
+
+// Checks on a fresh plan, before the step runs.
+void check_plan(const StepPlan& plan, const Scheduler& s) {
+  const SchedulerConfig& config = s.config();
+  EXPECT_LE(plan.num_scheduled_tokens, config.max_num_batched_tokens);
+  EXPECT_LE(static_cast<int32_t>(plan.requests.size()), config.max_num_seqs);
+  int32_t total = 0;
+  std::unordered_set<RequestId> ids;
+  for (const ScheduledRequest& r : plan.requests) {
+    EXPECT_TRUE(ids.insert(r.request_id).second);
+    const Request* req = s.find(r.request_id);
+    ASSERT_NE(req, nullptr);
+    EXPECT_EQ(r.start_position, req->num_computed_tokens);
+    EXPECT_GT(r.num_new_tokens, 0);
+    const int32_t end = r.start_position + r.num_new_tokens;
+    EXPECT_LE(end, req->num_tokens());
+    EXPECT_EQ(r.needs_sample, end == req->num_tokens());
+    EXPECT_GE(static_cast<int64_t>(r.block_table.size()) * s.kv().block_size(), end);
+    total += r.num_new_tokens;
+  }
+  EXPECT_EQ(total, plan.num_scheduled_tokens);
+  // Liveness: with live requests something always runs (one request alone always fits).
+  if (s.has_unfinished()) {
+    EXPECT_FALSE(plan.requests.empty());
+  }
+}
+
+BlockHash few_hashes(BlockHash parent, uint64_t extra, std::span<const TokenId> tokens) {
+  return hash_block(parent, extra, tokens) & 3;  // constant collisions
+}
+BlockHash parentless_hash(BlockHash, uint64_t extra, std::span<const TokenId> tokens) {
+  return hash_block(kRootBlockHash, extra, tokens);  // equal blocks after other prefixes collide
+}
+
+struct Totals {
+  int64_t num_finished = 0, num_aborted = 0, num_forks = 0, num_copies = 0;
+  int64_t num_preemptions = 0, num_hit_tokens = 0, num_chunks = 0;
+};
+
+constexpr int kMaxPrompt = 48;
+constexpr int kMaxTokens = 16;
+
+void run_seed(uint32_t seed, int num_steps, Totals& totals) {
+  SCOPED_TRACE(testing::Message() << "seed " << seed);
+  std::mt19937 rng(seed);
+  auto uniform = [&rng](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  const int32_t block_sizes[] = {1, 2, 4, 8, 16};
+  SchedulerConfig config;
+  config.kv.block_size = block_sizes[seed % 5];
+  const int32_t min_blocks =
+      (kMaxPrompt + kMaxTokens - 1 + config.kv.block_size - 1) / config.kv.block_size;
+  config.kv.num_blocks = min_blocks + uniform(0, min_blocks);
+  config.kv.enable_prefix_caching = seed % 7 != 3;
+  config.kv.hash_fn = seed % 4 == 0 ? few_hashes : seed % 4 == 1 ? parentless_hash : hash_block;
+  config.max_num_batched_tokens = uniform(1, 48);
+  config.max_num_seqs = uniform(1, 8);
+  Scheduler s(config);
+  FakeModel model(config.kv.num_blocks, config.kv.block_size);
+
+  std::vector<std::vector<TokenId>> bases(3);
+  for (auto& base : bases) {
+    for (int i = 0; i < kMaxPrompt; ++i) base.push_back(uniform(0, 999));
+  }
+  std::vector<RequestId> live;
+  std::unordered_map<RequestId, Request> done;  // finished or aborted, by id
+  RequestId next_id = 1;
+  auto pick = [&](const std::vector<RequestId>& ids) {
+    return ids[static_cast<size_t>(uniform(0, static_cast<int>(ids.size()) - 1))];
+  };
+  auto remove_live = [&](RequestId id) { std::erase(live, id); };
+  auto add = [&] {
+    Request r;
+    r.id = next_id++;
+    const std::vector<TokenId>& base = bases[static_cast<size_t>(uniform(0, 2))];
+    r.prompt.assign(base.begin(), base.begin() + uniform(0, 40));
+    const int num_own = uniform(r.prompt.empty() ? 1 : 0, 8);
+    for (int n = 0; n < num_own; ++n) r.prompt.push_back(uniform(0, 999));
+    r.max_tokens = uniform(1, kMaxTokens);
+    if (uniform(0, 1)) r.stop_ids.push_back(uniform(0, kVocab - 1));
+    r.cache_key = uniform(0, 3) == 0 ? 1 : 0;
+    live.push_back(r.id);
+    s.add_request(std::move(r));
+  };
+  auto abort_one = [&](RequestId id) {
+    std::optional<Request> r = s.abort(id);
+    ASSERT_TRUE(r.has_value());
+    remove_live(id);
+    ++totals.num_aborted;
+    done.emplace(id, std::move(*r));
+  };
+
+  int step = 0;
+  for (; step < num_steps + 5000; ++step) {
+    const bool adding = step < num_steps;
+    if (!adding && !s.has_unfinished()) break;
+    if (adding) {
+      if (uniform(0, 2) == 0 && live.size() < 24) add();
+      s.check_invariants();
+      if (uniform(0, 19) == 0 && !live.empty()) abort_one(pick(live));
+      s.check_invariants();
+      if (uniform(0, 14) == 0 && !live.empty()) {
+        s.fork(pick(live), next_id);
+        live.push_back(next_id++);
+        ++totals.num_forks;
+        s.check_invariants();
+      }
+    }
+    const StepPlan plan = s.schedule();
+    s.check_invariants();
+    check_plan(plan, s);
+    totals.num_copies += static_cast<int64_t>(plan.block_copies.size());
+    for (const ScheduledRequest& r : plan.requests) totals.num_chunks += r.needs_sample ? 0 : 1;
+    const std::vector<TokenId> sampled = model.run(plan, s);
+    ASSERT_EQ(model.num_errors(), 0) << model.first_error();
+    // Now and then a request is aborted while its step is in flight.
+    if (adding && uniform(0, 24) == 0 && !plan.requests.empty()) {
+      std::vector<RequestId> ids;
+      for (const ScheduledRequest& r : plan.requests) ids.push_back(r.request_id);
+      abort_one(pick(ids));
+      s.check_invariants();
+    }
+    for (Request& r : s.commit(plan, sampled)) {
+      remove_live(r.id);
+      ++totals.num_finished;
+      done.emplace(r.id, std::move(r));
+    }
+    s.check_invariants();
+  }
+  ASSERT_FALSE(s.has_unfinished()) << "requests left after " << step << " steps";
+  EXPECT_TRUE(live.empty());
+  EXPECT_EQ(static_cast<RequestId>(done.size()), next_id - 1);  // each finished or aborted once
+  const SchedulerStats stats = s.stats();
+  EXPECT_EQ(stats.kv.num_used_blocks, 0);
+  EXPECT_EQ(stats.kv.num_free_blocks, config.kv.num_blocks);
+  totals.num_preemptions += stats.num_preemptions;
+  totals.num_hit_tokens += stats.kv.num_hit_tokens;
+
+  for (const auto& [id, r] : done) {
+    RequestStatus status;
+    const std::vector<TokenId> expected = alone_output(r, &status);
+    if (r.status == RequestStatus::kFinishedAborted) {
+      ASSERT_LE(r.output.size(), expected.size());
+      EXPECT_TRUE(std::equal(r.output.begin(), r.output.end(), expected.begin()))
+          << "request " << id;
+    } else {
+      EXPECT_EQ(r.status, status) << "request " << id;
+      EXPECT_EQ(r.output, expected) << "request " << id;
+    }
+  }
+}
+
+TEST(SchedulerRandomTest, RandomSequencesKeepEveryInvariant) {
+  Totals totals;
+  for (uint32_t seed = 1; seed <= 20; ++seed) {
+    run_seed(seed, 500, totals);
+    if (HasFatalFailure()) return;
+  }
+  // The runs went through the interesting paths, not only the easy ones.
+  EXPECT_GT(totals.num_finished, 500);
+  EXPECT_GT(totals.num_aborted, 50);
+  EXPECT_GT(totals.num_forks, 100);
+  EXPECT_GT(totals.num_copies, 10);
+  EXPECT_GT(totals.num_preemptions, 10);
+  EXPECT_GT(totals.num_hit_tokens, 1000);
+  EXPECT_GT(totals.num_chunks, 100);
+}
+
+// Runs `requests` together through `config` until all finish; returns them by id.
+std::unordered_map<RequestId, Request> run_all(const SchedulerConfig& config,
+                                               const std::vector<Request>& requests,
+                                               int64_t* num_preemptions) {
+  Scheduler s(config);
+  FakeModel model(config.kv.num_blocks, config.kv.block_size);
+  for (const Request& r : requests) s.add_request(r);
+  std::unordered_map<RequestId, Request> out;
+  for (int i = 0; i < 10000 && s.has_unfinished(); ++i) {
+    const StepPlan plan = s.schedule();
+    s.check_invariants();
+    const std::vector<TokenId> sampled = model.run(plan, s);
+    EXPECT_EQ(model.num_errors(), 0) << model.first_error();
+    for (Request& r : s.commit(plan, sampled)) out.emplace(r.id, std::move(r));
+    s.check_invariants();
+  }
+  EXPECT_FALSE(s.has_unfinished());
+  EXPECT_EQ(s.stats().kv.num_used_blocks, 0);
+  if (num_preemptions) *num_preemptions = s.stats().num_preemptions;
+  return out;
+}
+
+TEST(SchedulerRandomTest, OutputsAreTheSameAloneAndInACrowd) {
+  std::mt19937 rng(42);
+  std::vector<TokenId> base;
+  for (int i = 0; i < 40; ++i) base.push_back(static_cast<TokenId>(rng() % 1000));
+  std::vector<Request> requests;
+  for (RequestId id = 1; id <= 12; ++id) {
+    Request r;
+    r.id = id;
+    r.prompt.assign(base.begin(), base.begin() + static_cast<int>(rng() % 40));
+    for (int n = 1 + static_cast<int>(rng() % 8); n > 0; --n) r.prompt.push_back(rng() % 1000);
+    r.max_tokens = 8 + static_cast<int>(rng() % 9);
+    requests.push_back(std::move(r));
+  }
+  SchedulerConfig crowded;
+  crowded.kv.block_size = 4;
+  crowded.kv.num_blocks = 16;  // one 47 + 16 token request alone needs 16
+  crowded.max_num_batched_tokens = 12;
+  crowded.max_num_seqs = 6;
+  int64_t num_preemptions = 0;
+  const auto together = run_all(crowded, requests, &num_preemptions);
+  EXPECT_GT(num_preemptions, 0) << "the crowd should not fit";
+
+  SchedulerConfig roomy = crowded;
+  roomy.kv.num_blocks = 64;
+  roomy.max_num_batched_tokens = 64;
+  for (const Request& r : requests) {
+    const auto alone = run_all(roomy, {r}, nullptr);
+    ASSERT_EQ(alone.count(r.id), 1u);
+    ASSERT_EQ(together.count(r.id), 1u);
+    EXPECT_EQ(together.at(r.id).output, alone.at(r.id).output) << "request " << r.id;
+    EXPECT_EQ(together.at(r.id).output.size(), static_cast<size_t>(r.max_tokens));
+    RequestStatus status;
+    EXPECT_EQ(alone.at(r.id).output, alone_output(r, &status));
+  }
+}
+
+}  // namespace
+}  // namespace pagoda
