@@ -15,5 +15,6 @@ Action add_tokenize(CLI::App& app);
 Action add_detokenize(CLI::App& app);
 Action add_run(CLI::App& app);
 Action add_synth(CLI::App& app);
+Action add_estimate(CLI::App& app);
 
 }  // namespace pagoda::cli

@@ -1,0 +1,96 @@
+// Memory arithmetic for serving a model: weight bytes, KV-cache bytes per token (with and
+// without grouped-query attention), and how many sequences of a given context fit in a given
+// memory. Pure arithmetic over a ModelConfig; `pagoda estimate` prints it.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "model/config.h"
+
+namespace pagoda {
+
+class ModelFile;
+
+struct EstimatePreset {
+  std::string name;
+  ModelConfig config;
+};
+// pagoda synth's shapes plus larger models nobody synthesizes on a CPU (Llama 2 13B / 70B,
+// Llama 3 8B / 70B, Qwen2 7B / 72B), all from the published config.json files.
+const std::vector<EstimatePreset>& estimate_presets();
+// Throws Error listing the known names when `name` is not one.
+const EstimatePreset& find_estimate_preset(const std::string& name);
+
+// Weight types a preset can be estimated at: the types `pagoda synth` writes.
+const std::vector<std::string>& estimate_weight_types();
+// KV-cache element types: llama.cpp's cache types.
+const std::vector<std::string>& estimate_kv_types();
+
+struct WeightEstimate {
+  uint64_t num_parameters = 0;
+  uint64_t num_bytes = 0;
+  std::string type;  // "q4_k_m", or the file's types ("F16", "Q4_K + Q6_K + F32")
+};
+// The tensors a GGUF file of this shape holds (pagoda synth's list: llama / qwen2 biases /
+// qwen3 and gemma3 norms), typed the way llama.cpp's quantizer types them: 1-D tensors F32;
+// q4_0 / q4_1 / q5_0 / q5_1 / q4_k_m / q5_k_m put output.weight at Q6_K; q4_k_m / q5_k_m
+// also put attn_v and ffn_down at Q6_K in the first and last eighth of the layers and every
+// third layer between; rows that are no whole number of blocks fall back (Q6_K/Q5_K -> Q8_0,
+// else Q5_0 when divisible by 32, else F16). Real llama.cpp files of a K mix can differ by a
+// few percent (its rules have more special cases); the plain types are exact.
+WeightEstimate estimate_weights(const ModelConfig& config, const std::string& weights_type);
+// Exact: the sum of the file's tensor bytes.
+WeightEstimate file_weights(const ModelFile& file);
+
+DType parse_kv_type(const std::string& name);  // throws Error listing the known types
+// 2 (K and V) x layers x KV heads x head_dim elements, at the type's block size.
+uint64_t kv_bytes_per_token(const ModelConfig& config, DType kv_type);
+// The same with hidden_size in place of KV heads x head_dim: what the cache would cost without
+// grouped-query attention (the formula many calculators use).
+uint64_t kv_bytes_per_token_without_gqa(const ModelConfig& config, DType kv_type);
+
+// What is neither weights nor KV: F32 activations of one engine step of kStepTokens tokens
+// (residual, normed input, Q, K, V, attention output, FFN gate and up: the widest set live in
+// a layer) plus F32 logits for kLogitRows sequences. Runtime code and allocator slack are not
+// counted; pass a measured overhead where it matters.
+inline constexpr uint64_t kStepTokens = 2048;  // the engine's default max_num_batched_tokens
+inline constexpr uint64_t kLogitRows = 256;  // sequences sampled in one step (vLLM's max_num_seqs)
+uint64_t default_overhead_bytes(const ModelConfig& config);
+
+// floor((memory - weights - overhead) / (kv_per_token x context)); 0 when nothing fits.
+uint64_t max_batch_that_fits(uint64_t memory_bytes, uint64_t weight_bytes, uint64_t overhead_bytes,
+                             uint64_t kv_bytes_per_token, uint64_t context);
+
+struct EstimateOptions {
+  std::string kv_type = "f16";
+  uint64_t context = 0;  // 0: the model's trained context
+  uint64_t batch = 1;
+  std::optional<uint64_t> memory_bytes;
+  std::optional<uint64_t> overhead_bytes;  // nullopt: default_overhead_bytes
+};
+
+struct Estimate {
+  ModelConfig config;
+  WeightEstimate weights;
+  std::string kv_type;  // "F16"
+  uint64_t context = 0;
+  uint64_t batch = 0;
+  uint64_t kv_bytes_per_token = 0;
+  uint64_t kv_bytes_per_token_without_gqa = 0;
+  uint64_t kv_bytes_per_sequence = 0;  // kv_bytes_per_token x context
+  uint64_t kv_bytes_total = 0;         // x batch
+  uint64_t overhead_bytes = 0;
+  uint64_t total_bytes = 0;  // weights + KV total + overhead
+  std::optional<uint64_t> memory_bytes;
+  std::optional<bool> fits;           // set when memory_bytes is
+  std::optional<uint64_t> max_batch;  // set when memory_bytes is
+};
+// Throws Error for a config without layers, a zero batch or context, or sizes that overflow.
+Estimate estimate_memory(const ModelConfig& config, const WeightEstimate& weights,
+                         const EstimateOptions& options);
+
+}  // namespace pagoda
