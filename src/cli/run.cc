@@ -1,5 +1,8 @@
-// pagoda run -m FILE -p PROMPT: generate text for one prompt, streamed as it is produced.
+// pagoda run -m FILE -p PROMPT: generate text for one prompt, streamed as it is produced, through
+// the same engine (paged KV cache, scheduler) that serves many requests.
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -9,7 +12,7 @@
 #include "cli/format_util.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
-#include "engine/generator.h"
+#include "engine/engine.h"
 #include "model/model.h"
 #include "model/model_file.h"
 #include "tokenizer/tokenizer.h"
@@ -20,6 +23,11 @@ namespace {
 std::atomic<bool> g_interrupted{false};
 
 void on_sigint(int) { g_interrupted = true; }
+
+double seconds_between(std::chrono::steady_clock::time_point a,
+                       std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 
 }  // namespace
 
@@ -70,29 +78,63 @@ Action add_run(CLI::App& app) {
       uint32_t trained = model->config().context_length;
       context = static_cast<int32_t>(trained == 0 || trained > 4096 ? 4096 : trained);
     }
-    Generator generator(*model, *backend, context);
-    GenerateOptions options;
-    options.max_new_tokens = o->num_tokens;
-    options.sampling = o->sampling;
+    const auto num_prompt = static_cast<int32_t>(prompt.size());
+    if (num_prompt >= context) {
+      fail("the prompt has ", num_prompt, " tokens; the context holds ", context);
+    }
+    EngineConfig config;
+    config.num_kv_cache_tokens = context;
+    config.max_model_len = context;
+    config.max_num_batched_tokens = 512;  // prompt tokens per step
+    config.max_num_seqs = 1;
+    config.enable_prefix_caching = false;  // one prompt: nothing to share
+    Engine engine(*model, *backend, config);
+    // -n 0 only prefills: one token is sampled (the engine always samples) and not shown.
+    const bool prefill_only = o->num_tokens == 0;
+    GenerationRequest request;
+    request.prompt = prompt;
+    request.sampling = o->sampling;
+    request.max_tokens = std::max(1, std::min(o->num_tokens, context - num_prompt));
+    request.stop_ids = tokenizer->vocab().eog;
 
     g_interrupted = false;
     auto old_handler = std::signal(SIGINT, on_sigint);
     StreamDecoder decoder(*tokenizer);
     std::cout << text << std::flush;
-    GenerateStats s = generator.generate(prompt, options, tokenizer->vocab().eog, [&](TokenId id) {
-      std::cout << decoder.feed(id) << std::flush;
-      return !g_interrupted.load();
-    });
+    using Clock = std::chrono::steady_clock;
+    const Clock::time_point start = Clock::now();
+    Clock::time_point first_token = start, last_step = start;
+    int32_t num_generated = 0, num_decode_steps = 0;
+    bool aborted = false;
+    const RequestId id = engine.add_request(std::move(request));
+    while (engine.has_work()) {
+      const bool decoding = num_generated > 0;
+      const std::vector<OutputEvent> events = engine.step();
+      last_step = Clock::now();
+      if (decoding) ++num_decode_steps;
+      for (const OutputEvent& e : events) {
+        for (TokenId token : e.token_ids) {
+          if (prefill_only) continue;
+          if (num_generated++ == 0) first_token = last_step;
+          std::cout << decoder.feed(token) << std::flush;
+        }
+      }
+      if (g_interrupted && !aborted) {
+        engine.abort(id);
+        aborted = true;
+      }
+    }
     std::cout << decoder.flush() << std::endl;
     std::signal(SIGINT, old_handler);
+    const double prefill_seconds = seconds_between(start, num_generated > 0 ? first_token : last_step);
+    const double decode_seconds = num_generated > 0 ? seconds_between(first_token, last_step) : 0.0;
 
     std::fprintf(stderr,
                  "prefill: %d tokens at %.1f tok/s | decode: %d tokens at %.1f tok/s | weights %s | "
                  "KV %s%s\n",
-                 s.num_prompt_tokens, s.num_prompt_tokens / std::max(s.prefill_seconds, 1e-9),
-                 s.num_generated, s.num_decode_steps / std::max(s.decode_seconds, 1e-9),
-                 human_bytes(model->weight_bytes()).c_str(),
-                 human_bytes(generator.kv().bytes()).c_str(),
+                 num_prompt, num_prompt / std::max(prefill_seconds, 1e-9), num_generated,
+                 num_decode_steps / std::max(decode_seconds, 1e-9),
+                 human_bytes(model->weight_bytes()).c_str(), human_bytes(engine.kv().bytes()).c_str(),
                  g_interrupted ? " | interrupted" : "");
     return g_interrupted ? 130 : 0;
   };

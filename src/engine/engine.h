@@ -1,0 +1,162 @@
+// Many requests at once over the paged KV cache: the step loop of DESIGN.md.
+//
+//   plan   = scheduler.schedule()             one token budget; prompt chunks and decodes mixed
+//   batch  = build_forward_batch(plan, ...)   every scheduled token of every request
+//   copy_kv_blocks(plan.block_copies)         copy-on-write tails of forks, before any write
+//   model.forward(batch)                      one call: each weight matrix is read once a step
+//   sample one token per needs_sample request, each with its own Sampler
+//   scheduler.commit(plan, tokens)            append, stop, free
+//
+// The Engine is single-threaded: call it from one thread (EngineThread runs it on its own).
+// Outputs are returned by step() and abort() as events; nothing is called back.
+//
+// Parallel sampling (n > 1): the request's first sequence computes the prompt up to, not
+// including, its last token (it is committed with that token in place of a sample, so no sample
+// is taken); then the n - 1 others are forked from it, sharing its full blocks, with a copy of
+// the partly filled tail; and each of the n computes the last prompt token in its own tail and
+// samples its own first token with its own Sampler (seed + index when seeded). The extra cost is
+// n - 1 token rows, where computing the prompt before forking would have needed a scheduler
+// that forks between forward and commit. A prompt of one token, or one ending in a stop id,
+// runs its n sequences independently (prefix caching still shares what it can).
+//
+// Invariants (check_invariants(), on top of the Scheduler's):
+//   - every live scheduler request is a Sequence of a live Group, and every Sequence is either
+//     live in the scheduler or a child waiting for its group's parent to reach the fork point;
+//   - a group's num_unfinished equals its Sequence count; children wait only while the parent
+//     awaits its fork (prompt_phase) and is live;
+//   - a sequence in its prompt phase has no output yet.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "backend/backend.h"
+#include "engine/engine_stats.h"
+#include "engine/sampler.h"
+#include "kv/kv_storage.h"
+#include "model/model.h"
+#include "sched/scheduler.h"
+
+namespace pagoda {
+
+constexpr int32_t kMaxNumSamples = 64;  // n of one request at most
+
+struct EngineConfig {
+  int32_t block_size = kDefaultBlockSize;  // token slots per KV block
+  int32_t max_num_batched_tokens = 2048;   // the token budget of one step
+  int32_t max_num_seqs = 64;               // sequences running at once
+  bool enable_prefix_caching = true;
+  // The KV budget, exactly one of: bytes of K/V memory (--kv-cache-gb), or tokens it holds.
+  uint64_t kv_cache_bytes = 0;
+  int64_t num_kv_cache_tokens = 0;
+  int32_t max_model_len = 0;  // prompt + max_tokens at most; 0: only the KV budget limits
+};
+
+struct GenerationRequest {
+  std::vector<TokenId> prompt;  // token ids, not empty
+  SamplingParams sampling;
+  int32_t max_tokens = 16;        // output tokens per sample at most (a stop id counts)
+  std::vector<TokenId> stop_ids;  // EOS / EOG: the sample ends when it draws one
+  int32_t n = 1;                  // parallel samples of the same prompt, [1, kMaxNumSamples]
+  uint64_t cache_key = 0;         // only requests with equal keys share cached KV blocks
+};
+
+enum class FinishReason { kStop, kLength, kAbort, kError };
+std::string_view to_string(FinishReason reason);
+
+// What one step (or an abort) produced for one sample of one request.
+struct OutputEvent {
+  RequestId request_id = 0;
+  int32_t index = 0;               // which of the request's n samples, [0, n)
+  std::vector<TokenId> token_ids;  // new output tokens (a stop id is not among them)
+  // [token_ids.size()] when the request asked for logprobs (SamplingParams::logprobs), else empty.
+  std::vector<SampleResult> logprobs;
+  std::optional<FinishReason> finish_reason;  // set on the sample's last event
+  TokenId stop_token = kNoToken;              // kStop: the stop id drawn
+  std::string error;                          // kError: what went wrong
+  bool request_finished = false;              // the request's last event: every sample has finished
+};
+
+class Engine {
+ public:
+  // `model` and `backend` must outlive the engine. Throws Error on a bad config (no or two KV
+  // budgets, a budget too small for one block, non-positive limits).
+  Engine(Model& model, Backend& backend, EngineConfig config);
+
+  // Throws Error naming the first problem: an empty prompt, a token id outside the vocabulary,
+  // max_tokens < 1, n outside [1, kMaxNumSamples], bad sampling params, a logit_bias id outside
+  // the vocabulary, or prompt + max_tokens beyond max_model_len or the whole KV cache. Reads
+  // only what the constructor fixed, so any thread may call it while another runs step().
+  void check_request(const GenerationRequest& request) const;
+
+  // Queues a request (after check_request) under a new id, or under `id` (throws Error when it
+  // is live). Do not mix both forms in one engine: a chosen id may collide with a later new one.
+  RequestId add_request(GenerationRequest request);
+  void add_request(RequestId id, GenerationRequest request);
+  RequestId add_request(std::vector<TokenId> prompt, SamplingParams sampling, int32_t max_tokens,
+                        std::vector<TokenId> stop_ids, int32_t n = 1);
+
+  // Ends every unfinished sample of request `id` now, freeing its blocks, and returns their
+  // last events (kAbort). Empty when the id is unknown or finished.
+  std::vector<OutputEvent> abort(RequestId id);
+
+  // Runs one scheduler step and returns its events: at most one per sample that drew a token,
+  // plus error events. Nothing to do: returns nothing.
+  std::vector<OutputEvent> step();
+
+  bool has_work() const { return scheduler_.has_unfinished(); }
+  EngineStats stats() const;
+  const Scheduler& scheduler() const { return scheduler_; }
+  const EngineConfig& config() const { return config_; }
+  const KvStorage& kv() const { return *kv_; }
+  int32_t num_requests() const { return static_cast<int32_t>(groups_.size()); }
+
+  void check_invariants() const;
+
+ private:
+  // One sample of a request: one scheduler request (a "sequence"), under its own id.
+  struct Sequence {
+    RequestId request_id = 0;
+    int32_t index = 0;
+    Sampler sampler;
+    // The parent of a forked request before the fork: its prompt stops one token short, and its
+    // next "sample" is the prompt's last token.
+    bool prompt_phase = false;
+    TokenId last_prompt_token = kNoToken;
+  };
+  struct Group {
+    int32_t num_unfinished = 0;
+    RequestId parent = 0;                     // sequence id of sample 0
+    std::vector<RequestId> waiting_children;  // sequence ids to fork from the parent
+  };
+
+  void add_group(RequestId id, GenerationRequest request);
+  // Forgets a finished sequence and completes `event` (its last); closes the group at its end.
+  void finish_sequence(RequestId seq_id, FinishReason reason, OutputEvent& event);
+  OutputEvent event_for(const Sequence& seq) const;
+  void fork_children(Group& group);
+
+  Model& model_;
+  Backend& backend_;
+  EngineConfig config_;
+  int32_t vocab_size_;
+  std::unique_ptr<KvStorage> kv_;
+  Scheduler scheduler_;
+  std::unordered_map<RequestId, Group> groups_;        // live requests, by RequestId
+  std::unordered_map<RequestId, Sequence> sequences_;  // by sequence (scheduler) id
+  RequestId next_request_id_ = 1;
+  RequestId next_sequence_id_ = 1;
+  SamplerScratch scratch_;
+  std::vector<float> logits_;  // [num logit rows, vocab_size]
+  int64_t num_finished_requests_ = 0;
+  int64_t num_computed_tokens_ = 0;
+  int64_t num_generated_tokens_ = 0;
+  int64_t num_block_copies_ = 0;
+};
+
+}  // namespace pagoda

@@ -1,0 +1,62 @@
+#include "engine/forward_batch.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+
+namespace pagoda {
+
+ForwardBatch build_forward_batch(const StepPlan& plan, const FindRequest& find_request,
+                                 int32_t block_size) {
+  if (block_size < 1) fail("forward batch: block size must be positive, got ", block_size);
+  ForwardBatch b;
+  b.block_size = block_size;
+  const auto num_seqs = static_cast<int32_t>(plan.requests.size());
+  int32_t max_blocks = 0;
+  for (const ScheduledRequest& s : plan.requests) {
+    max_blocks = std::max(max_blocks, static_cast<int32_t>(s.block_table.size()));
+  }
+  b.max_blocks_per_seq = max_blocks;
+  b.token_ids.reserve(static_cast<size_t>(plan.num_scheduled_tokens));
+  b.positions.reserve(static_cast<size_t>(plan.num_scheduled_tokens));
+  b.slot_mapping.reserve(static_cast<size_t>(plan.num_scheduled_tokens));
+  b.query_start.reserve(static_cast<size_t>(num_seqs) + 1);
+  b.block_table.assign(static_cast<size_t>(num_seqs) * max_blocks, kNoBlock);
+  b.query_start.push_back(0);
+
+  for (int32_t seq = 0; seq < num_seqs; ++seq) {
+    const ScheduledRequest& s = plan.requests[seq];
+    const Request* r = find_request(s.request_id);
+    if (r == nullptr) fail("forward batch: request ", s.request_id, " of the plan is not live");
+    const int64_t end = int64_t{s.start_position} + s.num_new_tokens;
+    const auto num_table_blocks = static_cast<int64_t>(s.block_table.size());
+    if (s.start_position < 0 || s.num_new_tokens < 1 || end > r->num_tokens() ||
+        end > num_table_blocks * block_size) {
+      fail("forward batch: request ", s.request_id, " schedules positions [", s.start_position,
+           ", ", end, ") of ", r->num_tokens(), " tokens with ", num_table_blocks, " blocks of ",
+           block_size);
+    }
+    if (s.needs_sample != (end == r->num_tokens())) {
+      fail("forward batch: request ", s.request_id, " needs_sample disagrees with its tokens");
+    }
+    std::copy(s.block_table.begin(), s.block_table.end(),
+              b.block_table.begin() + int64_t{seq} * max_blocks);
+    const int32_t num_prompt = r->num_prompt_tokens();
+    for (int32_t pos = s.start_position; pos < end; ++pos) {
+      b.token_ids.push_back(pos < num_prompt ? r->prompt[pos] : r->output[pos - num_prompt]);
+      b.positions.push_back(pos);
+      b.slot_mapping.push_back(int64_t{s.block_table[pos / block_size]} * block_size +
+                               pos % block_size);
+    }
+    b.query_start.push_back(b.num_tokens());
+    if (s.needs_sample) b.logit_rows.push_back(b.num_tokens() - 1);
+  }
+  return b;
+}
+
+ForwardBatch build_forward_batch(const StepPlan& plan, const Scheduler& scheduler) {
+  return build_forward_batch(
+      plan, [&scheduler](RequestId id) { return scheduler.find(id); }, scheduler.kv().block_size());
+}
+
+}  // namespace pagoda
