@@ -39,6 +39,7 @@ Action add_run(CLI::App& app) {
     int threads = 0;
     std::string backend = "cpu";
     bool raw = false;
+    bool ignore_eos = false;
     SamplingParams sampling;
     uint64_t seed = 0;
   };
@@ -61,6 +62,7 @@ Action add_run(CLI::App& app) {
   cmd->add_option("--frequency-penalty", o->sampling.frequency_penalty, "Frequency penalty");
   auto* seed = cmd->add_option("--seed", o->seed, "Random seed (same seed, same text)");
   cmd->add_flag("--raw", o->raw, "Do not add BOS");
+  cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-generation tokens (benchmarks)");
   return [o, seed] {
     if (seed->count() > 0) {
       o->sampling.seed = o->seed;
@@ -95,7 +97,7 @@ Action add_run(CLI::App& app) {
     request.prompt = prompt;
     request.sampling = o->sampling;
     request.max_tokens = std::max(1, std::min(o->num_tokens, context - num_prompt));
-    request.stop_ids = tokenizer->vocab().eog;
+    if (!o->ignore_eos) request.stop_ids = tokenizer->vocab().eog;
 
     g_interrupted = false;
     auto old_handler = std::signal(SIGINT, on_sigint);
