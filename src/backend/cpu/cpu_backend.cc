@@ -1,65 +1,186 @@
-// The fast CPU backend. Until the SIMD kernels land it is the reference backend's ops with the
-// matrix products spread over threads (weights dequantized one row at a time, in float).
+// The fast CPU backend: each op picks the kernel table of the active instruction-set level at
+// its entry (see cpu_features.h) and spreads large work over the backend's threads
+// (thread_pool.h). Matrix products and attention live in matmul.cc and attention.cc; the light
+// ops are here.
 #include <omp.h>
 
+#include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/ops.h"
+#include "core/dtype.h"
+#include "core/error.h"
 #include "quant/reference.h"
 
 namespace pagoda {
 namespace {
 
+using cpu::Kernels;
+
+const Kernels& kernels() { return cpu::cpu_kernels(active_cpu_level()); }
+
+// Elementwise work below this many values stays on the calling thread.
+constexpr int64_t kThreadedElements = 1 << 16;
+// Values per thread chunk of an elementwise op (a multiple of every vector width).
+constexpr int64_t kElementChunk = 1 << 14;
+
 class CpuBackend final : public Backend {
  public:
   explicit CpuBackend(int num_threads)
-      : ref_(make_reference_backend()), num_threads_(num_threads > 0 ? num_threads : omp_get_num_procs()) {}
+      : pool_(num_threads > 0 ? num_threads : omp_get_num_procs()) {}
   std::string name() const override { return "cpu"; }
 
-  void embed(const WeightMatrix& t, const int32_t* ids, int64_t n, float* out) override {
-    ref_->embed(t, ids, n, out);
+  void embed(const WeightMatrix& table, const int32_t* ids, int64_t num_tokens, float* out) override {
+    // Checked here: a throw inside a worker thread would end the process.
+    if (!can_dequantize(table.type)) fail("embed: cannot read ", dtype_traits(table.type).name, " tables");
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      if (ids[t] < 0 || ids[t] >= table.rows) fail("token id ", ids[t], " is outside the embedding table");
+    }
+    split(num_tokens, num_tokens * table.cols >= kThreadedElements, [&](int64_t first, int64_t last) {
+      for (int64_t t = first; t < last; ++t) {
+        dequantize_row(table.type, table.data + table.row_bytes * ids[t], out + t * table.cols, table.cols);
+      }
+    });
   }
 
   void matmul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y) override {
-#pragma omp parallel num_threads(num_threads_)
-    {
-      std::vector<float> row(static_cast<size_t>(w.cols));
-#pragma omp for schedule(static)
-      for (int64_t r = 0; r < w.rows; ++r) {
-        dequantize_row(w.type, w.data + w.row_bytes * r, row.data(), w.cols);
-        for (int64_t t = 0; t < num_tokens; ++t) {
-          const float* xt = x + t * w.cols;
-          float sum = 0;
-          for (int64_t c = 0; c < w.cols; ++c) sum += row[c] * xt[c];
-          y[t * w.rows + r] = sum;
+    cpu::matmul(kernels(), w, x, num_tokens, y, pool_, activations_, panels_);
+  }
+
+  void rms_norm(const float* x, const float* weight, int64_t num_rows, int64_t dim, float eps,
+                float* y) override {
+    const Kernels& k = kernels();
+    split(num_rows, num_rows * dim >= kThreadedElements, [&](int64_t first, int64_t last) {
+      for (int64_t t = first; t < last; ++t) {
+        const float ss = k.sum_squares(x + t * dim, dim);
+        const float inv = 1.0f / std::sqrt(ss / static_cast<float>(dim) + eps);
+        k.scale_mul(x + t * dim, inv, weight, y + t * dim, dim);
+      }
+    });
+  }
+
+  void rope(float* x, const int32_t* positions, int64_t num_tokens, int64_t num_heads,
+            int64_t head_dim, const RopeParams& p) override {
+    const int64_t half = p.rotary_dim / 2;
+    const float* table = rope_table(positions, num_tokens, p);  // [num_tokens, half, 2]
+    const int64_t stride = p.split_half ? 1 : 2;  // distance between pair starts
+    const int64_t other = p.split_half ? half : 1;  // distance from a pair's first to second
+    split(num_tokens, num_tokens * num_heads * head_dim >= kThreadedElements, [&](int64_t first, int64_t last) {
+      for (int64_t t = first; t < last; ++t) {
+        const float* cs = table + t * half * 2;
+        for (int64_t h = 0; h < num_heads; ++h) {
+          float* v = x + (t * num_heads + h) * head_dim;
+          for (int64_t i = 0; i < half; ++i) {
+            float* a = v + i * stride;
+            const float x0 = a[0], x1 = a[other], c = cs[2 * i], s = cs[2 * i + 1];
+            a[0] = x0 * c - x1 * s;
+            a[other] = x0 * s + x1 * c;
+          }
         }
       }
+    });
+  }
+
+  void write_kv(const float* k, const float* v, const AttentionBatch& batch,
+                const AttentionParams& p, float* k_cache, float* v_cache) override {
+    const int64_t stride = static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
+    for (int32_t t = 0; t < batch.num_tokens; ++t) {
+      const int64_t slot = batch.slot_mapping[t];
+      std::memcpy(k_cache + slot * stride, k + t * stride, static_cast<size_t>(stride) * sizeof(float));
+      std::memcpy(v_cache + slot * stride, v + t * stride, static_cast<size_t>(stride) * sizeof(float));
     }
   }
 
-  void rms_norm(const float* x, const float* w, int64_t rows, int64_t dim, float eps, float* y) override {
-    ref_->rms_norm(x, w, rows, dim, eps, y);
+  void attention(const float* q, const float* k_cache, const float* v_cache,
+                 const AttentionBatch& batch, const AttentionParams& p, float* out) override {
+    cpu::attention(kernels(), q, k_cache, v_cache, batch, p, out, pool_);
   }
-  void rope(float* x, const int32_t* pos, int64_t n, int64_t heads, int64_t hd, const RopeParams& p) override {
-    ref_->rope(x, pos, n, heads, hd, p);
+
+  void silu_mul(const float* gate, const float* up, int64_t n, float* out) override {
+    const Kernels& k = kernels();
+    elementwise(n, [&](int64_t i, int64_t m) { k.silu_mul(gate + i, up + i, m, out + i); });
   }
-  void write_kv(const float* k, const float* v, const AttentionBatch& b, const AttentionParams& p,
-                float* kc, float* vc) override {
-    ref_->write_kv(k, v, b, p, kc, vc);
+  void gelu_mul(const float* gate, const float* up, int64_t n, float* out) override {
+    const Kernels& k = kernels();
+    elementwise(n, [&](int64_t i, int64_t m) { k.gelu_mul(gate + i, up + i, m, out + i); });
   }
-  void attention(const float* q, const float* kc, const float* vc, const AttentionBatch& b,
-                 const AttentionParams& p, float* out) override {
-    ref_->attention(q, kc, vc, b, p, out);
+  void add(float* x, const float* y, int64_t n) override {
+    const Kernels& k = kernels();
+    elementwise(n, [&](int64_t i, int64_t m) { k.add(x + i, y + i, m); });
   }
-  void silu_mul(const float* g, const float* u, int64_t n, float* out) override { ref_->silu_mul(g, u, n, out); }
-  void gelu_mul(const float* g, const float* u, int64_t n, float* out) override { ref_->gelu_mul(g, u, n, out); }
-  void add(float* x, const float* y, int64_t n) override { ref_->add(x, y, n); }
-  void add_bias(float* x, const float* b, int64_t rows, int64_t dim) override { ref_->add_bias(x, b, rows, dim); }
-  void scale(float* x, float s, int64_t n) override { ref_->scale(x, s, n); }
+  void add_bias(float* x, const float* bias, int64_t num_rows, int64_t dim) override {
+    const Kernels& k = kernels();
+    for (int64_t t = 0; t < num_rows; ++t) k.add(x + t * dim, bias, dim);
+  }
+  void scale(float* x, float s, int64_t n) override {
+    const Kernels& k = kernels();
+    elementwise(n, [&](int64_t i, int64_t m) { k.scale(x + i, s, m); });
+  }
 
  private:
-  std::unique_ptr<Backend> ref_;
-  int num_threads_;
+  // Runs f(first, last) over [0, n), split among the threads when `threaded`.
+  template <typename F>
+  void split(int64_t n, bool threaded, F f) {
+    if (!threaded || n < 2) {
+      f(0, n);
+      return;
+    }
+    const int64_t num_chunks = std::min<int64_t>(n, 4 * pool_.num_threads());
+    pool_.run(num_chunks, [&](int64_t c, int) { f(n * c / num_chunks, n * (c + 1) / num_chunks); });
+  }
+
+  // Runs f(first, count) over [0, n) in chunks, threaded when n is large.
+  template <typename F>
+  void elementwise(int64_t n, F f) {
+    if (n < kThreadedElements) {
+      f(0, n);
+      return;
+    }
+    const int64_t num_chunks = (n + kElementChunk - 1) / kElementChunk;
+    pool_.run(num_chunks, [&](int64_t c, int) { f(c * kElementChunk, std::min(kElementChunk, n - c * kElementChunk)); });
+  }
+
+  // cos and sin of every (token, pair) angle. The angle is formed and reduced to [-pi, pi] in
+  // double so large positions keep their precision; the float sin / cos of the reduced angle is
+  // then within about 3e-7. Consecutive calls with the same positions (q, then k) share it.
+  const float* rope_table(const int32_t* positions, int64_t num_tokens, const RopeParams& p) {
+    const int64_t half = p.rotary_dim / 2;
+    const bool same = rope_positions_.size() == static_cast<size_t>(num_tokens) &&
+                      std::equal(rope_positions_.begin(), rope_positions_.end(), positions) &&
+                      rope_key_.rotary_dim == p.rotary_dim && rope_key_.theta == p.theta &&
+                      rope_key_.position_scale == p.position_scale &&
+                      rope_key_.freq_factors == p.freq_factors;
+    if (same) return rope_cs_.data();
+    rope_key_ = p;
+    rope_positions_.assign(positions, positions + num_tokens);
+    std::vector<double> freq(static_cast<size_t>(half));
+    for (int64_t i = 0; i < half; ++i) {
+      freq[i] = std::pow(static_cast<double>(p.theta), -2.0 * static_cast<double>(i) / p.rotary_dim);
+      if (p.freq_factors != nullptr) freq[i] /= p.freq_factors[i];
+    }
+    rope_cs_.resize(static_cast<size_t>(num_tokens * half * 2));
+    constexpr double kTwoPi = 6.283185307179586;
+    for (int64_t t = 0; t < num_tokens; ++t) {
+      const double pos = static_cast<double>(positions[t]) * p.position_scale;
+      for (int64_t i = 0; i < half; ++i) {
+        const double angle = pos * freq[i];
+        const auto reduced = static_cast<float>(angle - kTwoPi * std::nearbyint(angle / kTwoPi));
+        rope_cs_[(t * half + i) * 2] = std::cos(reduced);
+        rope_cs_[(t * half + i) * 2 + 1] = std::sin(reduced);
+      }
+    }
+    return rope_cs_.data();
+  }
+
+  cpu::ThreadPool pool_;
+  cpu::Scratch activations_;         // quantized activation rows of the current matmul
+  std::vector<cpu::Scratch> panels_;  // per thread: weight rows unpacked for prefill
+  RopeParams rope_key_;
+  std::vector<int32_t> rope_positions_;
+  std::vector<float> rope_cs_;  // [num_tokens, rotary_dim / 2, 2]
 };
 
 }  // namespace

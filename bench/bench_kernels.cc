@@ -1,0 +1,149 @@
+// CPU backend kernel speed: weight GB/s of a matrix-vector product (decode) and GFLOP/s of a
+// 512-token matrix product (prefill) for each weight type, plus the machine's streaming read
+// bandwidth to compare the GB/s against.
+//   build/bench/bench_kernels [--benchmark_filter=Q4_K] (PAGODA_CPU_LEVEL=avx2|scalar to compare)
+// The weights are 2048 inputs x 8192 outputs. "hot" repeats one matrix (it fits in a large L3),
+// "cold" cycles through copies totalling 512 MiB so every pass streams from DRAM.
+#include <benchmark/benchmark.h>
+#include <omp.h>
+
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/dtype.h"
+#include "quant/reference.h"
+
+namespace {
+
+using pagoda::DType;
+
+constexpr int64_t kRows = 8192;
+constexpr int64_t kCols = 2048;
+constexpr int64_t kDistinctRows = 64;  // quantized once, then repeated (speed is data-blind)
+constexpr size_t kColdBytes = size_t{512} << 20;
+
+struct Matrices {
+  std::vector<uint8_t> data;  // num_copies matrices back to back
+  pagoda::WeightMatrix first;
+  int64_t num_copies = 1;
+  uint64_t bytes = 0;  // of one matrix
+};
+
+Matrices make_matrices(DType type, bool cold) {
+  Matrices m;
+  const uint64_t row_bytes = pagoda::row_bytes(type, kCols);
+  m.bytes = row_bytes * kRows;
+  m.num_copies = cold ? static_cast<int64_t>((kColdBytes + m.bytes - 1) / m.bytes) : 1;
+  m.data.resize(m.bytes * m.num_copies);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> row(kCols);
+  for (int64_t r = 0; r < kDistinctRows; ++r) {
+    for (float& v : row) v = normal(rng);
+    pagoda::quantize_row(type, row.data(), m.data.data() + r * row_bytes, kCols);
+  }
+  for (int64_t r = kDistinctRows; r < kRows * m.num_copies; ++r) {
+    std::memcpy(m.data.data() + r * row_bytes, m.data.data() + (r % kDistinctRows) * row_bytes, row_bytes);
+  }
+  m.first = {type, kRows, kCols, m.data.data(), row_bytes};
+  return m;
+}
+
+std::vector<float> random_activations(int64_t n) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(static_cast<size_t>(n));
+  for (float& v : x) v = normal(rng);
+  return x;
+}
+
+void matvec(benchmark::State& state, DType type, int threads, bool cold) {
+  Matrices m = make_matrices(type, cold);
+  auto backend = pagoda::make_cpu_backend(threads);
+  std::vector<float> x = random_activations(kCols), y(kRows);
+  int64_t copy = 0;
+  for (auto _ : state) {
+    pagoda::WeightMatrix w = m.first;
+    w.data = m.data.data() + (copy++ % m.num_copies) * m.bytes;
+    backend->matmul(w, x.data(), 1, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * m.bytes));
+}
+
+void matmul512(benchmark::State& state, DType type, int threads) {
+  constexpr int64_t kTokens = 512;
+  Matrices m = make_matrices(type, false);
+  auto backend = pagoda::make_cpu_backend(threads);
+  std::vector<float> x = random_activations(kTokens * kCols), y(kTokens * kRows);
+  for (auto _ : state) {
+    backend->matmul(m.first, x.data(), kTokens, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * kRows * kCols * kTokens * static_cast<double>(state.iterations()) / 1e9,
+      benchmark::Counter::kIsRate);
+}
+
+// Sum of a 1 GiB array: the streaming read bandwidth that decode is measured against.
+void stream_read(benchmark::State& state, int threads) {
+  const size_t n = (size_t{1} << 30) / sizeof(uint64_t);
+  std::unique_ptr<uint64_t[]> data(new uint64_t[n]);
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (size_t i = 0; i < n; ++i) data[i] = i;
+  for (auto _ : state) {
+    uint64_t total = 0;
+    // Four independent sums per thread, so the adds keep up with the loads.
+#pragma omp parallel for num_threads(threads) schedule(static) reduction(+ : total)
+    for (size_t i = 0; i < n; i += 8) {
+      total += (data[i] + data[i + 4]) + (data[i + 1] + data[i + 5]) + (data[i + 2] + data[i + 6]) +
+               (data[i + 3] + data[i + 7]);
+    }
+    benchmark::DoNotOptimize(total);
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * n * sizeof(uint64_t)));
+}
+
+constexpr DType kTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K, DType::kQ5_0,
+                            DType::kF32,  DType::kF16,  DType::kQ4_1, DType::kQ5_1, DType::kQ5_K,
+                            DType::kQ3_K, DType::kQ2_K, DType::kBF16};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (DType type : kTypes) {
+    const std::string name(pagoda::dtype_traits(type).name);
+    for (bool cold : {false, true}) {
+      for (int threads : {1, 2}) {
+        benchmark::RegisterBenchmark(
+            ("matvec/" + name + (cold ? "/cold" : "/hot") + "/threads:" + std::to_string(threads)).c_str(),
+            matvec, type, threads, cold)
+            ->UseRealTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
+    }
+  }
+  for (DType type : kTypes) {
+    for (int threads : {1, 2}) {
+      benchmark::RegisterBenchmark(
+          ("matmul512/" + std::string(pagoda::dtype_traits(type).name) + "/threads:" + std::to_string(threads)).c_str(),
+          matmul512, type, threads)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
+  for (int threads : {1, 2}) {
+    benchmark::RegisterBenchmark(("stream_read/threads:" + std::to_string(threads)).c_str(), stream_read, threads)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,124 @@
+// Internal to backend/cpu: the kernel table each instruction-set level fills in, and the layout
+// of quantized activations the matrix kernels read. Ops pick a table once per call
+// (cpu_kernels(active_cpu_level())); nothing here depends on the ISA a file was compiled for.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "backend/cpu/cpu_features.h"
+#include "core/dtype.h"
+
+namespace pagoda::cpu {
+
+// What a weight type's dot product wants its activations as.
+enum class ActFormat {
+  kF32,  // the float rows as given
+  kQ8,   // 8-bit, one float scale per 32 values (for Q4_0 .. Q8_0)
+  kQ8K,  // 8-bit, one float scale per 256 values and sums per 16 (for the K-quants)
+};
+
+constexpr int kQ8Block = 32;
+constexpr int kMaxTileQueries = 4;
+constexpr int kQ8KBlock = 256;
+
+// One token's activations quantized for integer dot products, as a struct-of-arrays so that
+// 8-bit values of neighbouring blocks are contiguous:
+//   kQ8:  qs[cols] int8 | d[cols / 32] | s[cols / 32] | sm[cols / 32]   (floats)
+//   kQ8K: qs[cols] int8 | d[cols / 256] float | bsums[cols / 16] int16
+// q = round(x * 127 / amax) in -127..127 (nearest even), so x ~= d * q. The scales carry the
+// values llama.cpp's Q8_0 / Q8_1 / Q8_K blocks would (d = F16(amax / 127) for kQ8, 1 / (127 /
+// amax) for kQ8K; sm = F16(amax / 127 * sum(q)) as Q8_1's s), so that greedy outputs can match
+// that peer's bit for bit; s = d * sum(q) is exact and serves the offset of Q4_0 / Q5_0.
+inline int64_t act_row_bytes(ActFormat format, int64_t cols) {
+  int64_t bytes = 0;
+  switch (format) {
+    case ActFormat::kF32: bytes = cols * 4; break;
+    case ActFormat::kQ8: bytes = cols + cols / kQ8Block * 12; break;
+    case ActFormat::kQ8K: bytes = cols + cols / kQ8KBlock * 4 + cols / 16 * 2; break;
+  }
+  return (bytes + 63) / 64 * 64;  // rows start on cache lines
+}
+inline const int8_t* act_qs(const uint8_t* row) { return reinterpret_cast<const int8_t*>(row); }
+inline const float* act_d(const uint8_t* row, int64_t cols) {
+  return reinterpret_cast<const float*>(row + cols);
+}
+inline const float* act_s(const uint8_t* row, int64_t cols) {
+  return act_d(row, cols) + cols / kQ8Block;
+}
+inline const float* act_sm(const uint8_t* row, int64_t cols) {
+  return act_s(row, cols) + cols / kQ8Block;
+}
+inline const int16_t* act_bsums(const uint8_t* row, int64_t cols) {
+  return reinterpret_cast<const int16_t*>(act_d(row, cols) + cols / kQ8KBlock);
+}
+
+// y[t * y_stride + r] = (row r of w) . (activation row t) for r < num_rows, t < num_tokens,
+// both at most the kernel's tile size. w rows are `w_stride` bytes apart (any alignment);
+// activation rows `x_stride` bytes apart in the kernel's ActFormat.
+using TileFn = void (*)(const uint8_t* w, size_t w_stride, int num_rows, const uint8_t* x,
+                        size_t x_stride, int num_tokens, int64_t cols, float* y,
+                        int64_t y_stride);
+
+// Copies rows [0, num_rows) of w into `panel` in a layout faster to multiply from (weights
+// unpacked once per chunk of rows, then reused by every token of a prefill).
+using UnpackFn = void (*)(const uint8_t* w, size_t w_stride, int64_t num_rows, int64_t cols,
+                          uint8_t* panel);
+
+struct MatmulKernel {
+  ActFormat act = ActFormat::kF32;
+  TileFn tile = nullptr;  // null: this level has no kernel for the type
+  int tile_rows = 1;      // the largest num_rows / num_tokens a call takes
+  int tile_tokens = 1;
+  // Optional, for many tokens: unpack a chunk of rows into a panel (panel_bytes_per_block bytes
+  // per 32 columns of a row), then panel_tile over it. Same results as `tile`, bit for bit.
+  UnpackFn unpack = nullptr;
+  TileFn panel_tile = nullptr;
+  int panel_bytes_per_block = 0;
+};
+
+// Quantizes one row of `cols` floats (a multiple of the block) into the layout above.
+using QuantizeFn = void (*)(const float* x, int64_t cols, uint8_t* out);
+
+struct Kernels {
+  CpuLevel level = CpuLevel::kScalar;
+  MatmulKernel matmul[32];  // indexed by the DType's number
+  QuantizeFn quantize_q8 = nullptr;
+  QuantizeFn quantize_q8k = nullptr;
+
+  // Attention tiles over up to kMaxTileQueries query rows (rows `*_stride` floats apart):
+  //   qk: scores[i * s_stride + j] = q_i . k_j             for j < num_keys
+  //   pv: out_i += sum_j p[i * p_stride + j] * v_j          for j < num_values
+  void (*qk_tile)(const float* q, int64_t q_stride, int num_queries, const float* k, int64_t k_stride,
+                  int num_keys, int64_t dim, float* scores, int64_t s_stride) = nullptr;
+  void (*pv_tile)(const float* p, int64_t p_stride, int num_queries, const float* v, int64_t v_stride,
+                  int num_values, int64_t dim, float* out, int64_t out_stride) = nullptr;
+
+  float (*dot)(const float* a, const float* b, int64_t n) = nullptr;
+  void (*axpy)(float a, const float* x, float* y, int64_t n) = nullptr;  // y += a * x
+  float (*sum_squares)(const float* x, int64_t n) = nullptr;
+  // y = x * s * w
+  void (*scale_mul)(const float* x, float s, const float* w, float* y, int64_t n) = nullptr;
+  // x = exp(x - shift); returns the sum of the new values.
+  float (*exp_shift_sum)(float* x, int64_t n, float shift) = nullptr;
+  // x = cap * tanh(x / cap)
+  void (*softcap)(float* x, int64_t n, float cap) = nullptr;
+  void (*silu_mul)(const float* gate, const float* up, int64_t n, float* out) = nullptr;
+  void (*gelu_mul)(const float* gate, const float* up, int64_t n, float* out) = nullptr;
+  void (*add)(float* x, const float* y, int64_t n) = nullptr;
+  void (*scale)(float* x, float s, int64_t n) = nullptr;
+};
+
+// The table for `level`; entries a level lacks are taken from the level below, so every entry
+// of every table is set (matmul entries only for the types some level supports).
+const Kernels& cpu_kernels(CpuLevel level);
+
+// Each level's own entries (null where it defers to the level below). Defined in
+// kernels_scalar.cc, kernels_avx2.cc, kernels_avx512.cc.
+void fill_scalar_kernels(Kernels& k);
+void fill_avx2_kernels(Kernels& k);
+void fill_avx512_kernels(Kernels& k);
+
+inline int dtype_index(DType type) { return static_cast<int>(type); }
+
+}  // namespace pagoda::cpu

@@ -1,0 +1,140 @@
+// Matrix products straight from the stored weight blocks. The activation rows are quantized
+// once per call (to the 8-bit layout the weight type's dot product wants), then threads take
+// chunks of output rows. Within a chunk, tiles of R rows x T tokens run over the tokens in
+// groups sized to stay in L2, so each weight block is loaded once per T tokens (registers) and
+// each chunk of rows once per token group (cache) rather than once per token.
+#include <algorithm>
+#include <cstdlib>
+#include <vector>
+
+#include "backend/cpu/ops.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "quant/reference.h"
+
+namespace pagoda::cpu {
+namespace {
+
+// Activation bytes per token group: half of a 1 MiB L2, leaving room for the weight chunk.
+constexpr int64_t kTokenGroupBytes = 512 * 1024;
+// Rows per work item when tiling many tokens: a chunk of weights that stays in L2 while the
+// token groups pass over it.
+constexpr int64_t kPrefillChunkRows = 64;
+// Bytes of unpacked weights per chunk (per thread), to stay in L2 beside the token group.
+constexpr int64_t kPanelBytes = 384 * 1024;
+// Work items per thread for a matrix-vector product; more balance the load when another
+// process holds a core, fewer keep the hardware prefetcher on long runs.
+constexpr int64_t kItemsPerThread = 8;
+
+int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+// Types no level has a kernel for: one row at a time in float (never the whole matrix).
+void matmul_dequantized(const Kernels& k, const WeightMatrix& w, const float* x,
+                        int64_t num_tokens, float* y, ThreadPool& pool) {
+  if (!can_dequantize(w.type)) fail("matmul: no kernel for ", dtype_traits(w.type).name, " weights");
+  const bool threaded = worth_threads(w.rows * w.cols * num_tokens);
+  const int64_t num_chunks = threaded ? pool.num_threads() : 1;
+  const int64_t chunk_rows = (w.rows + num_chunks - 1) / num_chunks;
+  pool.run(num_chunks, [&](int64_t chunk, int) {
+    std::vector<float> row(static_cast<size_t>(w.cols));
+    for (int64_t r = chunk * chunk_rows; r < std::min(w.rows, (chunk + 1) * chunk_rows); ++r) {
+      dequantize_row(w.type, w.data + w.row_bytes * r, row.data(), w.cols);
+      for (int64_t t = 0; t < num_tokens; ++t) y[t * w.rows + r] = k.dot(row.data(), x + t * w.cols, w.cols);
+    }
+  });
+}
+
+}  // namespace
+
+void Scratch::Free::operator()(uint8_t* p) const { std::free(p); }
+
+uint8_t* Scratch::get(size_t bytes) {
+  if (bytes > size_) {
+    const size_t size = (bytes + 4095) / 4096 * 4096;
+    void* p = std::aligned_alloc(64, size);
+    if (p == nullptr) fail("out of memory for ", size, " bytes of CPU backend scratch");
+    data_.reset(static_cast<uint8_t*>(p));
+    size_ = size;
+  }
+  return data_.get();
+}
+
+void matmul(const Kernels& k, const WeightMatrix& w, const float* x, int64_t num_tokens, float* y,
+            ThreadPool& pool, Scratch& activations, std::vector<Scratch>& panels) {
+  if (num_tokens <= 0 || w.rows <= 0) return;
+  const int type = dtype_index(w.type);
+  const MatmulKernel kernel =
+      type >= 0 && type < static_cast<int>(std::size(k.matmul)) ? k.matmul[type] : MatmulKernel{};
+  if (kernel.tile == nullptr) {
+    matmul_dequantized(k, w, x, num_tokens, y, pool);
+    return;
+  }
+  const int64_t rows = w.rows, cols = w.cols;
+  const bool threaded = pool.num_threads() > 1 && worth_threads(rows * cols * num_tokens);
+
+  // Activations in the kernel's format.
+  const uint8_t* xa = reinterpret_cast<const uint8_t*>(x);
+  int64_t x_stride = cols * static_cast<int64_t>(sizeof(float));
+  if (kernel.act != ActFormat::kF32) {
+    x_stride = act_row_bytes(kernel.act, cols);
+    uint8_t* buffer = activations.get(static_cast<size_t>(num_tokens * x_stride));
+    const QuantizeFn quantize = kernel.act == ActFormat::kQ8 ? k.quantize_q8 : k.quantize_q8k;
+    const int64_t num_chunks = threaded ? std::min<int64_t>(num_tokens, pool.num_threads()) : 1;
+    pool.run(num_chunks, [&](int64_t chunk, int) {
+      for (int64_t t = chunk; t < num_tokens; t += num_chunks) quantize(x + t * cols, cols, buffer + t * x_stride);
+    });
+    xa = buffer;
+  }
+
+  const int64_t tile_rows = kernel.tile_rows, tile_tokens = kernel.tile_tokens;
+  const int64_t threads = threaded ? pool.num_threads() : 1;
+  const bool prefill = num_tokens > tile_tokens;
+  const bool unpack = prefill && kernel.unpack != nullptr;
+  const int64_t panel_stride = cols / 32 * kernel.panel_bytes_per_block;
+  int64_t chunk_rows, group_tokens;
+  if (!prefill) {
+    chunk_rows = round_up(std::max<int64_t>(1, rows / (threads * kItemsPerThread)), tile_rows);
+    group_tokens = num_tokens;
+  } else {
+    int64_t max_rows = kPrefillChunkRows;
+    if (unpack) max_rows = std::clamp<int64_t>(kPanelBytes / panel_stride, tile_rows, max_rows);
+    chunk_rows = round_up(std::min(max_rows, (rows + threads - 1) / threads), tile_rows);
+    group_tokens = round_up(std::clamp<int64_t>(kTokenGroupBytes / x_stride, 1, num_tokens), tile_tokens);
+  }
+  const int64_t num_chunks = (rows + chunk_rows - 1) / chunk_rows;
+  if (unpack && panels.size() < static_cast<size_t>(threads)) panels.resize(static_cast<size_t>(threads));
+
+  const auto run_chunk = [&](int64_t chunk, int thread) {
+    const int64_t r_begin = chunk * chunk_rows;
+    const int64_t r_end = std::min(rows, r_begin + chunk_rows);
+    // The tiles read either the stored rows or this chunk unpacked into the thread's panel.
+    TileFn tile = kernel.tile;
+    const uint8_t* base = w.data + r_begin * w.row_bytes;
+    uint64_t stride = w.row_bytes;
+    if (unpack) {
+      uint8_t* panel = panels[thread].get(static_cast<size_t>((r_end - r_begin) * panel_stride));
+      kernel.unpack(base, w.row_bytes, r_end - r_begin, cols, panel);
+      tile = kernel.panel_tile;
+      base = panel;
+      stride = static_cast<uint64_t>(panel_stride);
+    }
+    for (int64_t g = 0; g < num_tokens; g += group_tokens) {
+      const int64_t g_end = std::min(num_tokens, g + group_tokens);
+      for (int64_t r = r_begin; r < r_end; r += tile_rows) {
+        const int num_rows = static_cast<int>(std::min(tile_rows, r_end - r));
+        for (int64_t t = g; t < g_end; t += tile_tokens) {
+          const int n = static_cast<int>(std::min(tile_tokens, g_end - t));
+          tile(base + (r - r_begin) * stride, stride, num_rows, xa + t * x_stride, x_stride, n, cols,
+               y + t * rows + r, rows);
+        }
+      }
+    }
+  };
+  if (threaded) {
+    pool.run(num_chunks, run_chunk);
+  } else {
+    for (int64_t chunk = 0; chunk < num_chunks; ++chunk) run_chunk(chunk, 0);
+  }
+}
+
+}  // namespace pagoda::cpu

@@ -1,0 +1,42 @@
+// Internal to backend/cpu: the multi-threaded drivers behind the CpuBackend ops. Each takes the
+// kernel table chosen at the op's entry point and the backend's threads.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/kernels.h"
+#include "backend/cpu/thread_pool.h"
+
+namespace pagoda::cpu {
+
+// A growable buffer aligned to cache lines, reused across calls.
+class Scratch {
+ public:
+  uint8_t* get(size_t bytes);
+
+ private:
+  struct Free {
+    void operator()(uint8_t* p) const;
+  };
+  std::unique_ptr<uint8_t[], Free> data_;
+  size_t size_ = 0;
+};
+
+// y[t, r] = w[r, :] . x[t, :].   x: [num_tokens, w.cols]  y: [num_tokens, w.rows]
+// `panels` holds one buffer per thread for unpacked weights.
+void matmul(const Kernels& k, const WeightMatrix& w, const float* x, int64_t num_tokens, float* y,
+            ThreadPool& pool, Scratch& activations, std::vector<Scratch>& panels);
+
+// Paged causal attention, one (token, head) per work item.
+void attention(const Kernels& k, const float* q, const float* k_cache, const float* v_cache,
+               const AttentionBatch& batch, const AttentionParams& p, float* out,
+               ThreadPool& pool);
+
+// Whether spreading `work` multiply-adds over threads pays for handing them out (a 256 x 640
+// matrix-vector product, 164K, takes about 10 us on one core).
+inline bool worth_threads(int64_t work) { return work >= (int64_t{1} << 19); }
+
+}  // namespace pagoda::cpu
