@@ -31,6 +31,8 @@ MappedFile::MappedFile(const std::string& path) : path_(path) {
       fail(path, ": cannot map: ", std::strerror(err));
     }
     data_ = static_cast<const uint8_t*>(p);
+    // Start reading the weights in now, so the first forward pass does not fault page by page.
+    ::madvise(p, size_, MADV_WILLNEED);
   }
   ::close(fd);
 }
