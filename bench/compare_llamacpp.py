@@ -26,7 +26,21 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 SHARED = pathlib.Path(os.environ.get("PAGODA_SHARED", ROOT.parent / "shared"))
 
 
-def memory_bandwidth(num_threads, gib=1.0, repeats=5):
+def memory_bandwidth(num_threads):
+    """Streaming read bandwidth (bytes/s): bench_kernels' SIMD sum of 1 GiB when it is built (a
+    numpy sum is compute-bound and reads low), else numpy."""
+    tool = ROOT / "build" / "bench" / "bench_kernels"
+    if tool.exists():
+        r = subprocess.run([str(tool), f"--benchmark_filter=stream_read/threads:{num_threads}/",
+                            "--benchmark_repetitions=5", "--benchmark_format=json"],
+                           capture_output=True, text=True, check=True)
+        import json
+        runs = [b for b in json.loads(r.stdout)["benchmarks"] if b.get("run_type") == "iteration"]
+        return max(b["bytes_per_second"] for b in runs)
+    return numpy_bandwidth(num_threads)
+
+
+def numpy_bandwidth(num_threads, gib=1.0, repeats=5):
     """Best of `repeats` passes of a streaming read over `gib` GiB split across threads (bytes/s)."""
     data = np.ones(int(gib * (1 << 30)) // 8, dtype=np.float64)
     parts = np.array_split(data, num_threads)
