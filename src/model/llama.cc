@@ -35,16 +35,7 @@ class LlamaModel final : public Model {
   RopeParams rope_;
   std::vector<float> rope_freq_factors_;
 
-  // Activations, grown to the largest batch seen.
-  std::vector<float> x_;     // [num_tokens, hidden] residual stream
-  std::vector<float> h_;     // [num_tokens, hidden] normed input of a block
-  std::vector<float> q_;     // [num_tokens, heads * hd]
-  std::vector<float> k_;     // [num_tokens, kv_heads * hd]
-  std::vector<float> v_;     // [num_tokens, kv_heads * hd]
-  std::vector<float> attn_;  // [num_tokens, heads * hd]
-  std::vector<float> gate_;  // [num_tokens, ff]
-  std::vector<float> up_;    // [num_tokens, ff]
-  std::vector<float> last_;  // [num_logit_rows, hidden]
+  Activations act_;
 };
 
 LlamaModel::LlamaModel(const ModelFile& file) {
@@ -108,65 +99,45 @@ void LlamaModel::forward(Backend& be, const ForwardBatch& batch, KvStorage& kv,
   const int64_t n = batch.num_tokens(), hidden = c.hidden_size, hd = c.head_dim;
   const int64_t q_dim = int64_t{c.num_heads} * hd, kv_dim = int64_t{c.num_kv_heads} * hd;
   const int64_t ff = c.intermediate_size;
-  x_.resize(n * hidden);
-  h_.resize(n * hidden);
-  q_.resize(n * q_dim);
-  k_.resize(n * kv_dim);
-  v_.resize(n * kv_dim);
-  attn_.resize(n * q_dim);
-  gate_.resize(n * ff);
-  up_.resize(n * ff);
+  act_.resize(n, c);
 
   const AttentionBatch ab = batch.attention_batch();
-  AttentionParams ap;
-  ap.num_heads = static_cast<int32_t>(c.num_heads);
-  ap.num_kv_heads = static_cast<int32_t>(c.num_kv_heads);
-  ap.head_dim = static_cast<int32_t>(hd);
-  ap.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  AttentionParams ap = attention_params(c);
   ap.window = static_cast<int32_t>(c.sliding_window);
 
-  be.embed(token_embd_, batch.token_ids.data(), n, x_.data());
+  be.embed(token_embd_, batch.token_ids.data(), n, act_.x.data());
   for (size_t l = 0; l < layers_.size(); ++l) {
     const LayerWeights& L = layers_[l];
-    be.rms_norm(x_.data(), L.attn_norm.data(), n, hidden, c.rms_norm_eps, h_.data());
-    be.matmul(L.wq, h_.data(), n, q_.data());
-    be.matmul(L.wk, h_.data(), n, k_.data());
-    be.matmul(L.wv, h_.data(), n, v_.data());
+    be.rms_norm(act_.x.data(), L.attn_norm.data(), n, hidden, c.rms_norm_eps, act_.h.data());
+    be.matmul(L.wq, act_.h.data(), n, act_.q.data());
+    be.matmul(L.wk, act_.h.data(), n, act_.k.data());
+    be.matmul(L.wv, act_.h.data(), n, act_.v.data());
     if (!L.bq.empty()) {
-      be.add_bias(q_.data(), L.bq.data(), n, q_dim);
-      be.add_bias(k_.data(), L.bk.data(), n, kv_dim);
-      be.add_bias(v_.data(), L.bv.data(), n, kv_dim);
+      be.add_bias(act_.q.data(), L.bq.data(), n, q_dim);
+      be.add_bias(act_.k.data(), L.bk.data(), n, kv_dim);
+      be.add_bias(act_.v.data(), L.bv.data(), n, kv_dim);
     }
     if (!L.q_norm.empty()) {
-      be.rms_norm(q_.data(), L.q_norm.data(), n * c.num_heads, hd, c.rms_norm_eps, q_.data());
-      be.rms_norm(k_.data(), L.k_norm.data(), n * c.num_kv_heads, hd, c.rms_norm_eps, k_.data());
+      be.rms_norm(act_.q.data(), L.q_norm.data(), n * c.num_heads, hd, c.rms_norm_eps, act_.q.data());
+      be.rms_norm(act_.k.data(), L.k_norm.data(), n * c.num_kv_heads, hd, c.rms_norm_eps, act_.k.data());
     }
-    be.rope(q_.data(), batch.positions.data(), n, c.num_heads, hd, rope_);
-    be.rope(k_.data(), batch.positions.data(), n, c.num_kv_heads, hd, rope_);
+    be.rope(act_.q.data(), batch.positions.data(), n, c.num_heads, hd, rope_);
+    be.rope(act_.k.data(), batch.positions.data(), n, c.num_kv_heads, hd, rope_);
     const auto layer = static_cast<int32_t>(l);
-    be.write_kv(k_.data(), v_.data(), ab, ap, kv.k(layer), kv.v(layer));
-    be.attention(q_.data(), kv.k(layer), kv.v(layer), ab, ap, attn_.data());
-    be.matmul(L.wo, attn_.data(), n, h_.data());
-    be.add(x_.data(), h_.data(), n * hidden);
+    be.write_kv(act_.k.data(), act_.v.data(), ab, ap, kv.k(layer), kv.v(layer));
+    be.attention(act_.q.data(), kv.k(layer), kv.v(layer), ab, ap, act_.attn.data());
+    be.matmul(L.wo, act_.attn.data(), n, act_.h.data());
+    be.add(act_.x.data(), act_.h.data(), n * hidden);
 
-    be.rms_norm(x_.data(), L.ffn_norm.data(), n, hidden, c.rms_norm_eps, h_.data());
-    be.matmul(L.w_gate, h_.data(), n, gate_.data());
-    be.matmul(L.w_up, h_.data(), n, up_.data());
-    be.silu_mul(gate_.data(), up_.data(), n * ff, gate_.data());
-    be.matmul(L.w_down, gate_.data(), n, h_.data());
-    be.add(x_.data(), h_.data(), n * hidden);
+    be.rms_norm(act_.x.data(), L.ffn_norm.data(), n, hidden, c.rms_norm_eps, act_.h.data());
+    be.matmul(L.w_gate, act_.h.data(), n, act_.gate.data());
+    be.matmul(L.w_up, act_.h.data(), n, act_.up.data());
+    be.silu_mul(act_.gate.data(), act_.up.data(), n * ff, act_.gate.data());
+    be.matmul(L.w_down, act_.gate.data(), n, act_.h.data());
+    be.add(act_.x.data(), act_.h.data(), n * hidden);
   }
 
-  // Only the rows whose logits are wanted go through the final norm and the vocabulary matrix.
-  const auto m = static_cast<int64_t>(batch.logit_rows.size());
-  last_.resize(m * hidden);
-  for (int64_t r = 0; r < m; ++r) {
-    const int64_t t = batch.logit_rows[r];
-    std::copy(x_.begin() + t * hidden, x_.begin() + (t + 1) * hidden, last_.begin() + r * hidden);
-  }
-  be.rms_norm(last_.data(), output_norm_.data(), m, hidden, c.rms_norm_eps, last_.data());
-  logits.resize(m * c.vocab_size);
-  be.matmul(output_, last_.data(), m, logits.data());
+  compute_logits(be, c, batch, output_norm_, output_, act_, logits);
 }
 
 }  // namespace

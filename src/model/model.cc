@@ -1,5 +1,8 @@
 #include "model/model.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "core/error.h"
 #include "model/model_file.h"
 
@@ -16,6 +19,44 @@ AttentionBatch ForwardBatch::attention_batch() const {
   b.max_blocks_per_seq = max_blocks_per_seq;
   b.block_size = block_size;
   return b;
+}
+
+void Activations::resize(int64_t n, const ModelConfig& c) {
+  const int64_t hidden = c.hidden_size, q_dim = int64_t{c.num_heads} * c.head_dim;
+  const int64_t kv_dim = int64_t{c.num_kv_heads} * c.head_dim, ff = c.intermediate_size;
+  x.resize(n * hidden);
+  h.resize(n * hidden);
+  q.resize(n * q_dim);
+  k.resize(n * kv_dim);
+  v.resize(n * kv_dim);
+  attn.resize(n * q_dim);
+  gate.resize(n * ff);
+  up.resize(n * ff);
+}
+
+AttentionParams attention_params(const ModelConfig& c) {
+  AttentionParams ap;
+  ap.num_heads = static_cast<int32_t>(c.num_heads);
+  ap.num_kv_heads = static_cast<int32_t>(c.num_kv_heads);
+  ap.head_dim = static_cast<int32_t>(c.head_dim);
+  ap.scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  return ap;
+}
+
+void compute_logits(Backend& be, const ModelConfig& c, const ForwardBatch& batch,
+                    const std::vector<float>& output_norm, const WeightMatrix& output,
+                    Activations& act, std::vector<float>& logits) {
+  const int64_t hidden = c.hidden_size;
+  const auto m = static_cast<int64_t>(batch.logit_rows.size());
+  act.last.resize(m * hidden);
+  for (int64_t r = 0; r < m; ++r) {
+    const int64_t t = batch.logit_rows[r];
+    std::copy(act.x.begin() + t * hidden, act.x.begin() + (t + 1) * hidden,
+              act.last.begin() + r * hidden);
+  }
+  be.rms_norm(act.last.data(), output_norm.data(), m, hidden, c.rms_norm_eps, act.last.data());
+  logits.resize(m * c.vocab_size);
+  be.matmul(output, act.last.data(), m, logits.data());
 }
 
 std::unique_ptr<Model> Model::load(const ModelFile& file) {

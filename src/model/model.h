@@ -30,6 +30,30 @@ struct ForwardBatch {
   AttentionBatch attention_batch() const;
 };
 
+// The buffers one step works in, grown to the largest batch seen; shared by every family.
+struct Activations {
+  std::vector<float> x;     // [num_tokens, hidden] residual stream
+  std::vector<float> h;     // [num_tokens, hidden] normed input / output of a block
+  std::vector<float> q;     // [num_tokens, heads * head_dim]
+  std::vector<float> k;     // [num_tokens, kv_heads * head_dim]
+  std::vector<float> v;     // [num_tokens, kv_heads * head_dim]
+  std::vector<float> attn;  // [num_tokens, heads * head_dim]
+  std::vector<float> gate;  // [num_tokens, ffn]
+  std::vector<float> up;    // [num_tokens, ffn]
+  std::vector<float> last;  // [num_logit_rows, hidden]
+
+  void resize(int64_t num_tokens, const ModelConfig& config);
+};
+
+// Attention shape and the usual 1/sqrt(head_dim) scale, no window.
+AttentionParams attention_params(const ModelConfig& config);
+
+// Only the rows whose logits are wanted go through the final norm and the vocabulary matrix:
+// logits = output · rms_norm(x[logit_rows]).          logits: [logit_rows.size(), vocab]
+void compute_logits(Backend& backend, const ModelConfig& config, const ForwardBatch& batch,
+                    const std::vector<float>& output_norm, const WeightMatrix& output,
+                    Activations& act, std::vector<float>& logits);
+
 class Model {
  public:
   // Picks the architecture from the file; throws Error naming an unsupported one.
