@@ -72,19 +72,6 @@ std::string join(const std::vector<std::string>& names) {
   return s;
 }
 
-// llama.cpp's choice of the layers whose attn_v / ffn_down get more bits in a K mix.
-bool more_bits(uint32_t layer, uint32_t num_layers) {
-  return layer < num_layers / 8 || layer >= 7 * num_layers / 8 || (layer - num_layers / 8) % 3 == 2;
-}
-
-// Rows that are no whole number of blocks fall back as llama.cpp's quantizer does.
-DType fit_type(DType type, uint64_t cols) {
-  if (cols % dtype_traits(type).block_size == 0) return type;
-  if (type == DType::kQ6_K || type == DType::kQ5_K) return DType::kQ8_0;
-  if (cols % 32 == 0) return DType::kQ5_0;
-  return DType::kF16;
-}
-
 uint64_t mul(uint64_t a, uint64_t b) {
   auto r = checked_mul(a, b);
   if (!r) fail("estimate: size overflows 64 bits (", a, " x ", b, ")");
@@ -175,14 +162,14 @@ WeightEstimate estimate_weights(const ModelConfig& c, const std::string& weights
   const uint64_t kv_dim = uint64_t{c.num_kv_heads} * c.head_dim;
   Tally tally;
   auto matrix = [&](DType type, uint64_t rows, uint64_t cols) {
-    const DType fitted = fit_type(type, cols);
+    const DType fitted = quant_fallback_type(type, cols);
     tally.add_tensor(fitted, mul(rows, cols), rows_bytes(fitted, rows, cols, "weight"));
   };
   auto vec = [&](uint64_t n) { tally.add_tensor(DType::kF32, n, mul(n, 4)); };
   // The same tensor list pagoda synth writes (model/synth.cc); the tests hold the two together.
   matrix(rule->base, vocab, hidden);  // token_embd
   for (uint32_t l = 0; l < c.num_layers; ++l) {
-    const DType mixed = rule->k_mix && more_bits(l, c.num_layers) ? rule->more : rule->base;
+    const DType mixed = rule->k_mix && kquant_mix_more_bits(l, c.num_layers) ? rule->more : rule->base;
     vec(hidden);                         // attn_norm
     matrix(rule->base, q_dim, hidden);   // attn_q
     matrix(rule->base, kv_dim, hidden);  // attn_k

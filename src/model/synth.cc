@@ -70,20 +70,6 @@ TypeRule parse_type(const std::string& t) {
   fail("synth: unknown type '", t, "' (known: f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q4_k q4_k_m q5_k_m q6_k)");
 }
 
-// llama.cpp's rule for which layers of a K mix get more bits on attn_v and ffn_down.
-bool more_bits(uint32_t layer, uint32_t num_layers) {
-  return layer < num_layers / 8 || layer >= 7 * num_layers / 8 || (layer - num_layers / 8) % 3 == 2;
-}
-
-// Rows whose length is not a whole number of blocks fall back the way llama.cpp does.
-DType fit_type(DType type, uint64_t cols) {
-  const auto& traits = dtype_traits(type);
-  if (cols % traits.block_size == 0) return type;
-  if (type == DType::kQ6_K || type == DType::kQ5_K) return DType::kQ8_0;
-  if (cols % 32 == 0) return DType::kQ5_0;
-  return DType::kF16;
-}
-
 // A cheap, seeded generator of roughly normal values (sum of uniforms), one stream per row so
 // the output does not depend on the thread count.
 float normal_ish(uint64_t& state) {
@@ -111,6 +97,17 @@ void copy_vocab(const GgufFile& vocab, GgufWriter& w) {
 }
 
 }  // namespace
+
+bool kquant_mix_more_bits(uint32_t layer, uint32_t num_layers) {
+  return layer < num_layers / 8 || layer >= 7 * num_layers / 8 || (layer - num_layers / 8) % 3 == 2;
+}
+
+DType quant_fallback_type(DType type, uint64_t cols) {
+  if (cols % dtype_traits(type).block_size == 0) return type;
+  if (type == DType::kQ6_K || type == DType::kQ5_K) return DType::kQ8_0;
+  if (cols % 32 == 0) return DType::kQ5_0;
+  return DType::kF16;
+}
 
 const std::vector<SynthPreset>& synth_presets() { return kPresets; }
 
@@ -158,7 +155,7 @@ void write_synthetic_model(const SynthOptions& o,
   const float s = 0.02f;
   std::vector<Planned> plan;
   auto matrix = [&](std::string name, DType type, uint64_t rows, uint64_t cols) {
-    plan.push_back({std::move(name), fit_type(type, cols), {cols, rows}, s});
+    plan.push_back({std::move(name), quant_fallback_type(type, cols), {cols, rows}, s});
   };
   auto vec = [&](std::string name, uint64_t n, float scale) {
     plan.push_back({std::move(name), DType::kF32, {n}, scale});
@@ -166,7 +163,7 @@ void write_synthetic_model(const SynthOptions& o,
   matrix("token_embd.weight", rule.base, vocab_size, hidden);
   for (uint32_t l = 0; l < c.num_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
-    const DType vd = more_bits(l, c.num_layers) ? rule.more : rule.base;
+    const DType vd = kquant_mix_more_bits(l, c.num_layers) ? rule.more : rule.base;
     vec(p + "attn_norm.weight", hidden, 0);
     matrix(p + "attn_q.weight", rule.base, q_dim, hidden);
     matrix(p + "attn_k.weight", rule.base, kv_dim, hidden);
