@@ -16,5 +16,7 @@ Action add_detokenize(CLI::App& app);
 Action add_run(CLI::App& app);
 Action add_synth(CLI::App& app);
 Action add_estimate(CLI::App& app);
+Action add_bench(CLI::App& app);
+Action add_serve(CLI::App& app);
 
 }  // namespace pagoda::cli

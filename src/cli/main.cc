@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   add(pagoda::cli::add_run);
   add(pagoda::cli::add_synth);
   add(pagoda::cli::add_estimate);
+  add(pagoda::cli::add_bench);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
