@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   add(pagoda::cli::add_synth);
   add(pagoda::cli::add_estimate);
   add(pagoda::cli::add_bench);
+  add(pagoda::cli::add_serve);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

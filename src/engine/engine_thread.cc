@@ -25,6 +25,15 @@ std::optional<OutputEvent> OutputStream::try_next() {
   return e;
 }
 
+std::optional<OutputEvent> OutputStream::next_for(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  ready_.wait_for(lock, timeout, [&] { return !events_.empty() || closed_; });
+  if (events_.empty()) return std::nullopt;
+  OutputEvent e = std::move(events_.front());
+  events_.pop_front();
+  return e;
+}
+
 bool OutputStream::done() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return closed_ && events_.empty();

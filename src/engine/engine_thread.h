@@ -7,6 +7,7 @@
 // called back, so a slow consumer never stalls the step loop (its stream just grows).
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -33,6 +34,8 @@ class OutputStream {
   std::optional<OutputEvent> next();
   // The next event if one is there now; nullopt otherwise (see done()).
   std::optional<OutputEvent> try_next();
+  // Waits up to `timeout` for the next event; nullopt when none came (or none will: done()).
+  std::optional<OutputEvent> next_for(std::chrono::milliseconds timeout);
   // The last event has been pushed and taken: nothing more will come.
   bool done() const;
 

@@ -1,0 +1,191 @@
+// pagoda serve -m FILE: the OpenAI-compatible HTTP server (docs/SERVER.md).
+#include <pthread.h>
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <thread>
+
+#include "backend/backend.h"
+#include "cli/commands.h"
+#include "cli/format_util.h"
+#include "core/error.h"
+#include "engine/engine_thread.h"
+#include "model/model.h"
+#include "model/model_file.h"
+#include "server/http_server.h"
+#if __has_include("template/chat_template.h")
+#include "template/chat_template.h"
+#define PAGODA_HAVE_TEMPLATE 1
+#endif
+#include "tokenizer/tokenizer.h"
+
+namespace pagoda::cli {
+namespace {
+
+struct ServeOptions {
+  std::string model, model_name, chat_template_file;
+  server::ServerOptions server;
+  bool insecure = false;
+  int threads = 0;
+  double kv_cache_gb = 0;
+  int64_t kv_tokens = 0;
+  int32_t max_model_len = 0;
+  EngineConfig engine;
+};
+
+// The template to use: --chat-template, the model file's, or ours for its family; empty: none.
+#ifdef PAGODA_HAVE_TEMPLATE
+std::string chat_template_source(const ServeOptions& o, const ModelFile& file, const Vocab& vocab) {
+  if (!o.chat_template_file.empty()) return read_file(o.chat_template_file);
+  if (!vocab.chat_template.empty()) return vocab.chat_template;
+  if (file.config().architecture == "gemma3") return std::string(builtin_chat_template("gemma"));
+  return "";
+}
+#endif
+
+std::string token_text(const Vocab& vocab, TokenId id) {
+  return vocab.valid(id) ? vocab.tokens[static_cast<size_t>(id)] : std::string();
+}
+
+int32_t resolve_max_model_len(const ServeOptions& o, const Model& model) {
+  if (o.max_model_len > 0) return o.max_model_len;
+  const uint32_t trained = model.config().context_length;
+  return static_cast<int32_t>(trained == 0 || trained > 8192 ? 8192 : trained);
+}
+
+// SIGINT / SIGTERM are blocked in every thread and taken here, so the shutdown runs on a
+// normal thread (not in a signal handler).
+// A signal before the server runs (while the model loads) just exits.
+void wait_for_signal(std::atomic<server::HttpServer*>& target) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  int sig = 0;
+  sigwait(&set, &sig);
+  server::HttpServer* http = target.load();
+  if (http == nullptr) std::_Exit(128 + sig);
+  std::fprintf(stderr, "serve: %s: finishing requests in flight, then exiting\n",
+               sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  http->shutdown();
+}
+
+}  // namespace
+
+Action add_serve(CLI::App& app) {
+  auto o = std::make_shared<ServeOptions>();
+  auto* cmd = app.add_subcommand("serve", "Serve the OpenAI-compatible HTTP API and a web page");
+  cmd->add_option("-m,--model", o->model, "GGUF file or Hugging Face model folder")->required();
+  cmd->add_option("--host", o->server.host, "Address to listen on")->default_val("127.0.0.1");
+  cmd->add_option("--port", o->server.port, "Port (0: any free port)")->default_val(8080)
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--api-key", o->server.api_key, "Require this key (Authorization: Bearer KEY)");
+  cmd->add_flag("--insecure", o->insecure, "Allow a non-loopback address without --api-key");
+  cmd->add_option("--model-name", o->model_name, "Model id clients use (default: the file name)");
+  cmd->add_option("--chat-template", o->chat_template_file, "Jinja chat template file to use");
+  cmd->add_option("-t,--threads", o->threads, "Compute threads (default: all cores)")
+      ->check(CLI::Range(0, 1024));
+  cmd->add_option("--kv-cache-gb", o->kv_cache_gb, "KV cache memory in GiB (default 1)")
+      ->check(CLI::Range(0.0, 4096.0));
+  cmd->add_option("--kv-tokens", o->kv_tokens, "KV cache size in tokens (instead of --kv-cache-gb)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  cmd->add_option("--block-size", o->engine.block_size, "Tokens per KV block")->default_val(16)
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--max-batched-tokens", o->engine.max_num_batched_tokens,
+                  "Token budget of one engine step")->default_val(512)->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-seqs", o->engine.max_num_seqs, "Sequences running at once")
+      ->default_val(64)->check(CLI::Range(1, 4096));
+  cmd->add_option("--max-model-len", o->max_model_len,
+                  "Prompt + output tokens of a request at most (default: the model's, <= 8192)")
+      ->check(CLI::Range(0, 1 << 22));
+  cmd->add_flag("--no-prefix-caching", [o](int64_t) { o->engine.enable_prefix_caching = false; },
+                "Do not reuse KV blocks of shared prefixes");
+  cmd->add_option("--max-body-bytes", o->server.max_body_bytes, "Largest request body")
+      ->default_val(8u << 20);
+  cmd->add_option("--max-pending", o->server.max_pending,
+                  "Generation requests in flight at most; more get HTTP 503")->default_val(256)
+      ->check(CLI::Range(1, 1 << 16));
+  cmd->add_option("--max-n", o->server.limits.max_n, "Largest n")->default_val(16)
+      ->check(CLI::Range(1, kMaxNumSamples));
+  cmd->add_option("--max-tokens-limit", o->server.limits.max_tokens, "Largest max_tokens")
+      ->default_val(8192)->check(CLI::Range(1, 1 << 22));
+  cmd->add_option("--shutdown-timeout", o->server.shutdown_timeout_s,
+                  "Seconds to let requests finish on SIGTERM")->default_val(30.0);
+  return [o] {
+    if (!server::is_loopback_host(o->server.host) && o->server.api_key.empty() && !o->insecure) {
+      fail("refusing to listen on ", o->server.host,
+           " without --api-key: anyone who can reach it could use it (add --insecure to do so "
+           "anyway)");
+    }
+    // Block the shutdown signals before any thread starts, so only wait_for_signal sees them.
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, SIGINT);
+    sigaddset(&set, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    std::signal(SIGPIPE, SIG_IGN);
+    static std::atomic<server::HttpServer*> running{nullptr};
+    std::thread(wait_for_signal, std::ref(running)).detach();
+    auto file = ModelFile::open(o->model);
+    auto tokenizer = Tokenizer::create(file->vocab());
+    auto model = Model::load(*file);
+    auto backend = make_cpu_backend(o->threads);
+    const Vocab& vocab = tokenizer->vocab();
+#ifdef PAGODA_HAVE_TEMPLATE
+    std::shared_ptr<ChatTemplate> chat;
+    if (std::string source = chat_template_source(*o, *file, vocab); !source.empty()) {
+      chat = std::make_shared<ChatTemplate>(std::move(source));
+    }
+#else
+    std::shared_ptr<int> chat;
+#endif
+    EngineConfig config = o->engine;
+    config.max_model_len = resolve_max_model_len(*o, *model);
+    if (o->kv_tokens > 0) {
+      config.num_kv_cache_tokens = o->kv_tokens;
+    } else {
+      config.kv_cache_bytes = static_cast<uint64_t>((o->kv_cache_gb > 0 ? o->kv_cache_gb : 1.0) *
+                                                    double(uint64_t{1} << 30));
+    }
+    server::ModelContext context;
+    context.name = o->model_name.empty() ? std::filesystem::path(o->model).filename().string()
+                                         : o->model_name;
+    context.tokenizer = tokenizer.get();
+    context.max_model_len = config.max_model_len;
+    context.vocab_size = static_cast<int32_t>(vocab.size());
+#ifdef PAGODA_HAVE_TEMPLATE
+    if (chat) {
+      const std::string bos = token_text(vocab, vocab.bos), eos = token_text(vocab, vocab.eos);
+      context.render_chat = [chat, bos, eos](const nlohmann::json& messages, bool add_prompt) {
+        return chat->apply(messages, add_prompt, bos, eos);
+      };
+    }
+#endif
+    nlohmann::json info = {{"id", context.name},
+                           {"object", "model"},
+                           {"created", 0},
+                           {"owned_by", "pagoda"},
+                           {"max_model_len", config.max_model_len},
+                           {"chat_template", chat != nullptr}};
+
+    auto engine = std::make_unique<EngineThread>(std::make_unique<Engine>(*model, *backend, config));
+    server::HttpServer http(o->server, context, *engine, info);
+    const int port = http.bind();
+    std::fprintf(stderr,
+                 "serve: %s on http://%s:%d (max model len %d, KV %.2f GiB, %d seqs, chat "
+                 "template: %s)\n",
+                 context.name.c_str(), o->server.host.c_str(), port, config.max_model_len,
+                 double(engine->stats().kv_cache_bytes) / double(uint64_t{1} << 30),
+                 config.max_num_seqs, chat ? "yes" : "none");
+    running = &http;
+    http.run();
+    running = nullptr;
+    std::fprintf(stderr, "serve: stopped\n");
+    return 0;
+  };
+}
+
+}  // namespace pagoda::cli

@@ -1,0 +1,86 @@
+// One API request in flight: its prompts submitted to the engine thread (n samples each), the
+// events turned into choices (text through stop strings, token counts, log-probabilities,
+// finish reasons), and the latencies the metrics want. Used by one HTTP handler thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/engine_thread.h"
+#include "server/openai_request.h"
+#include "server/text_output.h"
+
+namespace pagoda::server {
+
+struct TokenLogprob {
+  TokenId token = kNoToken;
+  float logprob = 0.0f;
+  std::vector<std::pair<TokenId, float>> top;
+};
+
+// What one poll produced for one choice: new text, its tokens' log-probabilities, and the finish
+// reason when the choice ended.
+struct ChoiceDelta {
+  int32_t index = 0;
+  std::string text;
+  std::vector<TokenLogprob> logprobs;
+  std::string finish_reason;  // "stop", "length", "abort"; empty while running
+};
+
+struct Choice {
+  explicit Choice(TextOutput out) : text(std::move(out)) {}
+  TextOutput text;
+  int64_t num_tokens = 0;  // completion tokens, the stop token included (as max_tokens counts)
+  std::vector<TokenLogprob> logprobs;
+  std::string finish_reason;
+};
+
+class Generation {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // Submits every prompt. Throws ApiError (400) when the engine rejects one, after aborting the
+  // ones already submitted.
+  Generation(EngineThread& engine, const Tokenizer& tokenizer, const ApiRequest& request,
+             Clock::time_point arrival);
+  ~Generation();  // aborts what is still running (a client that went away)
+  Generation(const Generation&) = delete;
+  Generation& operator=(const Generation&) = delete;
+
+  // Waits up to `timeout` for events and returns the choices' changes (empty: nothing yet).
+  // Throws ApiError (500) when the engine failed on this request.
+  std::vector<ChoiceDelta> poll(std::chrono::milliseconds timeout);
+  bool done() const { return num_open_ == 0; }
+  // Ends every unfinished choice now (finish_reason "abort") and frees the engine's blocks.
+  void abort();
+
+  const std::vector<Choice>& choices() const { return choices_; }
+  int64_t num_prompt_tokens() const { return num_prompt_tokens_; }
+  int64_t num_completion_tokens() const;
+  // Seconds: first token since arrival; mean gap after the first; last token since arrival.
+  // Negative when not measured.
+  double ttft_s() const;
+  double tpot_s() const;
+  double e2e_s() const;
+
+ private:
+  void apply(const OutputEvent& event, size_t prompt, std::vector<ChoiceDelta>& deltas);
+  void close_choice(Choice& c, ChoiceDelta& d, std::string reason);
+  void abort_prompt_if_stopped(size_t prompt);
+
+  EngineThread& engine_;
+  ApiRequest request_;
+  std::vector<std::shared_ptr<OutputStream>> streams_;  // one per prompt
+  std::vector<Choice> choices_;                         // prompt-major: [prompt * n + index]
+  int32_t num_open_ = 0;
+  int64_t num_prompt_tokens_ = 0;
+  Clock::time_point arrival_;
+  std::optional<Clock::time_point> first_token_, last_token_;
+  int64_t max_choice_tokens_ = 0;
+};
+
+}  // namespace pagoda::server

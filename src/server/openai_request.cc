@@ -1,0 +1,373 @@
+// Request parsing: typed field readers that name the parameter on every error, then one
+// function per endpoint that assembles an ApiRequest from them.
+#include "server/openai_request.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "core/error.h"
+#include "server/api_error.h"
+
+namespace pagoda::server {
+namespace {
+
+using nlohmann::json;
+
+// The field, or nullptr when absent or null (OpenAI treats null as "not given").
+const json* field(const json& body, const char* name) {
+  auto it = body.find(name);
+  return it == body.end() || it->is_null() ? nullptr : &*it;
+}
+
+std::string range_text(double lo, double hi) {
+  std::string text = "[" + json(lo).dump() + ", " + json(hi).dump() + "]";
+  return text;
+}
+
+double number_field(const json& body, const char* name, double fallback, double lo, double hi) {
+  const json* v = field(body, name);
+  if (v == nullptr) return fallback;
+  if (!v->is_number()) throw bad_param(name, std::string("'") + name + "' must be a number");
+  const double x = v->get<double>();
+  if (!(x >= lo && x <= hi)) {
+    throw bad_param(name, std::string("'") + name + "' must be in " + range_text(lo, hi) +
+                              ", got " + v->dump());
+  }
+  return x;
+}
+
+int64_t int_field(const json& body, const char* name, int64_t fallback, int64_t lo, int64_t hi) {
+  const json* v = field(body, name);
+  if (v == nullptr) return fallback;
+  if (!v->is_number_integer()) {
+    throw bad_param(name, std::string("'") + name + "' must be an integer");
+  }
+  // An unsigned value above int64's range arrives as a huge unsigned: out of range either way.
+  const bool too_big = v->is_number_unsigned() &&
+                       v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  const int64_t x = too_big ? std::numeric_limits<int64_t>::max() : v->get<int64_t>();
+  if (too_big || x < lo || x > hi) {
+    throw bad_param(name, std::string("'") + name + "' must be in [" + std::to_string(lo) + ", " +
+                              std::to_string(hi) + "], got " + v->dump());
+  }
+  return x;
+}
+
+bool bool_field(const json& body, const char* name, bool fallback) {
+  const json* v = field(body, name);
+  if (v == nullptr) return fallback;
+  if (!v->is_boolean()) throw bad_param(name, std::string("'") + name + "' must be a boolean");
+  return v->get<bool>();
+}
+
+void check_object(const json& body) {
+  if (!body.is_object()) {
+    throw ApiError(400, "invalid_request_error", "the request body must be a JSON object");
+  }
+}
+
+void check_model(const json& body, const ModelContext& model, ApiRequest& r) {
+  const json* v = field(body, "model");
+  if (v == nullptr) {
+    r.model = model.name;
+    return;
+  }
+  if (!v->is_string()) throw bad_param("model", "'model' must be a string");
+  r.model = v->get<std::string>();
+  if (r.model != model.name) {
+    throw ApiError(404, "invalid_request_error",
+                   "The model '" + r.model + "' does not exist; this server serves '" +
+                       model.name + "'",
+                   "model", "model_not_found");
+  }
+}
+
+void parse_stop(const json& body, const RequestLimits& limits, ApiRequest& r) {
+  const json* v = field(body, "stop");
+  if (v == nullptr) return;
+  if (v->is_string()) {
+    r.stop.push_back(v->get<std::string>());
+  } else if (v->is_array()) {
+    for (const json& s : *v) {
+      if (!s.is_string()) throw bad_param("stop", "'stop' must be a string or a list of strings");
+      r.stop.push_back(s.get<std::string>());
+    }
+  } else {
+    throw bad_param("stop", "'stop' must be a string or a list of strings");
+  }
+  if (static_cast<int32_t>(r.stop.size()) > limits.max_stop) {
+    throw bad_param("stop", "'stop' has " + std::to_string(r.stop.size()) +
+                                " strings; at most " + std::to_string(limits.max_stop));
+  }
+  for (const std::string& s : r.stop) {
+    if (s.empty()) throw bad_param("stop", "'stop' strings must not be empty");
+  }
+}
+
+void parse_logit_bias(const json& body, const ModelContext& model, SamplingParams& s) {
+  const json* v = field(body, "logit_bias");
+  if (v == nullptr) return;
+  if (!v->is_object()) {
+    throw bad_param("logit_bias", "'logit_bias' must be an object of token id -> bias");
+  }
+  for (const auto& [key, value] : v->items()) {
+    size_t used = 0;
+    long long id = -1;
+    try {
+      id = std::stoll(key, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != key.size() || id < 0 || id >= model.vocab_size) {
+      throw bad_param("logit_bias", "'logit_bias' key '" + key + "' is not a token id in [0, " +
+                                        std::to_string(model.vocab_size) + ")");
+    }
+    if (!value.is_number() || !(std::fabs(value.get<double>()) <= kMaxLogitBias)) {
+      throw bad_param("logit_bias", "'logit_bias' values must be numbers in [-100, 100]");
+    }
+    s.logit_bias.emplace_back(static_cast<TokenId>(id), value.get<float>());
+  }
+}
+
+// The parameters both endpoints share.
+void parse_common(const json& body, const ModelContext& model, const RequestLimits& limits,
+                  ApiRequest& r) {
+  check_model(body, model, r);
+  SamplingParams& s = r.sampling;
+  s.temperature = static_cast<float>(number_field(body, "temperature", 1.0, 0.0, 2.0));
+  s.top_p = static_cast<float>(number_field(body, "top_p", 1.0, 0.0, 1.0));
+  if (s.top_p <= 0.0f) throw bad_param("top_p", "'top_p' must be in (0, 1]");
+  s.top_k = static_cast<int>(int_field(body, "top_k", 0, -1, 1 << 30));
+  if (s.top_k < 0) s.top_k = 0;  // vLLM's -1 means off
+  s.min_p = static_cast<float>(number_field(body, "min_p", 0.0, 0.0, 1.0));
+  s.presence_penalty = static_cast<float>(number_field(body, "presence_penalty", 0.0, -2.0, 2.0));
+  s.frequency_penalty =
+      static_cast<float>(number_field(body, "frequency_penalty", 0.0, -2.0, 2.0));
+  s.repetition_penalty =
+      static_cast<float>(number_field(body, "repetition_penalty", 1.0, 1e-3, 100.0));
+  if (const json* seed = field(body, "seed")) {
+    if (!seed->is_number_integer()) throw bad_param("seed", "'seed' must be an integer");
+    s.seed = seed->is_number_unsigned() ? seed->get<uint64_t>()
+                                        : static_cast<uint64_t>(seed->get<int64_t>());
+    s.has_seed = true;
+  }
+  parse_logit_bias(body, model, s);
+  r.n = static_cast<int32_t>(int_field(body, "n", 1, 1, limits.max_n));
+  parse_stop(body, limits, r);
+  r.stream = bool_field(body, "stream", false);
+  if (const json* so = field(body, "stream_options")) {
+    if (!so->is_object()) throw bad_param("stream_options", "'stream_options' must be an object");
+    if (!r.stream) {
+      throw bad_param("stream_options", "'stream_options' is only allowed when 'stream' is true");
+    }
+    r.include_usage = bool_field(*so, "include_usage", false);
+  }
+  r.ignore_eos = bool_field(body, "ignore_eos", false);
+  const int64_t min_tokens = int_field(body, "min_tokens", 0, 0, limits.max_tokens);
+  if (min_tokens > 0 && !r.ignore_eos) {
+    throw bad_param("min_tokens", "'min_tokens' is only supported together with 'ignore_eos'");
+  }
+}
+
+// max_tokens / max_completion_tokens against the context: an error, never a silent cut.
+void resolve_max_tokens(const json& body, const ModelContext& model, const RequestLimits& limits,
+                        int32_t default_tokens, ApiRequest& r) {
+  const char* name = field(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+  int64_t longest = 0;
+  for (const auto& p : r.prompts) longest = std::max<int64_t>(longest, p.size());
+  const int64_t room = model.max_model_len - longest;
+  const int64_t fallback = default_tokens > 0
+                               ? default_tokens
+                               : std::clamp<int64_t>(room, 1, limits.max_tokens);
+  const int64_t max_tokens = int_field(body, name, fallback, 1, limits.max_tokens);
+  if (longest + max_tokens > model.max_model_len) {
+    throw ApiError(400, "invalid_request_error",
+                   "This model's maximum context length is " + std::to_string(model.max_model_len) +
+                       " tokens. However, you requested " + std::to_string(longest + max_tokens) +
+                       " tokens (" + std::to_string(longest) + " in the prompt, " +
+                       std::to_string(max_tokens) + " for the completion). Please reduce the " +
+                       "prompt or the completion length.",
+                   longest >= model.max_model_len ? "prompt" : name, "context_length_exceeded");
+  }
+  r.max_tokens = static_cast<int32_t>(max_tokens);
+}
+
+std::vector<TokenId> token_list(const json& v, const ModelContext& model) {
+  std::vector<TokenId> ids;
+  for (const json& t : v) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= model.vocab_size) {
+      throw bad_param("prompt", "token ids in 'prompt' must be integers in [0, " +
+                                    std::to_string(model.vocab_size) + ")");
+    }
+    ids.push_back(static_cast<TokenId>(t.get<int64_t>()));
+  }
+  return ids;
+}
+
+void add_text_prompt(const std::string& text, const ModelContext& model, ApiRequest& r) {
+  r.prompts.push_back(
+      model.tokenizer->encode(text, {.add_special = true, .parse_special = true}));
+  r.prompt_texts.push_back(text);
+}
+
+void add_token_prompt(const json& v, const ModelContext& model, ApiRequest& r) {
+  r.prompts.push_back(token_list(v, model));
+  r.prompt_texts.push_back(model.tokenizer->decode(r.prompts.back()));
+}
+
+// "prompt": a string, a list of token ids, a list of strings, or a list of token-id lists.
+void parse_prompts(const json& body, const ModelContext& model, const RequestLimits& limits,
+                   ApiRequest& r) {
+  const json* v = field(body, "prompt");
+  if (v == nullptr) throw bad_param("prompt", "'prompt' is required");
+  const char* shape =
+      "'prompt' must be a string, a list of token ids, a list of strings or a list of token lists";
+  if (v->is_string()) {
+    add_text_prompt(v->get<std::string>(), model, r);
+  } else if (v->is_array() && !v->empty() && (*v)[0].is_number()) {
+    add_token_prompt(*v, model, r);
+  } else if (v->is_array() && !v->empty()) {
+    if (static_cast<int32_t>(v->size()) > limits.max_prompts) {
+      throw bad_param("prompt", "'prompt' has " + std::to_string(v->size()) +
+                                    " prompts; at most " + std::to_string(limits.max_prompts));
+    }
+    for (const json& item : *v) {
+      if (item.is_string()) {
+        add_text_prompt(item.get<std::string>(), model, r);
+      } else if (item.is_array()) {
+        add_token_prompt(item, model, r);
+      } else {
+        throw bad_param("prompt", shape);
+      }
+    }
+  } else {
+    throw bad_param("prompt", shape);
+  }
+  for (const auto& p : r.prompts) {
+    if (p.empty()) throw bad_param("prompt", "'prompt' must not be empty");
+  }
+}
+
+void parse_completion_logprobs(const json& body, ApiRequest& r) {
+  const json* v = field(body, "logprobs");
+  if (v == nullptr) return;
+  if (!v->is_number_integer() || v->get<int64_t>() < 0 || v->get<int64_t>() > kMaxNumLogprobs) {
+    throw bad_param("logprobs", "'logprobs' must be an integer in [0, " +
+                                    std::to_string(kMaxNumLogprobs) + "]");
+  }
+  r.logprobs = true;
+  r.top_logprobs = static_cast<int>(v->get<int64_t>());
+}
+
+void parse_chat_logprobs(const json& body, ApiRequest& r) {
+  r.logprobs = bool_field(body, "logprobs", false);
+  r.top_logprobs = static_cast<int>(int_field(body, "top_logprobs", 0, 0, kMaxNumLogprobs));
+  if (r.top_logprobs > 0 && !r.logprobs) {
+    throw bad_param("top_logprobs", "'top_logprobs' requires 'logprobs' to be true");
+  }
+}
+
+void finish_sampling(ApiRequest& r) {
+  r.sampling.logprobs = r.logprobs;
+  r.sampling.num_logprobs = r.top_logprobs;
+  try {
+    r.sampling.validate();
+  } catch (const Error& e) {
+    throw ApiError(400, "invalid_request_error", e.what());
+  }
+}
+
+// Checks each message and gives the template a copy whose content is plain text.
+json normalize_messages(const json& body) {
+  const json* v = field(body, "messages");
+  if (v == nullptr) throw bad_param("messages", "'messages' is required");
+  if (!v->is_array() || v->empty()) {
+    throw bad_param("messages", "'messages' must be a non-empty list of messages");
+  }
+  json out = json::array();
+  for (size_t i = 0; i < v->size(); ++i) {
+    const json& m = (*v)[i];
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) throw bad_param(where, "'" + where + "' must be an object");
+    const json* role = field(m, "role");
+    if (role == nullptr || !role->is_string()) {
+      throw bad_param(where + ".role", "'" + where + ".role' must be a string");
+    }
+    json copy = m;
+    if (m.contains("content")) copy["content"] = message_text(m["content"], where + ".content");
+    out.push_back(std::move(copy));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string message_text(const json& content, const std::string& param) {
+  if (content.is_null()) return "";
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) {
+    throw bad_param(param, "'" + param + "' must be a string or a list of content parts");
+  }
+  std::string text;
+  for (const json& part : content) {
+    const json* type = part.is_object() ? field(part, "type") : nullptr;
+    const json* t = part.is_object() ? field(part, "text") : nullptr;
+    if (type == nullptr || *type != "text" || t == nullptr || !t->is_string()) {
+      throw bad_param(param, "'" + param + "' parts must be {\"type\": \"text\", \"text\": ...}; "
+                                           "this model takes text only");
+    }
+    text += t->get<std::string>();
+  }
+  return text;
+}
+
+ApiRequest parse_completion_request(const json& body, const ModelContext& model,
+                                    const RequestLimits& limits) {
+  check_object(body);
+  ApiRequest r;
+  r.endpoint = Endpoint::kCompletions;
+  parse_common(body, model, limits, r);
+  parse_prompts(body, model, limits, r);
+  r.echo = bool_field(body, "echo", false);
+  parse_completion_logprobs(body, r);
+  if (r.echo && r.logprobs) {
+    throw bad_param("echo", "'echo' together with 'logprobs' (prompt log-probabilities) is not "
+                            "supported");
+  }
+  resolve_max_tokens(body, model, limits, 16, r);  // OpenAI's default for completions
+  finish_sampling(r);
+  return r;
+}
+
+ApiRequest parse_chat_request(const json& body, const ModelContext& model,
+                              const RequestLimits& limits) {
+  check_object(body);
+  ApiRequest r;
+  r.endpoint = Endpoint::kChat;
+  parse_common(body, model, limits, r);
+  parse_chat_logprobs(body, r);
+  const json messages = normalize_messages(body);
+  if (!model.render_chat) {
+    throw ApiError(400, "invalid_request_error",
+                   "model '" + model.name + "' has no chat template; use /v1/completions or "
+                   "start the server with --chat-template", "messages");
+  }
+  std::string text;
+  try {
+    text = model.render_chat(messages, true);
+  } catch (const Error& e) {
+    throw ApiError(400, "invalid_request_error",
+                   std::string("the chat template failed on these messages: ") + e.what(),
+                   "messages");
+  }
+  r.prompts.push_back(model.tokenizer->encode(text, {.add_special = false, .parse_special = true}));
+  r.prompt_texts.push_back(text);
+  if (r.prompts.back().empty()) throw bad_param("messages", "the rendered chat is empty");
+  resolve_max_tokens(body, model, limits, 0, r);  // chat: up to the context by default
+  finish_sampling(r);
+  return r;
+}
+
+}  // namespace pagoda::server

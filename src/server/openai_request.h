@@ -1,0 +1,65 @@
+// Parsing and checking OpenAI API requests (/v1/completions, /v1/chat/completions) into what
+// the engine runs. Every problem is an ApiError naming the parameter; nothing is silently
+// truncated or ignored (unknown parameters are accepted, as OpenAI's API accepts them).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pagoda::server {
+
+// The served model, as request parsing needs it.
+struct ModelContext {
+  std::string name;  // the id /v1/models lists and requests must name (or omit)
+  const Tokenizer* tokenizer = nullptr;
+  // Renders a chat (messages JSON array, add_generation_prompt) into prompt text; throws
+  // pagoda::Error when the template fails. Empty: the model has no chat template.
+  std::function<std::string(const nlohmann::json&, bool)> render_chat;
+  int32_t max_model_len = 0;  // prompt + output tokens at most
+  int32_t vocab_size = 0;
+};
+
+// Limits a server operator sets (pagoda serve options).
+struct RequestLimits {
+  int32_t max_n = 16;
+  int32_t max_tokens = 8192;  // a request's max_tokens at most
+  int32_t max_prompts = 64;   // prompts in one /v1/completions request
+  int32_t max_stop = 16;      // stop strings
+};
+
+enum class Endpoint { kCompletions, kChat };
+
+struct ApiRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;
+  std::vector<std::vector<TokenId>> prompts;  // completions: one or more; chat: exactly one
+  std::vector<std::string> prompt_texts;      // [prompts.size()] for echo
+  SamplingParams sampling;
+  int32_t max_tokens = 16;  // output tokens per choice (resolved; a stop token counts)
+  int32_t n = 1;
+  std::vector<std::string> stop;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  bool echo = false;           // completions: the prompt text is put before each choice's text
+  bool logprobs = false;
+  int top_logprobs = 0;
+  bool ignore_eos = false;  // extension (vLLM, llama.cpp): do not stop at end-of-generation ids
+};
+
+ApiRequest parse_completion_request(const nlohmann::json& body, const ModelContext& model,
+                                    const RequestLimits& limits);
+ApiRequest parse_chat_request(const nlohmann::json& body, const ModelContext& model,
+                              const RequestLimits& limits);
+
+// The text of a chat message's content: a string, or an array of {"type": "text", "text"}
+// parts joined; null gives "". Other part types are an error naming `param`.
+std::string message_text(const nlohmann::json& content, const std::string& param);
+
+}  // namespace pagoda::server

@@ -1,0 +1,143 @@
+// OpenAI response shapes (see responses.h).
+#include "server/responses.h"
+
+namespace pagoda::server {
+namespace {
+
+using nlohmann::json;
+
+const char* object_name(const ApiRequest& r, bool chunk) {
+  if (r.endpoint == Endpoint::kChat) return chunk ? "chat.completion.chunk" : "chat.completion";
+  return "text_completion";
+}
+
+json head_json(const ResponseHead& head, const ApiRequest& r, bool chunk) {
+  return {{"id", head.id}, {"object", object_name(r, chunk)}, {"created", head.created},
+          {"model", head.model}};
+}
+
+json finish_json(const std::string& reason) {
+  return reason.empty() ? json(nullptr) : json(reason);
+}
+
+json bytes_json(const std::string& s) {
+  json b = json::array();
+  for (unsigned char c : s) b.push_back(static_cast<int>(c));
+  return b;
+}
+
+}  // namespace
+
+std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
+
+json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
+  return {{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens}};
+}
+
+json completion_logprobs(const Tokenizer& tokenizer, const std::vector<TokenLogprob>& lp,
+                         size_t offset) {
+  json tokens = json::array(), values = json::array(), tops = json::array(),
+       offsets = json::array();
+  for (const TokenLogprob& t : lp) {
+    const std::string text = tokenizer.token_to_bytes(t.token);
+    tokens.push_back(text);
+    values.push_back(t.logprob);
+    json top = json::object();
+    for (const auto& [id, value] : t.top) top[tokenizer.token_to_bytes(id)] = value;
+    tops.push_back(std::move(top));
+    offsets.push_back(offset);
+    offset += text.size();
+  }
+  return {{"tokens", tokens}, {"token_logprobs", values}, {"top_logprobs", tops},
+          {"text_offset", offsets}};
+}
+
+json chat_logprobs(const Tokenizer& tokenizer, const std::vector<TokenLogprob>& lp) {
+  json content = json::array();
+  for (const TokenLogprob& t : lp) {
+    const std::string text = tokenizer.token_to_bytes(t.token);
+    json top = json::array();
+    for (const auto& [id, value] : t.top) {
+      const std::string alt = tokenizer.token_to_bytes(id);
+      top.push_back({{"token", alt}, {"logprob", value}, {"bytes", bytes_json(alt)}});
+    }
+    content.push_back(
+        {{"token", text}, {"logprob", t.logprob}, {"bytes", bytes_json(text)}, {"top_logprobs", top}});
+  }
+  return {{"content", content}};
+}
+
+json completion_response(const ResponseHead& head, const Tokenizer& tokenizer,
+                         const ApiRequest& r, const Generation& g) {
+  json out = head_json(head, r, false);
+  json choices = json::array();
+  for (size_t i = 0; i < g.choices().size(); ++i) {
+    const Choice& c = g.choices()[i];
+    const std::string prefix =
+        r.echo ? r.prompt_texts[i / static_cast<size_t>(r.n)] : std::string();
+    choices.push_back({{"index", i},
+                       {"text", prefix + c.text.text()},
+                       {"logprobs", r.logprobs ? completion_logprobs(tokenizer, c.logprobs,
+                                                                     prefix.size())
+                                               : json(nullptr)},
+                       {"finish_reason", finish_json(c.finish_reason)}});
+  }
+  out["choices"] = std::move(choices);
+  out["usage"] = usage_json(g.num_prompt_tokens(), g.num_completion_tokens());
+  return out;
+}
+
+json chat_response(const ResponseHead& head, const Tokenizer& tokenizer, const ApiRequest& r,
+                   const Generation& g) {
+  json out = head_json(head, r, false);
+  json choices = json::array();
+  for (size_t i = 0; i < g.choices().size(); ++i) {
+    const Choice& c = g.choices()[i];
+    choices.push_back({{"index", i},
+                       {"message", {{"role", "assistant"}, {"content", c.text.text()}}},
+                       {"logprobs", r.logprobs ? chat_logprobs(tokenizer, c.logprobs) : json(nullptr)},
+                       {"finish_reason", finish_json(c.finish_reason)}});
+  }
+  out["choices"] = std::move(choices);
+  out["usage"] = usage_json(g.num_prompt_tokens(), g.num_completion_tokens());
+  return out;
+}
+
+json completion_chunk(const ResponseHead& head, const Tokenizer& tokenizer, const ApiRequest& r,
+                      const ChoiceDelta& d, size_t offset) {
+  json out = head_json(head, r, true);
+  json choice = {{"index", d.index},
+                 {"text", d.text},
+                 {"logprobs", r.logprobs ? completion_logprobs(tokenizer, d.logprobs, offset)
+                                         : json(nullptr)},
+                 {"finish_reason", finish_json(d.finish_reason)}};
+  out["choices"] = json::array({std::move(choice)});
+  if (r.include_usage) out["usage"] = nullptr;
+  return out;
+}
+
+json chat_chunk(const ResponseHead& head, const Tokenizer& tokenizer, const ApiRequest& r,
+                const ChoiceDelta& d, bool with_role) {
+  json out = head_json(head, r, true);
+  json delta = json::object();
+  if (with_role) delta["role"] = "assistant";
+  if (!d.text.empty() || with_role) delta["content"] = d.text;
+  json choice = {{"index", d.index},
+                 {"delta", std::move(delta)},
+                 {"logprobs", r.logprobs ? chat_logprobs(tokenizer, d.logprobs) : json(nullptr)},
+                 {"finish_reason", finish_json(d.finish_reason)}};
+  out["choices"] = json::array({std::move(choice)});
+  if (r.include_usage) out["usage"] = nullptr;
+  return out;
+}
+
+json usage_chunk(const ResponseHead& head, const ApiRequest& r, const Generation& g) {
+  json out = head_json(head, r, true);
+  out["choices"] = json::array();
+  out["usage"] = usage_json(g.num_prompt_tokens(), g.num_completion_tokens());
+  return out;
+}
+
+}  // namespace pagoda::server

@@ -1,0 +1,48 @@
+// The JSON objects of the OpenAI API: whole completions and chat completions, their streamed
+// chunks, usage, and log-probabilities in each endpoint's shape.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "server/generation.h"
+
+namespace pagoda::server {
+
+// Identity of one response: every chunk of a stream shares it.
+struct ResponseHead {
+  std::string id;  // "cmpl-..." / "chatcmpl-..."
+  int64_t created = 0;
+  std::string model;
+};
+
+nlohmann::json usage_json(int64_t prompt_tokens, int64_t completion_tokens);
+
+// Completions: logprobs {tokens, token_logprobs, top_logprobs, text_offset}; `offset` is where
+// the choice's text (as sent) started for the first entry.
+nlohmann::json completion_logprobs(const Tokenizer& tokenizer, const std::vector<TokenLogprob>& lp,
+                                   size_t offset);
+// Chat: {"content": [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]}.
+nlohmann::json chat_logprobs(const Tokenizer& tokenizer, const std::vector<TokenLogprob>& lp);
+
+nlohmann::json completion_response(const ResponseHead& head, const Tokenizer& tokenizer,
+                                   const ApiRequest& request, const Generation& g);
+nlohmann::json chat_response(const ResponseHead& head, const Tokenizer& tokenizer,
+                             const ApiRequest& request, const Generation& g);
+
+// One streamed chunk for one choice delta (role: chat's first chunk of a choice).
+nlohmann::json completion_chunk(const ResponseHead& head, const Tokenizer& tokenizer,
+                                const ApiRequest& request, const ChoiceDelta& d, size_t offset);
+nlohmann::json chat_chunk(const ResponseHead& head, const Tokenizer& tokenizer,
+                          const ApiRequest& request, const ChoiceDelta& d, bool with_role);
+// The last chunk of a stream with include_usage: no choices, the usage.
+nlohmann::json usage_chunk(const ResponseHead& head, const ApiRequest& request,
+                           const Generation& g);
+
+// JSON text that is always valid UTF-8 (token bytes may be part of a character: replaced).
+std::string dump(const nlohmann::json& j);
+
+}  // namespace pagoda::server

@@ -1,0 +1,209 @@
+// Server pieces without HTTP: stop strings over streamed text, request parsing and its errors,
+// the OpenAI error shape, Prometheus histograms, and the key comparison.
+#include <gtest/gtest.h>
+
+#include "format/gguf.h"
+#include "server/api_error.h"
+#include "server/http_server.h"
+#include "server/metrics.h"
+#include "server/openai_request.h"
+#include "server/text_output.h"
+#include "test_util.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pagoda::server {
+namespace {
+
+using nlohmann::json;
+
+TEST(StopPrefix, LongestSuffixThatStartsAStopString) {
+  EXPECT_EQ(stop_prefix_length("hello wor", {"world"}), 3u);
+  EXPECT_EQ(stop_prefix_length("hello", {"world"}), 0u);
+  EXPECT_EQ(stop_prefix_length("aa", {"aab"}), 2u);
+  EXPECT_EQ(stop_prefix_length("xab", {"b", "abc"}), 2u);  // "b" alone is a whole match, not held
+  EXPECT_EQ(stop_prefix_length("", {"x"}), 0u);
+}
+
+class ServerWithVocab : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto dir = test::shared_dir();
+    if (!dir) GTEST_SKIP() << "*** ../shared is absent: SKIPPING a test on real data ***";
+    auto file = GgufFile::open(*dir + "/testdata/vocab/ggml-vocab-llama-bpe.gguf");
+    tokenizer_ = Tokenizer::create(vocab_from_gguf(*file));
+    model_.name = "m";
+    model_.tokenizer = tokenizer_.get();
+    model_.max_model_len = 64;
+    model_.vocab_size = static_cast<int32_t>(tokenizer_->vocab().size());
+  }
+
+  // Feeds the tokens of `text` one by one; returns what was sent.
+  std::string stream(const std::string& text, std::vector<std::string> stop, bool* stopped) {
+    TextOutput out(*tokenizer_, std::move(stop));
+    std::string sent;
+    for (TokenId id : tokenizer_->encode(text)) sent += out.feed(id);
+    sent += out.finish();
+    EXPECT_EQ(sent, out.text());
+    *stopped = out.stopped();
+    return sent;
+  }
+
+  std::unique_ptr<Tokenizer> tokenizer_;
+  ModelContext model_;
+  RequestLimits limits_;
+};
+
+TEST_F(ServerWithVocab, StopStringsAcrossTokensAreCutAndNeverSent) {
+  bool stopped = false;
+  EXPECT_EQ(stream("The quick brown fox jumps", {"brown fox"}, &stopped), "The quick ");
+  EXPECT_TRUE(stopped);
+  EXPECT_EQ(stream("The quick brown fox jumps", {"own f", "quick"}, &stopped), "The ");
+  EXPECT_EQ(stream("The quick brown fox", {"cat"}, &stopped), "The quick brown fox");
+  EXPECT_FALSE(stopped);
+  EXPECT_EQ(stream("héllo wörld", {"wö"}, &stopped), "héllo ");
+  EXPECT_EQ(stream("abc", {"c"}, &stopped), "ab");
+}
+
+TEST_F(ServerWithVocab, HeldTextIsReleasedWhenItStopsMatching) {
+  TextOutput out(*tokenizer_, {"fox!"});
+  std::string sent;
+  for (TokenId id : tokenizer_->encode("a fox")) sent += out.feed(id);
+  EXPECT_EQ(sent, "a ");  // "fox" could still become "fox!"
+  for (TokenId id : tokenizer_->encode(" ran")) sent += out.feed(id);
+  EXPECT_EQ(sent, "a fox ran");
+}
+
+TEST_F(ServerWithVocab, ParsesCompletionParameters) {
+  const json body = {{"model", "m"},         {"prompt", "hello"}, {"max_tokens", 5},
+                     {"temperature", 0.5},   {"top_p", 0.9},      {"top_k", 7},
+                     {"seed", 42},           {"n", 2},            {"stop", {"x", "y"}},
+                     {"logit_bias", {{"5", -100}}}, {"logprobs", 3}, {"stream", true},
+                     {"stream_options", {{"include_usage", true}}}};
+  const ApiRequest r = parse_completion_request(body, model_, limits_);
+  EXPECT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(r.prompts[0], tokenizer_->encode("hello", {.add_special = true, .parse_special = true}));
+  EXPECT_EQ(r.max_tokens, 5);
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 0.5f);
+  EXPECT_EQ(r.sampling.top_k, 7);
+  EXPECT_TRUE(r.sampling.has_seed);
+  EXPECT_EQ(r.sampling.seed, 42u);
+  EXPECT_EQ(r.n, 2);
+  EXPECT_EQ(r.stop, (std::vector<std::string>{"x", "y"}));
+  ASSERT_EQ(r.sampling.logit_bias.size(), 1u);
+  EXPECT_EQ(r.sampling.logit_bias[0].first, 5);
+  EXPECT_TRUE(r.logprobs);
+  EXPECT_EQ(r.top_logprobs, 3);
+  EXPECT_TRUE(r.stream && r.include_usage);
+}
+
+TEST_F(ServerWithVocab, PromptShapes) {
+  const auto ids = parse_completion_request({{"prompt", {1, 2, 3}}}, model_, limits_).prompts;
+  EXPECT_EQ(ids, (std::vector<std::vector<TokenId>>{{1, 2, 3}}));
+  EXPECT_EQ(parse_completion_request({{"prompt", {"a", "b"}}}, model_, limits_).prompts.size(), 2u);
+  EXPECT_EQ(parse_completion_request({{"prompt", {{1}, {2, 3}}}}, model_, limits_).prompts.size(),
+            2u);
+}
+
+// The ApiError a parse throws.
+ApiError parse_error(const json& body, const ModelContext& model, const RequestLimits& limits) {
+  try {
+    parse_completion_request(body, model, limits);
+  } catch (const ApiError& e) {
+    return e;
+  }
+  ADD_FAILURE() << "no error for " << body.dump();
+  return ApiError(0, "", "");
+}
+
+TEST_F(ServerWithVocab, ErrorsNameTheParameter) {
+  struct Case {
+    json body;
+    int status;
+    std::string param;
+  };
+  const std::vector<Case> cases = {
+      {{{"prompt", "x"}, {"temperature", "hot"}}, 400, "temperature"},
+      {{{"prompt", "x"}, {"temperature", 3}}, 400, "temperature"},
+      {{{"prompt", "x"}, {"max_tokens", 0}}, 400, "max_tokens"},
+      {{{"prompt", "x"}, {"n", 100}}, 400, "n"},
+      {{{"prompt", "x"}, {"stop", 1}}, 400, "stop"},
+      {{{"prompt", "x"}, {"stop", {""}}}, 400, "stop"},
+      {{{"prompt", "x"}, {"logit_bias", {{"-1", 1}}}}, 400, "logit_bias"},
+      {{{"prompt", "x"}, {"logit_bias", {{"1", 500}}}}, 400, "logit_bias"},
+      {{{"prompt", "x"}, {"logprobs", 50}}, 400, "logprobs"},
+      {{{"prompt", "x"}, {"stream_options", {{"include_usage", true}}}}, 400, "stream_options"},
+      {{{"prompt", {1, -2}}}, 400, "prompt"},
+      {{{"prompt", json::array()}}, 400, "prompt"},
+      {{{"prompt", 7}}, 400, "prompt"},
+      {{{"max_tokens", 3}}, 400, "prompt"},
+      {{{"prompt", "x"}, {"model", "other"}}, 404, "model"},
+      {{{"prompt", "x"}, {"max_tokens", 64}}, 400, "max_tokens"},
+      {{{"prompt", "x"}, {"seed", 1.5}}, 400, "seed"},
+      {{{"prompt", "x"}, {"echo", true}, {"logprobs", 1}}, 400, "echo"},
+  };
+  for (const Case& c : cases) {
+    const ApiError e = parse_error(c.body, model_, limits_);
+    EXPECT_EQ(e.status(), c.status) << c.body.dump() << ": " << e.what();
+    EXPECT_EQ(e.param(), c.param) << c.body.dump() << ": " << e.what();
+  }
+}
+
+TEST_F(ServerWithVocab, ContextLengthErrorSaysBothLengths) {
+  const ApiError e = parse_error({{"prompt", std::string(400, 'a')}}, model_, limits_);
+  EXPECT_EQ(e.code(), "context_length_exceeded");
+  EXPECT_NE(std::string(e.what()).find("maximum context length is 64 tokens"), std::string::npos)
+      << e.what();
+  const json shape = e.to_json();
+  EXPECT_EQ(shape["error"]["code"], "context_length_exceeded");
+  EXPECT_TRUE(shape["error"].contains("type") && shape["error"].contains("param"));
+}
+
+TEST_F(ServerWithVocab, ChatNeedsATemplateAndGoodMessages) {
+  const json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+  EXPECT_THROW(parse_chat_request(body, model_, limits_), ApiError);  // no template
+  model_.render_chat = [](const json& messages, bool add) {
+    std::string s;
+    for (const json& m : messages) s += m["role"].get<std::string>() + ": " +
+                                        m["content"].get<std::string>() + "\n";
+    return add ? s + "assistant:" : s;
+  };
+  const ApiRequest r = parse_chat_request(body, model_, limits_);
+  EXPECT_EQ(r.prompt_texts[0], "user: hi\nassistant:");
+  EXPECT_EQ(r.max_tokens, 64 - static_cast<int32_t>(r.prompts[0].size()));  // up to the context
+  const json parts = {{"messages", {{{"role", "user"},
+                                     {"content", {{{"type", "text"}, {"text", "a"}},
+                                                  {{"type", "text"}, {"text", "b"}}}}}}}};
+  EXPECT_EQ(parse_chat_request(parts, model_, limits_).prompt_texts[0], "user: ab\nassistant:");
+  try {
+    parse_chat_request({{"messages", {{{"content", "x"}}}}}, model_, limits_);
+    FAIL();
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.param(), "messages[0].role");
+  }
+}
+
+TEST(Histogram, CumulativeBucketsSumAndCount) {
+  Histogram h({0.1, 1.0});
+  h.observe(0.05);
+  h.observe(0.5);
+  h.observe(5.0);
+  const std::string text = h.render("x");
+  EXPECT_NE(text.find("x_bucket{le=\"0.1\"} 1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("x_bucket{le=\"1\"} 2\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("x_bucket{le=\"+Inf\"} 3\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("x_count 3\n"), std::string::npos) << text;
+}
+
+TEST(ApiKey, ConstantTimeEqualAndLoopback) {
+  EXPECT_TRUE(constant_time_equal("abc", "abc"));
+  EXPECT_FALSE(constant_time_equal("abc", "abd"));
+  EXPECT_FALSE(constant_time_equal("abc", "abcd"));
+  EXPECT_FALSE(constant_time_equal("", "a"));
+  EXPECT_TRUE(is_loopback_host("127.0.0.1"));
+  EXPECT_TRUE(is_loopback_host("localhost"));
+  EXPECT_FALSE(is_loopback_host("0.0.0.0"));
+  EXPECT_FALSE(is_loopback_host("10.0.0.1"));
+}
+
+}  // namespace
+}  // namespace pagoda::server
