@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   add(pagoda::cli::add_detokenize);
   add(pagoda::cli::add_run);
   add(pagoda::cli::add_synth);
+  add(pagoda::cli::add_quantize);
   add(pagoda::cli::add_estimate);
   add(pagoda::cli::add_bench);
   add(pagoda::cli::add_serve);

@@ -26,6 +26,10 @@ struct ModelConfig {
   float rope_theta = 10000.0f;
   float rope_scaling_factor = 0.0f;  // 0: none
   std::string rope_scaling_type;     // "", "linear", "yarn", "llama3"
+  // Llama 3 scaling (HF rope_scaling; GGUF files carry the result as rope_freqs.weight instead).
+  float rope_low_freq_factor = 1.0f;
+  float rope_high_freq_factor = 4.0f;
+  uint32_t rope_original_context = 8192;
   uint32_t sliding_window = 0;       // 0: every layer attends globally
   bool tie_embeddings = false;
 

@@ -106,6 +106,11 @@ void read_rope_scaling(const Reader& r, ModelConfig& c) {
     if (type.empty() || type == "default") continue;  // plain RoPE
     c.rope_scaling_type = type;
     c.rope_scaling_factor = static_cast<float>(rs->number("factor").value_or(0.0));
+    if (auto v = rs->number("low_freq_factor")) c.rope_low_freq_factor = static_cast<float>(*v);
+    if (auto v = rs->number("high_freq_factor")) c.rope_high_freq_factor = static_cast<float>(*v);
+    if (auto v = rs->number("original_max_position_embeddings")) {
+      c.rope_original_context = static_cast<uint32_t>(*v);
+    }
   }
 }
 

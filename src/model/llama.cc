@@ -89,6 +89,8 @@ LlamaModel::LlamaModel(const ModelFile& file) {
   // Llama 3 style scaling ships its per-frequency divisors as a tensor.
   if (w.has("rope_freqs.weight")) {
     rope_freq_factors_ = w.vector("rope_freqs.weight", rope_.rotary_dim / 2);
+  } else if (c.rope_scaling_type == "llama3") {
+    rope_freq_factors_ = llama3_rope_freq_factors(c, rope_.rotary_dim);  // HF checkpoints
   }
   if (!rope_freq_factors_.empty()) rope_.freq_factors = rope_freq_factors_.data();
 }

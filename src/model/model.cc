@@ -69,4 +69,26 @@ std::unique_ptr<Model> Model::load(const ModelFile& file) {
        "' is not supported (supported: llama, mistral, qwen2, qwen3, gemma3)");
 }
 
+std::vector<float> llama3_rope_freq_factors(const ModelConfig& c, int32_t rotary_dim) {
+  const double pi = 3.14159265358979323846;
+  const double old_context = c.rope_original_context;
+  const double low = c.rope_low_freq_factor, high = c.rope_high_freq_factor;
+  const double factor = c.rope_scaling_factor > 0 ? c.rope_scaling_factor : 1.0;
+  if (!(high > low)) fail("llama3 rope scaling: high_freq_factor must exceed low_freq_factor");
+  std::vector<float> divisors(static_cast<size_t>(rotary_dim / 2));
+  for (size_t i = 0; i < divisors.size(); ++i) {
+    const double freq = std::pow(double(c.rope_theta), -2.0 * double(i) / rotary_dim);
+    const double wavelength = 2.0 * pi / freq;
+    double d = 1.0;
+    if (wavelength > old_context / low) {
+      d = factor;
+    } else if (wavelength >= old_context / high) {
+      const double smooth = (old_context / wavelength - low) / (high - low);
+      d = 1.0 / ((1.0 - smooth) / factor + smooth);
+    }
+    divisors[i] = static_cast<float>(d);
+  }
+  return divisors;
+}
+
 }  // namespace pagoda

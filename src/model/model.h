@@ -75,6 +75,11 @@ class Model {
 };
 
 std::unique_ptr<Model> load_llama(const ModelFile& file);
+
+// Llama 3 RoPE scaling as divisors of each rotary frequency ([rotary_dim / 2]): 1 for high
+// frequencies (wavelength < original context / high_freq_factor), `factor` for low ones
+// (wavelength > original context / low_freq_factor), and a smooth blend between.
+std::vector<float> llama3_rope_freq_factors(const ModelConfig& c, int32_t rotary_dim);
 std::unique_ptr<Model> load_gemma3(const ModelFile& file);
 
 }  // namespace pagoda

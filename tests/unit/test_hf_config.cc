@@ -9,6 +9,7 @@
 #include "format/hf_tokenizer.h"
 #include "format/safetensors.h"
 #include "model/config.h"
+#include "model/model.h"
 #include "model/model_file.h"
 #include "test_util.h"
 #include "tokenizer/pre_tokenizer.h"
@@ -111,6 +112,24 @@ TEST(HfConfig, NullMeansAbsentAndRopeTypes) {
   c = config_from_hf_json(R"({"model_type": "llama", "rope_scaling": {"rope_type": "default"}})",
                           "c");
   EXPECT_EQ(c.rope_scaling_type, "");
+}
+
+// Llama 3.1's published rope_scaling; the divisors were computed independently (Python, from the
+// definition in Hugging Face's rope utilities) at every 8th frequency.
+TEST(HfConfig, Llama3RopeScalingGivesFrequencyDivisors) {
+  const ModelConfig c = config_from_hf_json(R"({"model_type": "llama", "num_hidden_layers": 1,
+    "hidden_size": 4096, "num_attention_heads": 32, "rope_theta": 500000.0,
+    "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                     "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}})",
+                                            "c");
+  EXPECT_EQ(c.rope_original_context, 8192u);
+  const std::vector<float> d = llama3_rope_freq_factors(c, 128);
+  ASSERT_EQ(d.size(), 64u);
+  const float expected[] = {1.0f, 1.0f, 1.0f, 1.0f, 2.69453f, 8.0f, 8.0f, 8.0f};
+  for (size_t i = 0; i < 8; ++i) EXPECT_NEAR(d[i * 8], expected[i], 1e-4f) << i * 8;
+  for (size_t i = 0; i < d.size(); ++i) {
+    EXPECT_EQ(d[i] > 1.0f && d[i] < 8.0f, i >= 29 && i <= 34) << i;  // the blended band
+  }
 }
 
 TEST(HfConfig, QwenSlidingWindowOnlyWhenUsed) {
