@@ -12,14 +12,12 @@
 #include "cli/commands.h"
 #include "cli/format_util.h"
 #include "core/error.h"
+#include "core/mapped_file.h"
 #include "engine/engine_thread.h"
 #include "model/model.h"
 #include "model/model_file.h"
 #include "server/http_server.h"
-#if __has_include("template/chat_template.h")
 #include "template/chat_template.h"
-#define PAGODA_HAVE_TEMPLATE 1
-#endif
 #include "tokenizer/tokenizer.h"
 
 namespace pagoda::cli {
@@ -37,14 +35,12 @@ struct ServeOptions {
 };
 
 // The template to use: --chat-template, the model file's, or ours for its family; empty: none.
-#ifdef PAGODA_HAVE_TEMPLATE
 std::string chat_template_source(const ServeOptions& o, const ModelFile& file, const Vocab& vocab) {
   if (!o.chat_template_file.empty()) return read_file(o.chat_template_file);
   if (!vocab.chat_template.empty()) return vocab.chat_template;
   if (file.config().architecture == "gemma3") return std::string(builtin_chat_template("gemma"));
   return "";
 }
-#endif
 
 std::string token_text(const Vocab& vocab, TokenId id) {
   return vocab.valid(id) ? vocab.tokens[static_cast<size_t>(id)] : std::string();
@@ -134,14 +130,10 @@ Action add_serve(CLI::App& app) {
     auto model = Model::load(*file);
     auto backend = make_cpu_backend(o->threads);
     const Vocab& vocab = tokenizer->vocab();
-#ifdef PAGODA_HAVE_TEMPLATE
     std::shared_ptr<ChatTemplate> chat;
     if (std::string source = chat_template_source(*o, *file, vocab); !source.empty()) {
       chat = std::make_shared<ChatTemplate>(std::move(source));
     }
-#else
-    std::shared_ptr<int> chat;
-#endif
     EngineConfig config = o->engine;
     config.max_model_len = resolve_max_model_len(*o, *model);
     if (o->kv_tokens > 0) {
@@ -156,14 +148,12 @@ Action add_serve(CLI::App& app) {
     context.tokenizer = tokenizer.get();
     context.max_model_len = config.max_model_len;
     context.vocab_size = static_cast<int32_t>(vocab.size());
-#ifdef PAGODA_HAVE_TEMPLATE
     if (chat) {
       const std::string bos = token_text(vocab, vocab.bos), eos = token_text(vocab, vocab.eos);
       context.render_chat = [chat, bos, eos](const nlohmann::json& messages, bool add_prompt) {
         return chat->apply(messages, add_prompt, bos, eos);
       };
     }
-#endif
     nlohmann::json info = {{"id", context.name},
                            {"object", "model"},
                            {"created", 0},
