@@ -280,6 +280,16 @@ def wait_for_idle(server, timeout=30):
     return False
 
 
+def wait_until_no_request_in_flight(server, timeout=30):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        with urllib.request.urlopen(server.url + "/stats", timeout=10) as r:
+            if json.loads(r.read())["in_flight"] == 0:
+                return True
+        time.sleep(0.05)
+    return False
+
+
 def test_disconnect_frees_blocks(server):
     for _ in range(3):
         sock = socket.create_connection(("127.0.0.1", int(server.url.rsplit(":", 1)[1])))
@@ -310,5 +320,25 @@ def test_sigterm_finishes_running_requests(pagoda_bin):
             r = future.result(timeout=60)
         assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 64
         assert any("SIGTERM" in line for line in s.log)
+    finally:
+        s.stop()
+
+
+def test_queue_full_is_503_and_recovers(pagoda_bin):
+    s = Server(pagoda_bin, need(SMOLLM), "-t", "2", "--kv-tokens", "4096", "--max-pending", 1)
+    try:
+        client = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
+        model = client.models.list().data[0].id
+        stream = client.completions.create(model=model, prompt="Once upon a time", stream=True,
+                                           max_tokens=200, extra_body={"ignore_eos": True})
+        next(iter(stream))  # the first request is running
+        status, body = post(s, "/v1/completions", {"prompt": "hi", "max_tokens": 2})
+        assert_error(status, body, 503)
+        assert body["error"]["code"] == "queue_full"
+        stream.close()
+        assert wait_for_idle(s)
+        assert wait_until_no_request_in_flight(s)
+        assert client.completions.create(model=model, prompt="hi",
+                                          max_tokens=2).usage.completion_tokens >= 1
     finally:
         s.stop()
