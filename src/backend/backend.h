@@ -43,6 +43,14 @@ struct AttentionBatch {
   int32_t block_size = 16;
 };
 
+// One layer's K/V memory: k and v are [num_blocks, block_size, num_kv_heads, head_dim] values
+// of `type`, F32 or F16 (half the memory; converted on write and read, attention math in F32).
+struct KvLayer {
+  void* k = nullptr;
+  void* v = nullptr;
+  DType type = DType::kF32;
+};
+
 struct AttentionParams {
   int32_t num_heads = 0;
   int32_t num_kv_heads = 0;
@@ -70,12 +78,11 @@ class Backend {
                     int64_t head_dim, const RopeParams& params) = 0;
   // Writes each token's K and V into its slot.           k, v: [num_tokens, num_kv_heads, head_dim]
   virtual void write_kv(const float* k, const float* v, const AttentionBatch& batch,
-                        const AttentionParams& params, float* k_cache, float* v_cache) = 0;
+                        const AttentionParams& params, KvLayer cache) = 0;
   // Causal attention of each token over its sequence's cached K/V (including itself).
   // q, out: [num_tokens, num_heads, head_dim]
-  virtual void attention(const float* q, const float* k_cache, const float* v_cache,
-                         const AttentionBatch& batch, const AttentionParams& params,
-                         float* out) = 0;
+  virtual void attention(const float* q, KvLayer cache, const AttentionBatch& batch,
+                         const AttentionParams& params, float* out) = 0;
   // out = act(gate) * up, elementwise over n values (act: SiLU or tanh-approximated GELU).
   virtual void silu_mul(const float* gate, const float* up, int64_t n, float* out) = 0;
   virtual void gelu_mul(const float* gate, const float* up, int64_t n, float* out) = 0;

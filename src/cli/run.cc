@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "engine/engine.h"
+#include "kv/kv_storage.h"
 #include "model/model.h"
 #include "model/model_file.h"
 #include "tokenizer/tokenizer.h"
@@ -38,6 +39,7 @@ Action add_run(CLI::App& app) {
     int32_t context = 0;
     int threads = 0;
     std::string backend = "cpu";
+    std::string kv_type = "f32";
     bool raw = false;
     bool ignore_eos = false;
     SamplingParams sampling;
@@ -53,6 +55,8 @@ Action add_run(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 22));
   cmd->add_option("-t,--threads", o->threads, "Threads (default: all cores)")->check(CLI::Range(0, 1024));
   cmd->add_option("--backend", o->backend, "cpu or reference")->check(CLI::IsMember({"cpu", "reference"}));
+  cmd->add_option("--kv-type", o->kv_type, "KV cache values: f32, or f16 for half the memory")
+      ->check(CLI::IsMember({"f32", "f16"}));
   cmd->add_option("--temp", o->sampling.temperature, "Temperature; 0 = greedy")->default_val(0.8f);
   cmd->add_option("--top-k", o->sampling.top_k, "Keep the k most likely tokens; 0 = off")->default_val(40);
   cmd->add_option("--top-p", o->sampling.top_p, "Nucleus sampling threshold")->default_val(0.95f);
@@ -90,6 +94,7 @@ Action add_run(CLI::App& app) {
     config.max_num_batched_tokens = 512;  // prompt tokens per step
     config.max_num_seqs = 1;
     config.enable_prefix_caching = false;  // one prompt: nothing to share
+    config.kv_type = parse_kv_cache_type(o->kv_type);
     Engine engine(*model, *backend, config);
     // -n 0 only prefills: one token is sampled (the engine always samples) and not shown.
     const bool prefill_only = o->num_tokens == 0;

@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "engine/engine_thread.h"
+#include "kv/kv_storage.h"
 #include "model/model.h"
 #include "model/model_file.h"
 #include "server/http_server.h"
@@ -25,6 +26,7 @@ namespace {
 
 struct ServeOptions {
   std::string model, model_name, chat_template_file;
+  std::string kv_type = "f32";
   server::ServerOptions server;
   bool insecure = false;
   int threads = 0;
@@ -88,6 +90,8 @@ Action add_serve(CLI::App& app) {
       ->check(CLI::Range(0.0, 4096.0));
   cmd->add_option("--kv-tokens", o->kv_tokens, "KV cache size in tokens (instead of --kv-cache-gb)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  cmd->add_option("--kv-type", o->kv_type, "KV cache values: f32, or f16 for half the memory")
+      ->check(CLI::IsMember({"f32", "f16"}));
   cmd->add_option("--block-size", o->engine.block_size, "Tokens per KV block")->default_val(16)
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--max-batched-tokens", o->engine.max_num_batched_tokens,
@@ -136,6 +140,7 @@ Action add_serve(CLI::App& app) {
     }
     EngineConfig config = o->engine;
     config.max_model_len = resolve_max_model_len(*o, *model);
+    config.kv_type = parse_kv_cache_type(o->kv_type);
     if (o->kv_tokens > 0) {
       config.num_kv_cache_tokens = o->kv_tokens;
     } else {

@@ -25,9 +25,9 @@ int32_t num_kv_blocks(const EngineConfig& config, const ModelConfig& model) {
     }
     return static_cast<int32_t>(num_blocks);
   }
-  // KvStorage holds float32 K/V.
+  const size_t value_bytes = config.kv_type == DType::kF16 ? 2 : sizeof(float);
   return BlockPool::num_blocks_for_budget(
-      config.kv_cache_bytes, model.kv_bytes_per_token(sizeof(float)), config.block_size);
+      config.kv_cache_bytes, model.kv_bytes_per_token(value_bytes), config.block_size);
 }
 
 SchedulerConfig scheduler_config(const EngineConfig& config, int32_t num_blocks) {
@@ -62,7 +62,7 @@ Engine::Engine(Model& model, Backend& backend, EngineConfig config)
       config_(config),
       vocab_size_(static_cast<int32_t>(model.config().vocab_size)),
       kv_(std::make_unique<KvStorage>(model.config(), num_kv_blocks(config, model.config()),
-                                      config.block_size)),
+                                      config.block_size, config.kv_type)),
       scheduler_(scheduler_config(config, kv_->num_blocks())) {
   if (config_.max_model_len < 0) fail("engine: max_model_len must not be negative");
 }

@@ -1,6 +1,6 @@
 #include "engine/kv_copy.h"
 
-#include <algorithm>
+#include <cstring>
 
 #include "core/error.h"
 
@@ -8,11 +8,9 @@ namespace pagoda {
 
 void copy_kv_blocks(KvStorage& kv, const ModelConfig& config, std::span<const BlockCopy> copies) {
   if (copies.empty()) return;
-  const int64_t block_floats =
-      int64_t{kv.block_size()} * config.num_kv_heads * config.head_dim;  // one block, one layer
-  const uint64_t expected_bytes = 2ull * config.num_layers *
-                                  static_cast<uint64_t>(kv.num_blocks()) *
-                                  static_cast<uint64_t>(block_floats) * sizeof(float);
+  // One block of one layer, in bytes.
+  const uint64_t block_bytes = uint64_t(kv.block_size()) * KvStorage::slot_bytes(config, kv.type());
+  const uint64_t expected_bytes = 2ull * config.num_layers * uint64_t(kv.num_blocks()) * block_bytes;
   if (kv.bytes() != expected_bytes) fail("copy_kv_blocks: the KV storage is not this model's");
   for (const BlockCopy& c : copies) {
     if (c.src < 0 || c.src >= kv.num_blocks() || c.dst < 0 || c.dst >= kv.num_blocks()) {
@@ -21,8 +19,11 @@ void copy_kv_blocks(KvStorage& kv, const ModelConfig& config, std::span<const Bl
     }
     if (c.src == c.dst) continue;
     for (int32_t layer = 0; layer < static_cast<int32_t>(config.num_layers); ++layer) {
-      for (float* base : {kv.k(layer), kv.v(layer)}) {
-        std::copy_n(base + c.src * block_floats, block_floats, base + c.dst * block_floats);
+      const KvLayer l = kv.layer(layer);
+      for (void* base : {l.k, l.v}) {
+        auto* bytes = static_cast<uint8_t*>(base);
+        std::memcpy(bytes + uint64_t(c.dst) * block_bytes, bytes + uint64_t(c.src) * block_bytes,
+                    block_bytes);
       }
     }
   }

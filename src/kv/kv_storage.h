@@ -1,5 +1,6 @@
 // The K/V tensors of every layer, in blocks of `block_size` token slots:
-// k, v per layer: [num_blocks, block_size, num_kv_heads, head_dim] float.
+// k, v per layer: [num_blocks, block_size, num_kv_heads, head_dim] values of one type, F32 or F16
+// (half the bytes per token; the backends convert on write and read).
 // Which blocks a sequence owns is the control plane's business (block tables); this class only
 // holds the memory.
 #pragma once
@@ -7,26 +8,44 @@
 #include <cstdint>
 #include <vector>
 
+#include "backend/backend.h"
+#include "core/dtype.h"
 #include "model/config.h"
 
 namespace pagoda {
 
 class KvStorage {
  public:
-  KvStorage(const ModelConfig& config, int32_t num_blocks, int32_t block_size);
+  // Throws Error for a type other than F32 / F16 or an empty cache.
+  KvStorage(const ModelConfig& config, int32_t num_blocks, int32_t block_size,
+            DType type = DType::kF32);
 
   int32_t num_blocks() const { return num_blocks_; }
   int32_t block_size() const { return block_size_; }
-  float* k(int32_t layer) { return k_[static_cast<size_t>(layer)].data(); }
-  float* v(int32_t layer) { return v_[static_cast<size_t>(layer)].data(); }
+  DType type() const { return type_; }
+  size_t value_bytes() const { return type_ == DType::kF16 ? 2 : 4; }
+  KvLayer layer(int32_t l) {
+    return {k_[static_cast<size_t>(l)].data(), v_[static_cast<size_t>(l)].data(), type_};
+  }
+  // F32 storage only (tests that look at values): throws Error for F16.
+  float* k(int32_t layer);
+  float* v(int32_t layer);
   uint64_t bytes() const { return bytes_; }
+
+  // Bytes per token slot per layer for one of K or V.
+  static uint64_t slot_bytes(const ModelConfig& config, DType type);
 
  private:
   int32_t num_blocks_;
   int32_t block_size_;
+  DType type_;
   uint64_t bytes_ = 0;
-  std::vector<std::vector<float>> k_;  // [num_layers][num_blocks * block_size * kv_heads * head_dim]
+  // [num_layers][num_blocks * block_size * kv_heads * head_dim * value_bytes], 4-byte aligned
+  std::vector<std::vector<float>> k_;
   std::vector<std::vector<float>> v_;
 };
+
+// "f32" / "f16" → the KV cache type; throws Error naming the allowed values otherwise.
+DType parse_kv_cache_type(const std::string& name);
 
 }  // namespace pagoda

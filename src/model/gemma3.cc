@@ -114,8 +114,8 @@ void Gemma3Model::forward(Backend& be, const ForwardBatch& batch, KvStorage& kv,
     be.rope(act_.q.data(), batch.positions.data(), n, c.num_heads, hd, rope);
     be.rope(act_.k.data(), batch.positions.data(), n, c.num_kv_heads, hd, rope);
     const auto layer = static_cast<int32_t>(l);
-    be.write_kv(act_.k.data(), act_.v.data(), ab, ap, kv.k(layer), kv.v(layer));
-    be.attention(act_.q.data(), kv.k(layer), kv.v(layer), ab, ap, act_.attn.data());
+    be.write_kv(act_.k.data(), act_.v.data(), ab, ap, kv.layer(layer));
+    be.attention(act_.q.data(), kv.layer(layer), ab, ap, act_.attn.data());
     be.matmul(L.wo, act_.attn.data(), n, act_.h.data());
     be.rms_norm(act_.h.data(), L.post_attn_norm.data(), n, hidden, c.rms_norm_eps, act_.h.data());
     be.add(act_.x.data(), act_.h.data(), n * hidden);

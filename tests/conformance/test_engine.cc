@@ -180,11 +180,17 @@ EngineConfig config_with(int64_t kv_tokens, bool prefix_caching, int32_t budget 
 // alone. A difference means some op's result for a token depends on the other tokens of the
 // batch (or the engine laid the batch out wrong).
 void check_batch_invariance(const std::string& path, Backend& backend, int count,
-                            int32_t max_prompt, int32_t max_output, bool all_variants = true) {
+                            int32_t max_prompt, int32_t max_output, bool all_variants = true,
+                            DType kv_type = DType::kF32) {
   LoadedModel m = load(path);
   const std::vector<GenerationRequest> requests = make_requests(m, count, max_prompt, max_output);
   Model& model = *m.model;
-  const RunResult alone = run(model, backend, config_with(4096, false), requests, Arrival::kAlone);
+  const auto with_type = [kv_type](EngineConfig c) {
+    c.kv_type = kv_type;
+    return c;
+  };
+  const RunResult alone =
+      run(model, backend, with_type(config_with(4096, false)), requests, Arrival::kAlone);
   const auto expected = ids_of(alone);
   for (size_t i = 0; i < requests.size(); ++i) {
     ASSERT_EQ(static_cast<int32_t>(expected[i].size()), requests[i].max_tokens) << "request " << i;
@@ -218,7 +224,7 @@ void check_batch_invariance(const std::string& path, Backend& backend, int count
     // The quick set: one run with each of batching, chunking with arrivals, and preemption.
     if (!all_variants && &v != &variants[1] && &v != &variants[5] && &v != &variants[6]) continue;
     SCOPED_TRACE(std::string(v.name) + " on " + backend.name());
-    const RunResult r = run(model, backend, v.config, requests, v.arrival);
+    const RunResult r = run(model, backend, with_type(v.config), requests, v.arrival);
     const auto got = ids_of(r);
     for (size_t i = 0; i < requests.size(); ++i) {
       EXPECT_EQ(got[i], expected[i])
@@ -245,6 +251,13 @@ TEST(EngineBatchInvariance, Stories260KCpu) {
   PAGODA_SHARED_OR_SKIP(shared, "");
   auto backend = make_cpu_backend(2);
   check_batch_invariance(stories260k(shared), *backend, 16, 100, 24);
+}
+
+// An F16 KV cache rounds K/V the same way whatever the batch, so invariance must hold too.
+TEST(EngineBatchInvariance, Stories260KCpuF16Cache) {
+  PAGODA_SHARED_OR_SKIP(shared, "");
+  auto backend = make_cpu_backend(2);
+  check_batch_invariance(stories260k(shared), *backend, 16, 100, 24, true, DType::kF16);
 }
 
 TEST(EngineBatchInvariance, TinyStories656KReference) {

@@ -162,6 +162,7 @@ struct PagedAttention {
   std::vector<int32_t> context;     // per sequence: tokens in the cache after this step
   std::vector<int32_t> new_tokens;  // per sequence: how many of them are this step's queries
   int32_t max_blocks = 0;
+  DType kv_type = DType::kF32;
 
   std::vector<float> run(Backend& backend, bool shuffled, uint32_t seed) const {
     const auto num_seqs = static_cast<int32_t>(context.size());
@@ -173,7 +174,11 @@ struct PagedAttention {
     std::vector<int32_t> table(order.begin(), order.end());  // [num_seqs, max_blocks]
 
     // The whole history goes into the cache through write_kv; then the new tokens attend.
-    std::vector<float> k_cache(num_blocks * block_size * kv_dim, NAN), v_cache(k_cache.size(), NAN);
+    // F32 caches hold NaN where nothing was written; F16 ones the same in half the floats.
+    const size_t cache_floats = static_cast<size_t>(num_blocks * block_size * kv_dim) /
+                                (kv_type == DType::kF16 ? 2 : 1) + 1;
+    std::vector<float> k_cache(cache_floats, NAN), v_cache(cache_floats, NAN);
+    const KvLayer cache{k_cache.data(), v_cache.data(), kv_type};
     std::vector<int32_t> positions, query_start = {0};
     std::vector<int64_t> slots;
     std::vector<int32_t> q_positions, q_start = {0};
@@ -191,14 +196,14 @@ struct PagedAttention {
     const std::vector<float> k = normal(num_history * kv_dim, 20), v = normal(num_history * kv_dim, 21);
     AttentionBatch write{num_history, positions.data(), slots.data(), num_seqs, query_start.data(),
                          table.data(), max_blocks, block_size};
-    backend.write_kv(k.data(), v.data(), write, params, k_cache.data(), v_cache.data());
+    backend.write_kv(k.data(), v.data(), write, params, cache);
 
     const auto num_queries = static_cast<int32_t>(q_positions.size());
     const std::vector<float> q = normal(num_queries * int64_t{params.num_heads} * params.head_dim, 22);
     AttentionBatch attend{num_queries, q_positions.data(), nullptr, num_seqs, q_start.data(),
                           table.data(), max_blocks, block_size};
     std::vector<float> out(q.size(), NAN);
-    backend.attention(q.data(), k_cache.data(), v_cache.data(), attend, params, out.data());
+    backend.attention(q.data(), cache, attend, params, out.data());
     return out;
   }
 };
@@ -231,6 +236,18 @@ TEST_P(CpuOps, PagedAttentionMatchesTheReference) {
     const std::vector<float> want = c.run(*ref_, false, 0);
     expect_close(c.run(*cpu_, false, 0), want, 2e-5f, 2e-5f);
     expect_close(c.run(*cpu_, true, 31), want, 2e-5f, 2e-5f);
+  }
+}
+
+// An F16 cache: the same conversions (round to nearest even) in both backends, so the fast one
+// matches the reference as closely as with F32; and the result is near the F32 cache's.
+TEST_P(CpuOps, PagedAttentionWithF16Cache) {
+  for (PagedAttention c : attention_cases()) {
+    const std::vector<float> f32 = c.run(*ref_, false, 0);
+    c.kv_type = DType::kF16;
+    const std::vector<float> want = c.run(*ref_, false, 0);
+    expect_close(c.run(*cpu_, true, 7), want, 2e-5f, 2e-5f);
+    expect_close(want, f32, 2e-3f, 2e-3f);
   }
 }
 

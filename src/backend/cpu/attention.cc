@@ -27,9 +27,8 @@ void for_each_run(const int32_t* table, int32_t block_size, int32_t first, int32
 
 }  // namespace
 
-void attention(const Kernels& k, const float* q, const float* k_cache, const float* v_cache,
-               const AttentionBatch& batch, const AttentionParams& p, float* out,
-               ThreadPool& pool) {
+void attention(const Kernels& k, const float* q, KvLayer cache, const AttentionBatch& batch,
+               const AttentionParams& p, float* out, ThreadPool& pool) {
   const int32_t num_tokens = batch.num_tokens;
   if (num_tokens <= 0) return;
   if (p.num_kv_heads <= 0 || p.num_heads % p.num_kv_heads != 0) {
@@ -63,7 +62,10 @@ void attention(const Kernels& k, const float* q, const float* k_cache, const flo
   const int32_t items_per_group = (group + heads_per_item - 1) / heads_per_item;
   const int64_t num_items = num_pairs * items_per_group;
 
-  std::vector<std::vector<float>> scratch(static_cast<size_t>(threaded ? pool.num_threads() : 1));
+  const bool f16 = cache.type == DType::kF16;
+  const size_t num_scratch = static_cast<size_t>(threaded ? pool.num_threads() : 1);
+  std::vector<std::vector<float>> scratch(num_scratch);
+  std::vector<std::vector<float>> rows(num_scratch);  // F16: one run of K or V rows, as float
   const auto run_item = [&](int64_t item, int thread) {
     const auto t = static_cast<int32_t>(item / (int64_t{p.num_kv_heads} * items_per_group));
     const auto kv_head = static_cast<int32_t>(item / items_per_group % p.num_kv_heads);
@@ -76,14 +78,30 @@ void attention(const Kernels& k, const float* q, const float* k_cache, const flo
     const int32_t n = pos - first + 1;
     const float* qh = q + (int64_t{t} * p.num_heads + h0) * head_dim;
     float* oh = out + (int64_t{t} * p.num_heads + h0) * head_dim;
-    const float* k_base = k_cache + int64_t{kv_head} * head_dim;
-    const float* v_base = v_cache + int64_t{kv_head} * head_dim;
+    const int64_t head_offset = int64_t{kv_head} * head_dim;
+    // The rows of a run as float: the cache itself (F32), or converted into `rows` (F16).
+    std::vector<float>& row_buf = rows[thread];
+    if (f16) row_buf.resize(static_cast<size_t>(batch.block_size * head_dim));
+    const auto run_rows = [&](const void* base, int64_t slot, int32_t run, int64_t* stride) {
+      if (!f16) {
+        *stride = kv_stride;
+        return static_cast<const float*>(base) + slot * kv_stride + head_offset;
+      }
+      const uint16_t* src = static_cast<const uint16_t*>(base) + slot * kv_stride + head_offset;
+      for (int32_t r = 0; r < run; ++r) {
+        k.f16_to_f32(src + r * kv_stride, row_buf.data() + r * head_dim, head_dim);
+      }
+      *stride = head_dim;
+      return static_cast<const float*>(row_buf.data());
+    };
 
     std::vector<float>& scores = scratch[thread];  // [num_queries, n]
     scores.resize(static_cast<size_t>(kMaxTileQueries) * max_context);
     for_each_run(table, batch.block_size, first, pos, [&](int32_t j, int32_t run, int64_t slot) {
-      k.qk_tile(qh, head_dim, num_queries, k_base + slot * kv_stride, kv_stride, run, head_dim,
-                scores.data() + (j - first), n);
+      int64_t stride = 0;
+      const float* keys = run_rows(cache.k, slot, run, &stride);
+      k.qk_tile(qh, head_dim, num_queries, keys, stride, run, head_dim, scores.data() + (j - first),
+                n);
     });
     float inv_sum[kMaxTileQueries];
     for (int32_t i = 0; i < num_queries; ++i) {
@@ -94,8 +112,10 @@ void attention(const Kernels& k, const float* q, const float* k_cache, const flo
     }
     std::fill(oh, oh + int64_t{num_queries} * head_dim, 0.0f);
     for_each_run(table, batch.block_size, first, pos, [&](int32_t j, int32_t run, int64_t slot) {
-      k.pv_tile(scores.data() + (j - first), n, num_queries, v_base + slot * kv_stride, kv_stride, run,
-                head_dim, oh, head_dim);
+      int64_t stride = 0;
+      const float* values = run_rows(cache.v, slot, run, &stride);
+      k.pv_tile(scores.data() + (j - first), n, num_queries, values, stride, run, head_dim, oh,
+                head_dim);
     });
     for (int32_t i = 0; i < num_queries; ++i) k.scale(oh + int64_t{i} * head_dim, inv_sum[i], head_dim);
   };

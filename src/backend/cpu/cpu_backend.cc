@@ -85,18 +85,25 @@ class CpuBackend final : public Backend {
   }
 
   void write_kv(const float* k, const float* v, const AttentionBatch& batch,
-                const AttentionParams& p, float* k_cache, float* v_cache) override {
+                const AttentionParams& p, KvLayer cache) override {
     const int64_t stride = static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
     for (int32_t t = 0; t < batch.num_tokens; ++t) {
       const int64_t slot = batch.slot_mapping[t];
-      std::memcpy(k_cache + slot * stride, k + t * stride, static_cast<size_t>(stride) * sizeof(float));
-      std::memcpy(v_cache + slot * stride, v + t * stride, static_cast<size_t>(stride) * sizeof(float));
+      if (cache.type == DType::kF16) {
+        kernels().f32_to_f16(k + t * stride, static_cast<uint16_t*>(cache.k) + slot * stride, stride);
+        kernels().f32_to_f16(v + t * stride, static_cast<uint16_t*>(cache.v) + slot * stride, stride);
+      } else {
+        std::memcpy(static_cast<float*>(cache.k) + slot * stride, k + t * stride,
+                    static_cast<size_t>(stride) * sizeof(float));
+        std::memcpy(static_cast<float*>(cache.v) + slot * stride, v + t * stride,
+                    static_cast<size_t>(stride) * sizeof(float));
+      }
     }
   }
 
-  void attention(const float* q, const float* k_cache, const float* v_cache,
-                 const AttentionBatch& batch, const AttentionParams& p, float* out) override {
-    cpu::attention(kernels(), q, k_cache, v_cache, batch, p, out, pool_);
+  void attention(const float* q, KvLayer cache, const AttentionBatch& batch,
+                 const AttentionParams& p, float* out) override {
+    cpu::attention(kernels(), q, cache, batch, p, out, pool_);
   }
 
   void silu_mul(const float* gate, const float* up, int64_t n, float* out) override {

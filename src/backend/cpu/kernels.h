@@ -94,6 +94,10 @@ struct Kernels {
   void (*pv_tile)(const float* p, int64_t p_stride, int num_queries, const float* v, int64_t v_stride,
                   int num_values, int64_t dim, float* out, int64_t out_stride) = nullptr;
 
+  // F16 K/V cache rows: conversions with round-to-nearest-even (as F16C does).
+  void (*f16_to_f32)(const uint16_t* x, float* y, int64_t n) = nullptr;
+  void (*f32_to_f16)(const float* x, uint16_t* y, int64_t n) = nullptr;
+
   float (*dot)(const float* a, const float* b, int64_t n) = nullptr;
   void (*axpy)(float a, const float* x, float* y, int64_t n) = nullptr;  // y += a * x
   float (*sum_squares)(const float* x, int64_t n) = nullptr;

@@ -376,6 +376,14 @@ void scale(float* x, float s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }
 
+void f16_to_f32(const uint16_t* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = fp16_to_fp32(x[i]);
+}
+
+void f32_to_f16(const float* x, uint16_t* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = fp32_to_fp16(x[i]);
+}
+
 void set(Kernels& k, DType type, ActFormat act, TileFn tile) {
   k.matmul[dtype_index(type)] = {act, tile, 1, kTileTokens};
 }
@@ -401,6 +409,8 @@ void fill_scalar_kernels(Kernels& k) {
   k.quantize_q8k = quantize_q8k;
   k.qk_tile = qk_tile;
   k.pv_tile = pv_tile;
+  k.f16_to_f32 = f16_to_f32;
+  k.f32_to_f16 = f32_to_f16;
   k.dot = dot;
   k.axpy = axpy;
   k.sum_squares = sum_squares;

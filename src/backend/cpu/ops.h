@@ -31,7 +31,7 @@ void matmul(const Kernels& k, const WeightMatrix& w, const float* x, int64_t num
             ThreadPool& pool, Scratch& activations, std::vector<Scratch>& panels);
 
 // Paged causal attention, one (token, head) per work item.
-void attention(const Kernels& k, const float* q, const float* k_cache, const float* v_cache,
+void attention(const Kernels& k, const float* q, KvLayer cache,
                const AttentionBatch& batch, const AttentionParams& p, float* out,
                ThreadPool& pool);
 

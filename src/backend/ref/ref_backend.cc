@@ -6,10 +6,25 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
+#include "quant/fp16.h"
 #include "quant/reference.h"
 
 namespace pagoda {
 namespace {
+
+// One K/V value of an F32 or F16 cache.
+float load_kv(const void* base, DType type, int64_t i) {
+  if (type == DType::kF16) return fp16_to_fp32(static_cast<const uint16_t*>(base)[i]);
+  return static_cast<const float*>(base)[i];
+}
+
+void store_kv(void* base, DType type, int64_t i, float x) {
+  if (type == DType::kF16) {
+    static_cast<uint16_t*>(base)[i] = fp32_to_fp16(x);
+  } else {
+    static_cast<float*>(base)[i] = x;
+  }
+}
 
 class ReferenceBackend final : public Backend {
  public:
@@ -70,17 +85,19 @@ class ReferenceBackend final : public Backend {
   }
 
   void write_kv(const float* k, const float* v, const AttentionBatch& batch,
-                const AttentionParams& p, float* k_cache, float* v_cache) override {
+                const AttentionParams& p, KvLayer cache) override {
     const int64_t stride = static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
     for (int32_t t = 0; t < batch.num_tokens; ++t) {
-      int64_t slot = batch.slot_mapping[t];
-      std::copy(k + t * stride, k + (t + 1) * stride, k_cache + slot * stride);
-      std::copy(v + t * stride, v + (t + 1) * stride, v_cache + slot * stride);
+      const int64_t slot = batch.slot_mapping[t];
+      for (int64_t i = 0; i < stride; ++i) {
+        store_kv(cache.k, cache.type, slot * stride + i, k[t * stride + i]);
+        store_kv(cache.v, cache.type, slot * stride + i, v[t * stride + i]);
+      }
     }
   }
 
-  void attention(const float* q, const float* k_cache, const float* v_cache,
-                 const AttentionBatch& batch, const AttentionParams& p, float* out) override {
+  void attention(const float* q, KvLayer cache, const AttentionBatch& batch,
+                 const AttentionParams& p, float* out) override {
     const int64_t kv_stride = static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
     const int32_t group = p.num_heads / p.num_kv_heads;
     std::vector<double> scores;
@@ -98,9 +115,11 @@ class ReferenceBackend final : public Backend {
           for (int32_t j = first; j <= pos; ++j) {
             int64_t slot = static_cast<int64_t>(table[j / batch.block_size]) * batch.block_size +
                            j % batch.block_size;
-            const float* kj = k_cache + slot * kv_stride + kvh * p.head_dim;
+            const int64_t kj = slot * kv_stride + kvh * p.head_dim;
             double dot = 0;
-            for (int32_t d = 0; d < p.head_dim; ++d) dot += static_cast<double>(qh[d]) * kj[d];
+            for (int32_t d = 0; d < p.head_dim; ++d) {
+              dot += static_cast<double>(qh[d]) * load_kv(cache.k, cache.type, kj + d);
+            }
             dot *= p.scale;
             if (p.softcap > 0) dot = p.softcap * std::tanh(dot / p.softcap);
             scores[j - first] = dot;
@@ -112,9 +131,9 @@ class ReferenceBackend final : public Backend {
           for (int32_t j = first; j <= pos; ++j) {
             int64_t slot = static_cast<int64_t>(table[j / batch.block_size]) * batch.block_size +
                            j % batch.block_size;
-            const float* vj = v_cache + slot * kv_stride + kvh * p.head_dim;
+            const int64_t vj = slot * kv_stride + kvh * p.head_dim;
             double w = scores[j - first] / denom;
-            for (int32_t d = 0; d < p.head_dim; ++d) acc[d] += w * vj[d];
+            for (int32_t d = 0; d < p.head_dim; ++d) acc[d] += w * load_kv(cache.v, cache.type, vj + d);
           }
           float* oh = out + (static_cast<int64_t>(t) * p.num_heads + h) * p.head_dim;
           for (int32_t d = 0; d < p.head_dim; ++d) oh[d] = static_cast<float>(acc[d]);
