@@ -4,6 +4,7 @@
 
 #include <httplib.h>
 
+#include <set>
 #include <thread>
 
 #include "core/error.h"
@@ -130,7 +131,11 @@ void HttpServer::add_routes() {
     }
   });
   h.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-    metrics_.count_request(req.path, res.status);
+    // Known routes only, so random paths cannot grow the metric's label set without bound.
+    static const std::set<std::string> routes = {
+        "/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics",
+        "/stats", "/tokenize", "/detokenize", "/"};
+    metrics_.count_request(routes.count(req.path) ? req.path : "other", res.status);
   });
   h.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
     handle_generation(req, res, Endpoint::kCompletions);
@@ -140,6 +145,14 @@ void HttpServer::add_routes() {
   });
   h.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     send_json(res, 200, {{"object", "list"}, {"data", json::array({model_info_})}});
+  });
+  h.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+    if (req.matches[1] != model_.name) {
+      throw ApiError(404, "invalid_request_error",
+                     "The model '" + std::string(req.matches[1]) + "' does not exist", "model",
+                     "model_not_found");
+    }
+    send_json(res, 200, model_info_);
   });
   h.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     if (draining_) {

@@ -354,9 +354,14 @@ ApiRequest parse_chat_request(const json& body, const ModelContext& model,
                    "model '" + model.name + "' has no chat template; use /v1/completions or "
                    "start the server with --chat-template", "messages");
   }
+  json extra = json::object();
+  if (const json* tools = field(body, "tools")) {
+    if (!tools->is_array()) throw bad_param("tools", "'tools' must be a list");
+    extra["tools"] = *tools;
+  }
   std::string text;
   try {
-    text = model.render_chat(messages, true);
+    text = model.render_chat(messages, true, extra);
   } catch (const Error& e) {
     throw ApiError(400, "invalid_request_error",
                    std::string("the chat template failed on these messages: ") + e.what(),

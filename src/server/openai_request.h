@@ -19,9 +19,10 @@ namespace pagoda::server {
 struct ModelContext {
   std::string name;  // the id /v1/models lists and requests must name (or omit)
   const Tokenizer* tokenizer = nullptr;
-  // Renders a chat (messages JSON array, add_generation_prompt) into prompt text; throws
-  // pagoda::Error when the template fails. Empty: the model has no chat template.
-  std::function<std::string(const nlohmann::json&, bool)> render_chat;
+  // Renders a chat (messages JSON array, add_generation_prompt, extra template variables such
+  // as "tools") into prompt text; throws pagoda::Error when the template fails. Empty: the
+  // model has no chat template.
+  std::function<std::string(const nlohmann::json&, bool, const nlohmann::json&)> render_chat;
   int32_t max_model_len = 0;  // prompt + output tokens at most
   int32_t vocab_size = 0;
 };

@@ -71,6 +71,9 @@ def stream_text(client, prompt, **kw):
 def test_models_and_health(server, client):
     models = client.models.list().data
     assert [m.id for m in models] == ["smollm2"]
+    assert client.models.retrieve("smollm2").id == "smollm2"
+    with pytest.raises(openai.NotFoundError):
+        client.models.retrieve("nope")
     assert_alive(server)
 
 

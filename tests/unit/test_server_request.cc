@@ -161,7 +161,7 @@ TEST_F(ServerWithVocab, ContextLengthErrorSaysBothLengths) {
 TEST_F(ServerWithVocab, ChatNeedsATemplateAndGoodMessages) {
   const json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}};
   EXPECT_THROW(parse_chat_request(body, model_, limits_), ApiError);  // no template
-  model_.render_chat = [](const json& messages, bool add) {
+  model_.render_chat = [](const json& messages, bool add, const json&) {
     std::string s;
     for (const json& m : messages) s += m["role"].get<std::string>() + ": " +
                                         m["content"].get<std::string>() + "\n";
