@@ -155,9 +155,9 @@ Action add_serve(CLI::App& app) {
     context.vocab_size = static_cast<int32_t>(vocab.size());
     if (chat) {
       const std::string bos = token_text(vocab, vocab.bos), eos = token_text(vocab, vocab.eos);
-      context.render_chat = [chat, bos, eos](const nlohmann::json& messages, bool add_prompt,
-                                             const nlohmann::json& extra) {
-        return chat->apply(messages, add_prompt, bos, eos, extra);
+      context.render_chat = [chat, bos, eos](const nlohmann::ordered_json& messages,
+                                             bool add_prompt, const nlohmann::ordered_json& extra) {
+        return chat->apply_ordered(messages, add_prompt, bos, eos, extra);
       };
     }
     nlohmann::json info = {{"id", context.name},

@@ -35,7 +35,7 @@ void HttpServer::handle_generation(const httplib::Request& req, httplib::Respons
                    std::string("the request body is not valid JSON: ") + e.what());
   }
   auto request = std::make_shared<ApiRequest>(
-      endpoint == Endpoint::kChat ? parse_chat_request(body, model_, options_.limits)
+      endpoint == Endpoint::kChat ? parse_chat_request(body, model_, options_.limits, req.body)
                                   : parse_completion_request(body, model_, options_.limits));
   if (in_flight_.fetch_add(1) >= options_.max_pending) {
     in_flight_.fetch_sub(1);

@@ -186,7 +186,7 @@ void HttpServer::handle_tokenize(const httplib::Request& req, httplib::Response&
     json chat = body;
     chat["max_tokens"] = 1;
     chat.erase("stream");
-    ids = parse_chat_request(chat, model_, options_.limits).prompts.at(0);
+    ids = parse_chat_request(chat, model_, options_.limits, req.body).prompts.at(0);
   } else {
     const auto it = body.find("prompt");
     if (it == body.end() || !it->is_string()) {
@@ -216,7 +216,8 @@ void HttpServer::handle_detokenize(const httplib::Request& req, httplib::Respons
     }
     ids.push_back(static_cast<TokenId>(t.get<int64_t>()));
   }
-  send_json(res, 200, {{"prompt", model_.tokenizer->decode(ids)}});
+  // Control tokens are shown (as Hugging Face decode does by default).
+  send_json(res, 200, {{"prompt", model_.tokenizer->decode(ids, /*render_special=*/true)}});
 }
 
 int HttpServer::bind() {

@@ -14,6 +14,7 @@ namespace pagoda::server {
 namespace {
 
 using nlohmann::json;
+using nlohmann::ordered_json;
 
 // The field, or nullptr when absent or null (OpenAI treats null as "not given").
 const json* field(const json& body, const char* name) {
@@ -279,14 +280,15 @@ void finish_sampling(ApiRequest& r) {
   }
 }
 
-// Checks each message and gives the template a copy whose content is plain text.
-json normalize_messages(const json& body) {
+// Checks each message and gives the template a copy (in key order) whose content is plain
+// text. `ordered` is the same body parsed keeping key order.
+ordered_json normalize_messages(const json& body, const ordered_json& ordered) {
   const json* v = field(body, "messages");
   if (v == nullptr) throw bad_param("messages", "'messages' is required");
   if (!v->is_array() || v->empty()) {
     throw bad_param("messages", "'messages' must be a non-empty list of messages");
   }
-  json out = json::array();
+  ordered_json out = ordered_json::array();
   for (size_t i = 0; i < v->size(); ++i) {
     const json& m = (*v)[i];
     const std::string where = "messages[" + std::to_string(i) + "]";
@@ -295,7 +297,7 @@ json normalize_messages(const json& body) {
     if (role == nullptr || !role->is_string()) {
       throw bad_param(where + ".role", "'" + where + ".role' must be a string");
     }
-    json copy = m;
+    ordered_json copy = ordered["messages"][i];
     if (m.contains("content")) copy["content"] = message_text(m["content"], where + ".content");
     out.push_back(std::move(copy));
   }
@@ -342,22 +344,25 @@ ApiRequest parse_completion_request(const json& body, const ModelContext& model,
 }
 
 ApiRequest parse_chat_request(const json& body, const ModelContext& model,
-                              const RequestLimits& limits) {
+                              const RequestLimits& limits, const std::string& raw_body) {
   check_object(body);
   ApiRequest r;
   r.endpoint = Endpoint::kChat;
   parse_common(body, model, limits, r);
   parse_chat_logprobs(body, r);
-  const json messages = normalize_messages(body);
+  // The body again, in key order (it parsed once already, so it parses again).
+  const ordered_json ordered = raw_body.empty() ? ordered_json::parse(body.dump())
+                                                : ordered_json::parse(raw_body);
+  const ordered_json messages = normalize_messages(body, ordered);
   if (!model.render_chat) {
     throw ApiError(400, "invalid_request_error",
                    "model '" + model.name + "' has no chat template; use /v1/completions or "
                    "start the server with --chat-template", "messages");
   }
-  json extra = json::object();
+  ordered_json extra = ordered_json::object();
   if (const json* tools = field(body, "tools")) {
     if (!tools->is_array()) throw bad_param("tools", "'tools' must be a list");
-    extra["tools"] = *tools;
+    extra["tools"] = ordered["tools"];
   }
   std::string text;
   try {

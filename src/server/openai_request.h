@@ -22,7 +22,10 @@ struct ModelContext {
   // Renders a chat (messages JSON array, add_generation_prompt, extra template variables such
   // as "tools") into prompt text; throws pagoda::Error when the template fails. Empty: the
   // model has no chat template.
-  std::function<std::string(const nlohmann::json&, bool, const nlohmann::json&)> render_chat;
+  // Objects keep the request's key order (as Python dicts do for Hugging Face's renderer), which
+  // shows when a template prints them with tojson or iterates over them.
+  std::function<std::string(const nlohmann::ordered_json&, bool, const nlohmann::ordered_json&)>
+      render_chat;
   int32_t max_model_len = 0;  // prompt + output tokens at most
   int32_t vocab_size = 0;
 };
@@ -56,8 +59,9 @@ struct ApiRequest {
 
 ApiRequest parse_completion_request(const nlohmann::json& body, const ModelContext& model,
                                     const RequestLimits& limits);
+// `raw_body`: the request body text, read again in key order for the messages and tools.
 ApiRequest parse_chat_request(const nlohmann::json& body, const ModelContext& model,
-                              const RequestLimits& limits);
+                              const RequestLimits& limits, const std::string& raw_body = "");
 
 // The text of a chat message's content: a string, or an array of {"type": "text", "text"}
 // parts joined; null gives "". Other part types are an error naming `param`.

@@ -345,3 +345,20 @@ def test_queue_full_is_503_and_recovers(pagoda_bin):
                                           max_tokens=2).usage.completion_tokens >= 1
     finally:
         s.stop()
+
+
+def test_gemma_without_a_template_uses_pagodas_gemma_template(pagoda_bin):
+    from server_util import GEMMA
+    s = Server(pagoda_bin, need(GEMMA), "-t", "2", "--kv-tokens", "2048", "--max-model-len", 512)
+    try:
+        messages = [{"role": "user", "content": "Hello"}]
+        status, tok = post(s, "/tokenize", {"messages": messages})
+        assert status == 200
+        status, text = post(s, "/detokenize", {"tokens": tok["tokens"]})
+        assert "<start_of_turn>user\nHello<end_of_turn>\n<start_of_turn>model\n" in text["prompt"]
+        client = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0)
+        r = client.chat.completions.create(model=client.models.list().data[0].id,
+                                           messages=messages, max_tokens=4, temperature=0)
+        assert r.usage.completion_tokens >= 1
+    finally:
+        s.stop()

@@ -161,9 +161,10 @@ TEST_F(ServerWithVocab, ContextLengthErrorSaysBothLengths) {
 TEST_F(ServerWithVocab, ChatNeedsATemplateAndGoodMessages) {
   const json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}};
   EXPECT_THROW(parse_chat_request(body, model_, limits_), ApiError);  // no template
-  model_.render_chat = [](const json& messages, bool add, const json&) {
+  model_.render_chat = [](const nlohmann::ordered_json& messages, bool add,
+                          const nlohmann::ordered_json&) {
     std::string s;
-    for (const json& m : messages) s += m["role"].get<std::string>() + ": " +
+    for (const auto& m : messages) s += m["role"].get<std::string>() + ": " +
                                         m["content"].get<std::string>() + "\n";
     return add ? s + "assistant:" : s;
   };
@@ -180,6 +181,23 @@ TEST_F(ServerWithVocab, ChatNeedsATemplateAndGoodMessages) {
   } catch (const ApiError& e) {
     EXPECT_EQ(e.param(), "messages[0].role");
   }
+}
+
+// Templates see messages and tools in the request's key order, as transformers passes them.
+TEST_F(ServerWithVocab, ChatTemplatesSeeKeysInRequestOrder) {
+  std::string seen;
+  model_.render_chat = [&seen](const nlohmann::ordered_json& messages, bool,
+                               const nlohmann::ordered_json& extra) {
+    seen = messages.dump() + " " + extra.dump();
+    return std::string("x");
+  };
+  const std::string raw =
+      R"({"messages": [{"role": "user", "zeta": 1, "content": "hi", "alpha": 2}],)"
+      R"( "tools": [{"type": "function", "function": {"name": "f", "b": 1, "a": 2}}]})";
+  parse_chat_request(json::parse(raw), model_, limits_, raw);
+  EXPECT_EQ(seen,
+            R"([{"role":"user","zeta":1,"content":"hi","alpha":2}] )"
+            R"({"tools":[{"type":"function","function":{"name":"f","b":1,"a":2}}]})");
 }
 
 TEST(Histogram, CumulativeBucketsSumAndCount) {
