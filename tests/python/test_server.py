@@ -264,13 +264,14 @@ PROMPTS = [f"Story number {i}: once upon a time there was a {w}" for i, w in
 
 
 def test_32_concurrent_streams_match_alone(client):
-    alone = [complete(client, p, max_tokens=16).choices[0].text for p in PROMPTS[:4]]
+    alone = [complete(client, p, max_tokens=16).choices[0].text for p in PROMPTS]
     with concurrent.futures.ThreadPoolExecutor(32) as pool:
-        together = list(pool.map(lambda p: stream_text(client, p, max_tokens=16)[0], PROMPTS))
-    assert len(together) == 32 and all(together)
-    assert together[:4] == alone
-    assert together[4:8] == [complete(client, p, max_tokens=16).choices[0].text
-                             for p in PROMPTS[4:8]]
+        together = list(pool.map(lambda p: stream_text(client, p, max_tokens=16), PROMPTS))
+    texts = [text for text, _ in together]
+    assert len(set(alone)) > 1  # different prompts, different continuations: worth comparing
+    assert texts == alone
+    for _, chunks in together:  # every stream complete: a finish reason on its last choice chunk
+        assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] in ("length", "stop")
 
 
 def wait_for_idle(server, timeout=30):
