@@ -11,15 +11,10 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "bench/kv_fit.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "model/model_file.h"
-
-namespace {
-
-int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-}  // namespace
 
 int main(int argc, char** argv) try {
   const std::string model_path =
@@ -35,16 +30,15 @@ int main(int argc, char** argv) try {
               static_cast<long long>(kv_tokens), static_cast<long long>(kv_tokens / block),
               static_cast<long long>(block), static_cast<long long>(max_len));
   std::printf("%-22s %-18s %-18s %s\n", "sequence length", "contiguous fit", "paged fit", "gain");
-  std::vector<int64_t> lengths = {16, 64, 100, max_len / 4, max_len / 2, max_len};
-  std::sort(lengths.begin(), lengths.end());
-  lengths.erase(std::unique(lengths.begin(), lengths.end()), lengths.end());
-  for (int64_t len : lengths) {
-    if (len <= 0 || len > max_len) continue;
-    const int64_t contiguous = kv_tokens / max_len;  // each sequence reserves max_len slots
-    const int64_t paged = (kv_tokens / block) / ceil_div(len, block);
+  // Fit arithmetic shared with `pagoda bench memory` (src/bench/kv_fit.h); the same memory in
+  // bytes, so the per-token size cancels out.
+  const uint64_t kv_bytes_per_token = model->config().kv_bytes_per_token(sizeof(float));
+  for (int64_t len : pagoda::bench::kv_fit_lengths(max_len)) {
+    const pagoda::bench::KvFit fit =
+        pagoda::bench::kv_fit(kv_tokens / block, block, kv_bytes_per_token, max_len, len);
     std::printf("%-22lld %-18lld %-18lld %.1fx\n", static_cast<long long>(len),
-                static_cast<long long>(contiguous), static_cast<long long>(paged),
-                contiguous ? double(paged) / double(contiguous) : 0.0);
+                static_cast<long long>(fit.contiguous), static_cast<long long>(fit.paged),
+                fit.gain());
   }
 
   // Measured: requests of mixed lengths through the engine under the same budget.
