@@ -62,6 +62,7 @@ def main():
                           "--max-model-len", str(args.ctx)],
                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL),
         subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model", args.model,
+                          "--model_alias", os.path.basename(args.model),
                           "--port", str(llama_port), "--n_threads", str(args.threads),
                           "--n_threads_batch", str(args.threads), "--n_ctx", str(args.ctx),
                           # queue concurrent requests instead of cutting the running one off
