@@ -21,3 +21,19 @@ def shared_dir() -> pathlib.Path:
     if not path.is_dir():
         pytest.skip("*** ../shared is absent: SKIPPING tests on real data ***")
     return path
+
+
+def find_tools(*names) -> pathlib.Path:
+    """The folder of the tests/tools executables `names`: $PAGODA_TOOLS_DIR (set by CTest), else
+    beside $PAGODA_BIN, else build/; fails the test naming where it looked."""
+    candidates = []
+    if os.environ.get("PAGODA_TOOLS_DIR"):
+        candidates.append(pathlib.Path(os.environ["PAGODA_TOOLS_DIR"]))
+    if os.environ.get("PAGODA_BIN"):
+        candidates.append(pathlib.Path(os.environ["PAGODA_BIN"]).parent / "tests" / "tools")
+    candidates.append(ROOT / "build" / "tests" / "tools")
+    for d in candidates:
+        if all((d / name).exists() for name in names):
+            return d
+    pytest.fail(f"test tools {names} not found in {[str(c) for c in candidates]}: build them "
+                "(cmake --build build) or set PAGODA_TOOLS_DIR")

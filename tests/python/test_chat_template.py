@@ -16,6 +16,7 @@ import random
 import subprocess
 
 import pytest
+from conftest import find_tools
 
 jinja2 = pytest.importorskip("jinja2")
 from jinja2 import nodes  # noqa: E402
@@ -28,18 +29,8 @@ NOW = 1_700_000_000  # the clock both sides give strftime_now()
 
 @pytest.fixture(scope="session")
 def tool() -> pathlib.Path:
-    """tests/tools/render_template: $PAGODA_TOOLS_DIR (set by CTest), else beside $PAGODA_BIN."""
-    candidates = []
-    if os.environ.get("PAGODA_TOOLS_DIR"):
-        candidates.append(pathlib.Path(os.environ["PAGODA_TOOLS_DIR"]))
-    if os.environ.get("PAGODA_BIN"):
-        candidates.append(pathlib.Path(os.environ["PAGODA_BIN"]).parent / "tests" / "tools")
-    candidates.append(ROOT / "build" / "tests" / "tools")
-    for d in candidates:
-        if (d / "render_template").exists():
-            return d / "render_template"
-    pytest.fail(f"render_template not found in {[str(c) for c in candidates]}: build it "
-                "(cmake --build build --target render_template) or set PAGODA_TOOLS_DIR")
+    """tests/tools/render_template."""
+    return find_tools("render_template") / "render_template"
 
 
 # ---- jinja2 as transformers configures it ----

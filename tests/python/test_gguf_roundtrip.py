@@ -14,6 +14,7 @@ import subprocess
 
 import numpy as np
 import pytest
+from conftest import find_tools
 
 gguf = pytest.importorskip("gguf")
 from gguf import GGMLQuantizationType, GGUFValueType  # noqa: E402
@@ -25,18 +26,8 @@ TOOL_NAMES = ("gguf_write_sample", "gguf_dump")
 
 @pytest.fixture(scope="session")
 def tools_dir() -> pathlib.Path:
-    """tests/tools executables: $PAGODA_TOOLS_DIR (set by CTest), else beside $PAGODA_BIN."""
-    candidates = []
-    if os.environ.get("PAGODA_TOOLS_DIR"):
-        candidates.append(pathlib.Path(os.environ["PAGODA_TOOLS_DIR"]))
-    if os.environ.get("PAGODA_BIN"):
-        candidates.append(pathlib.Path(os.environ["PAGODA_BIN"]).parent / "tests" / "tools")
-    candidates.append(ROOT / "build" / "tests" / "tools")
-    for d in candidates:
-        if all((d / name).exists() for name in TOOL_NAMES):
-            return d
-    pytest.fail(f"GGUF test tools {TOOL_NAMES} not found in {[str(c) for c in candidates]}: "
-                "build them (cmake --build build) or set PAGODA_TOOLS_DIR")
+    """The folder of gguf_write_sample and gguf_dump."""
+    return find_tools(*TOOL_NAMES)
 
 
 def run_tool(tools_dir: pathlib.Path, *args) -> dict:

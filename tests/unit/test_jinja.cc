@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "template/chat_template.h"
+#include "unit/jinja_test_util.h"
 
 namespace pagoda {
 namespace {
@@ -19,15 +20,9 @@ std::string render(const std::string& src, const json& ctx = json::object(),
   return ChatTemplate(src, {}, options).render(ctx);
 }
 
-// The pagoda::Error message of parsing or rendering src, or "(no error)".
 std::string error_of(const std::string& src, const json& ctx = json::object(),
                      TemplateLimits limits = {}) {
-  try {
-    ChatTemplate(src, limits).render(ctx);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return test::jinja_error_of(src, ctx, limits);
 }
 
 const json kCtx = {{"x", {1, 2, 3}},

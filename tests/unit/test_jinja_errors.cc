@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "template/chat_template.h"
+#include "unit/jinja_test_util.h"
 
 namespace pagoda {
 namespace {
@@ -18,12 +19,7 @@ using nlohmann::json;
 
 std::string error_of(const std::string& src, const json& ctx = json::object(),
                      TemplateLimits limits = {}) {
-  try {
-    ChatTemplate(src, limits).render(ctx);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
+  return test::jinja_error_of(src, ctx, limits);
 }
 
 std::string repeat(const std::string& s, int n) {
