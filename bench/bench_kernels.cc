@@ -89,6 +89,25 @@ void matmul512(benchmark::State& state, DType type, int threads) {
       benchmark::Counter::kIsRate);
 }
 
+// The product at the batch sizes continuous batching runs (decode of many sequences, short
+// prompt chunks): between the matrix-vector and the long-prefill cases above.
+void matmul_batch(benchmark::State& state, DType type) {
+  const int64_t tokens = state.range(0);
+  Matrices m = make_matrices(type, false);
+  auto backend = pagoda::make_cpu_backend(2);
+  std::vector<float> x = random_activations(tokens * kCols), y(tokens * kRows);
+  for (auto _ : state) {
+    backend->matmul(m.first, x.data(), tokens, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * kRows * kCols * tokens * static_cast<double>(state.iterations()) / 1e9,
+      benchmark::Counter::kIsRate);
+  state.counters["ms/token"] = benchmark::Counter(
+      static_cast<double>(tokens) * static_cast<double>(state.iterations()),
+      benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
+}
+
 // Sum of a 1 GiB array: the streaming read bandwidth that decode is measured against.
 void stream_read(benchmark::State& state, int threads) {
   const size_t n = (size_t{1} << 30) / sizeof(uint64_t);
@@ -135,6 +154,14 @@ int main(int argc, char** argv) {
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);
     }
+  }
+  for (DType type : {DType::kQ4_0, DType::kQ4_K, DType::kQ8_0}) {
+    benchmark::RegisterBenchmark(
+        ("matmul_batch/" + std::string(pagoda::dtype_traits(type).name) + "/threads:2").c_str(),
+        matmul_batch, type)
+        ->Arg(1)->Arg(4)->Arg(8)->Arg(16)->Arg(32)->Arg(64)->Arg(256)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
   }
   for (int threads : {1, 2}) {
     benchmark::RegisterBenchmark(("stream_read/threads:" + std::to_string(threads)).c_str(), stream_read, threads)
