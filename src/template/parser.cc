@@ -259,12 +259,17 @@ class Parser : public ExprParser {
     next();
     s.text = expect_name();
     parse_signature(&s);
+    parse_callable_body(&s, "macro", "endmacro");
+    return s;
+  }
+
+  // The body of a macro or call block: loop controls inside it belong to its own loops only.
+  void parse_callable_body(Stmt* s, const char* tag, const char* end_tag) {
     int saved = loop_depth_;
     loop_depth_ = 0;
-    s.body = parse_statements("macro", s.pos, {"endmacro"}, true);
+    s->body = parse_statements(tag, s->pos, {end_tag}, true);
     loop_depth_ = saved;
-    mark_special_names(&s);
-    return s;
+    mark_special_names(s);
   }
 
   Stmt parse_call_block() {
@@ -275,11 +280,7 @@ class Parser : public ExprParser {
     if (at_op("(")) parse_signature(&s);
     s.expr = parse_expression(true);
     if (s.expr->kind != ExprKind::kCall) fail_at(s.pos, "{% call %} needs a macro call");
-    int saved = loop_depth_;
-    loop_depth_ = 0;
-    s.body = parse_statements("call", s.pos, {"endcall"}, true);
-    loop_depth_ = saved;
-    mark_special_names(&s);
+    parse_callable_body(&s, "call", "endcall");
     return s;
   }
 
