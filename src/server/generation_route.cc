@@ -27,13 +27,7 @@ void HttpServer::handle_generation(const httplib::Request& req, httplib::Respons
                                    Endpoint endpoint) {
   const auto arrival = std::chrono::steady_clock::now();
   if (draining_) throw ApiError(503, "server_error", "the server is shutting down");
-  json body;
-  try {
-    body = json::parse(req.body);
-  } catch (const json::exception& e) {
-    throw ApiError(400, "invalid_request_error",
-                   std::string("the request body is not valid JSON: ") + e.what());
-  }
+  const json body = parse_json_body(req.body);
   auto request = std::make_shared<ApiRequest>(
       endpoint == Endpoint::kChat ? parse_chat_request(body, model_, options_.limits, req.body)
                                   : parse_completion_request(body, model_, options_.limits));
@@ -61,6 +55,12 @@ void HttpServer::handle_generation(const httplib::Request& req, httplib::Respons
     const bool stream = request->stream;
     std::vector<bool> started(g->choices().size(), false);
     std::vector<size_t> offsets(g->choices().size(), 0);
+    // The client went away: end its request now, freeing its blocks.
+    const auto client_gone = [&] {
+      g->abort();
+      metrics_.count_abort();
+      return false;
+    };
     try {
       if (stream && request->echo) {
         for (size_t i = 0; i < g->choices().size(); ++i) {
@@ -68,21 +68,14 @@ void HttpServer::handle_generation(const httplib::Request& req, httplib::Respons
           d.index = static_cast<int32_t>(i);
           d.text = request->prompt_texts[i / static_cast<size_t>(request->n)];
           offsets[i] = d.text.size();
-          if (!write(sink, sse(completion_chunk(head, tok, *request, d, 0)))) {
-            g->abort();
-            return false;
-          }
+          if (!write(sink, sse(completion_chunk(head, tok, *request, d, 0)))) return client_gone();
         }
       }
       while (!g->done()) {
         if (aborting_) g->abort();
         const std::vector<ChoiceDelta> deltas = g->poll(kPollInterval);
         if (deltas.empty()) {
-          if (!sink.is_writable()) {
-            g->abort();
-            metrics_.count_abort();
-            return false;
-          }
+          if (!sink.is_writable()) return client_gone();
           continue;
         }
         if (!stream) continue;
@@ -93,11 +86,7 @@ void HttpServer::handle_generation(const httplib::Request& req, httplib::Respons
                                  : completion_chunk(head, tok, *request, d, offsets[i]);
           started[i] = true;
           offsets[i] += d.text.size();
-          if (!write(sink, sse(chunk))) {
-            g->abort();
-            metrics_.count_abort();
-            return false;
-          }
+          if (!write(sink, sse(chunk))) return client_gone();
         }
       }
       metrics_.record_generation(g->num_prompt_tokens(), g->num_completion_tokens(), g->ttft_s(),

@@ -24,15 +24,6 @@ void send_json(httplib::Response& res, int status, const json& body) {
 
 void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status(), e.to_json()); }
 
-json parse_body(const httplib::Request& req) {
-  try {
-    return json::parse(req.body);
-  } catch (const json::exception& e) {
-    throw ApiError(400, "invalid_request_error",
-                   std::string("the request body is not valid JSON: ") + e.what());
-  }
-}
-
 bool needs_key(const std::string& path) {
   return path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize";
 }
@@ -179,7 +170,7 @@ void HttpServer::add_routes() {
 }
 
 void HttpServer::handle_tokenize(const httplib::Request& req, httplib::Response& res) {
-  const json body = parse_body(req);
+  const json body = parse_json_body(req.body);
   if (!body.is_object()) throw bad_param("prompt", "the request body must be a JSON object");
   std::vector<TokenId> ids;
   if (body.contains("messages")) {
@@ -205,7 +196,7 @@ void HttpServer::handle_tokenize(const httplib::Request& req, httplib::Response&
 }
 
 void HttpServer::handle_detokenize(const httplib::Request& req, httplib::Response& res) {
-  const json body = parse_body(req);
+  const json body = parse_json_body(req.body);
   const auto it = body.is_object() ? body.find("tokens") : body.end();
   if (it == body.end() || !it->is_array()) throw bad_param("tokens", "'tokens' must be a list of token ids");
   std::vector<TokenId> ids;

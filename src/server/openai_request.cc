@@ -325,6 +325,15 @@ std::string message_text(const json& content, const std::string& param) {
   return text;
 }
 
+json parse_json_body(const std::string& text) {
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    throw ApiError(400, "invalid_request_error",
+                   std::string("the request body is not valid JSON: ") + e.what());
+  }
+}
+
 ApiRequest parse_completion_request(const json& body, const ModelContext& model,
                                     const RequestLimits& limits) {
   check_object(body);

@@ -57,6 +57,9 @@ struct ApiRequest {
   bool ignore_eos = false;  // extension (vLLM, llama.cpp): do not stop at end-of-generation ids
 };
 
+// The request body as JSON; 400 when it is not valid JSON.
+nlohmann::json parse_json_body(const std::string& text);
+
 ApiRequest parse_completion_request(const nlohmann::json& body, const ModelContext& model,
                                     const RequestLimits& limits);
 // `raw_body`: the request body text, read again in key order for the messages and tools.
