@@ -22,6 +22,12 @@ size_t stop_prefix_length(const std::string& text, const std::vector<std::string
 TextOutput::TextOutput(const Tokenizer& tokenizer, std::vector<std::string> stop)
     : decoder_(tokenizer), stop_(std::move(stop)) {}
 
+size_t TextOutput::find_stop(const std::string& text) const {
+  size_t first = std::string::npos;
+  for (const std::string& s : stop_) first = std::min(first, text.find(s));
+  return first;
+}
+
 std::string TextOutput::release(std::string text) {
   sent_ += text;
   return text;
@@ -30,8 +36,7 @@ std::string TextOutput::release(std::string text) {
 std::string TextOutput::feed(TokenId token) {
   if (stopped_) return "";
   held_ += decoder_.feed(token);
-  size_t first = std::string::npos;
-  for (const std::string& s : stop_) first = std::min(first, held_.find(s));
+  const size_t first = find_stop(held_);
   if (first != std::string::npos) {
     stopped_ = true;
     std::string out = held_.substr(0, first);
@@ -49,8 +54,7 @@ std::string TextOutput::finish() {
   std::string out = std::move(held_) + decoder_.flush();
   held_.clear();
   // The flushed tail may complete a stop string too.
-  size_t first = std::string::npos;
-  for (const std::string& s : stop_) first = std::min(first, out.find(s));
+  const size_t first = find_stop(out);
   if (first != std::string::npos) {
     stopped_ = true;
     out.resize(first);

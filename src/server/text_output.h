@@ -27,6 +27,8 @@ class TextOutput {
 
  private:
   std::string release(std::string text);
+  // Where the earliest stop string starts in `text`, or npos.
+  size_t find_stop(const std::string& text) const;
 
   StreamDecoder decoder_;
   std::vector<std::string> stop_;
