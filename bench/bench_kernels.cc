@@ -31,9 +31,18 @@ struct Matrices {
   pagoda::WeightMatrix first;
   int64_t num_copies = 1;
   uint64_t bytes = 0;  // of one matrix
+  std::vector<uint64_t> ids;  // per copy: WeightMatrix::id (all 0: row-major tiles only)
+
+  pagoda::WeightMatrix copy(int64_t i) const {
+    pagoda::WeightMatrix w = first;
+    w.data = data.data() + i * bytes;
+    w.id = ids[static_cast<size_t>(i)];
+    return w;
+  }
 };
 
-Matrices make_matrices(DType type, bool cold) {
+// `packed`: the matrices carry ids, so the backend packs them (types with a packed kernel).
+Matrices make_matrices(DType type, bool cold, bool packed) {
   Matrices m;
   const uint64_t row_bytes = pagoda::row_bytes(type, kCols);
   m.bytes = row_bytes * kRows;
@@ -50,6 +59,8 @@ Matrices make_matrices(DType type, bool cold) {
     std::memcpy(m.data.data() + r * row_bytes, m.data.data() + (r % kDistinctRows) * row_bytes, row_bytes);
   }
   m.first = {type, kRows, kCols, m.data.data(), row_bytes};
+  for (int64_t i = 0; i < m.num_copies; ++i) m.ids.push_back(packed ? pagoda::new_weight_id() : 0);
+  m.first.id = m.ids[0];
   return m;
 }
 
@@ -61,23 +72,22 @@ std::vector<float> random_activations(int64_t n) {
   return x;
 }
 
-void matvec(benchmark::State& state, DType type, int threads, bool cold) {
-  Matrices m = make_matrices(type, cold);
+void matvec(benchmark::State& state, DType type, int threads, bool cold, bool packed) {
+  Matrices m = make_matrices(type, cold, packed);
   auto backend = pagoda::make_cpu_backend(threads);
   std::vector<float> x = random_activations(kCols), y(kRows);
+  for (int64_t i = 0; i < m.num_copies; ++i) backend->matmul(m.copy(i), x.data(), 1, y.data());  // packs
   int64_t copy = 0;
   for (auto _ : state) {
-    pagoda::WeightMatrix w = m.first;
-    w.data = m.data.data() + (copy++ % m.num_copies) * m.bytes;
-    backend->matmul(w, x.data(), 1, y.data());
+    backend->matmul(m.copy(copy++ % m.num_copies), x.data(), 1, y.data());
     benchmark::DoNotOptimize(y.data());
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * m.bytes));
 }
 
-void matmul512(benchmark::State& state, DType type, int threads) {
+void matmul512(benchmark::State& state, DType type, int threads, bool packed) {
   constexpr int64_t kTokens = 512;
-  Matrices m = make_matrices(type, false);
+  Matrices m = make_matrices(type, false, packed);
   auto backend = pagoda::make_cpu_backend(threads);
   std::vector<float> x = random_activations(kTokens * kCols), y(kTokens * kRows);
   for (auto _ : state) {
@@ -91,9 +101,9 @@ void matmul512(benchmark::State& state, DType type, int threads) {
 
 // The product at the batch sizes continuous batching runs (decode of many sequences, short
 // prompt chunks): between the matrix-vector and the long-prefill cases above.
-void matmul_batch(benchmark::State& state, DType type) {
+void matmul_batch(benchmark::State& state, DType type, bool packed) {
   const int64_t tokens = state.range(0);
-  Matrices m = make_matrices(type, false);
+  Matrices m = make_matrices(type, false, packed);
   auto backend = pagoda::make_cpu_backend(2);
   std::vector<float> x = random_activations(tokens * kCols), y(tokens * kRows);
   for (auto _ : state) {
@@ -134,34 +144,38 @@ constexpr DType kTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (DType type : kTypes) {
-    const std::string name(pagoda::dtype_traits(type).name);
-    for (bool cold : {false, true}) {
-      for (int threads : {1, 2}) {
-        benchmark::RegisterBenchmark(
-            ("matvec/" + name + (cold ? "/cold" : "/hot") + "/threads:" + std::to_string(threads)).c_str(),
-            matvec, type, threads, cold)
-            ->UseRealTime()
-            ->Unit(benchmark::kMicrosecond);
+  // "/packed": weights packed by the backend (packed.h) where the type has a packed kernel.
+  for (bool packed : {false, true}) {
+    const std::string suffix = packed ? "/packed" : "";
+    for (DType type : kTypes) {
+      const std::string name(pagoda::dtype_traits(type).name);
+      for (bool cold : {false, true}) {
+        for (int threads : {1, 2}) {
+          benchmark::RegisterBenchmark(
+              ("matvec/" + name + (cold ? "/cold" : "/hot") + "/threads:" + std::to_string(threads) + suffix).c_str(),
+              matvec, type, threads, cold, packed)
+              ->UseRealTime()
+              ->Unit(benchmark::kMicrosecond);
+        }
       }
     }
-  }
-  for (DType type : kTypes) {
-    for (int threads : {1, 2}) {
+    for (DType type : kTypes) {
+      for (int threads : {1, 2}) {
+        benchmark::RegisterBenchmark(
+            ("matmul512/" + std::string(pagoda::dtype_traits(type).name) + "/threads:" + std::to_string(threads) + suffix).c_str(),
+            matmul512, type, threads, packed)
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond);
+      }
+    }
+    for (DType type : {DType::kQ4_0, DType::kQ4_K, DType::kQ8_0, DType::kQ6_K}) {
       benchmark::RegisterBenchmark(
-          ("matmul512/" + std::string(pagoda::dtype_traits(type).name) + "/threads:" + std::to_string(threads)).c_str(),
-          matmul512, type, threads)
+          ("matmul_batch/" + std::string(pagoda::dtype_traits(type).name) + "/threads:2" + suffix).c_str(),
+          matmul_batch, type, packed)
+          ->Arg(1)->Arg(4)->Arg(8)->Arg(16)->Arg(32)->Arg(64)->Arg(256)
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);
     }
-  }
-  for (DType type : {DType::kQ4_0, DType::kQ4_K, DType::kQ8_0}) {
-    benchmark::RegisterBenchmark(
-        ("matmul_batch/" + std::string(pagoda::dtype_traits(type).name) + "/threads:2").c_str(),
-        matmul_batch, type)
-        ->Arg(1)->Arg(4)->Arg(8)->Arg(16)->Arg(32)->Arg(64)->Arg(256)
-        ->UseRealTime()
-        ->Unit(benchmark::kMillisecond);
   }
   for (int threads : {1, 2}) {
     benchmark::RegisterBenchmark(("stream_read/threads:" + std::to_string(threads)).c_str(), stream_read, threads)

@@ -19,7 +19,15 @@ struct WeightMatrix {
   int64_t cols = 0;
   const uint8_t* data = nullptr;
   uint64_t row_bytes = 0;
+  // Names these weights to a backend that keeps a copy in its own layout (the CPU backend packs
+  // quantized matrices on their first product and reuses the copy): 0 means none is kept. Ids
+  // from new_weight_id() are never reused, so a copy can never outlive the bytes it was made
+  // from under the same name; the weights must not change while the id names them.
+  uint64_t id = 0;
 };
+
+// A fresh WeightMatrix::id (thread-safe).
+uint64_t new_weight_id();
 
 struct RopeParams {
   int32_t rotary_dim = 0;       // leading dimensions of each head that rotate (<= head_dim)

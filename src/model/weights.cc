@@ -66,6 +66,7 @@ WeightMatrix TensorLookup::matrix(const std::string& name, int64_t rows, int64_t
   w.cols = cols;
   w.data = t.data;
   w.row_bytes = t.num_bytes / static_cast<uint64_t>(rows);
+  w.id = new_weight_id();
   return w;
 }
 

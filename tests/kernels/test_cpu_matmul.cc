@@ -105,18 +105,28 @@ std::vector<int64_t> cols_for(DType type) {
   return {256, 512, 1280};
 }
 
-class CpuMatmul : public testing::TestWithParam<std::tuple<CpuLevel, int>> {
+// Parameters: level, threads, and whether the weights carry an id (so that the backend packs
+// the types that have a packed kernel at that level) or not (row-major tiles only).
+class CpuMatmul : public testing::TestWithParam<std::tuple<CpuLevel, int, bool>> {
  protected:
   void SetUp() override {
     level_ = std::get<0>(GetParam());
     threads_ = std::get<1>(GetParam());
+    packed_ = std::get<2>(GetParam());
     if (level_ > detected_cpu_level()) GTEST_SKIP() << "this CPU lacks " << cpu_level_name(level_);
     set_cpu_level_for_testing(level_);
   }
   void TearDown() override { set_cpu_level_for_testing(std::nullopt); }
 
+  Weights weights(DType type, int64_t rows, int64_t cols, uint32_t seed) const {
+    Weights w = make_weights(type, rows, cols, seed);
+    if (packed_) w.matrix.id = new_weight_id();
+    return w;
+  }
+
   CpuLevel level_ = CpuLevel::kScalar;
   int threads_ = 1;
+  bool packed_ = false;
 };
 
 TEST_P(CpuMatmul, EveryTypeMatchesTheReference) {
@@ -127,7 +137,7 @@ TEST_P(CpuMatmul, EveryTypeMatchesTheReference) {
     ErrorSums total;
     for (int64_t cols : cols_for(tc.type)) {
       for (int64_t rows : {1, 3, 5, 17, 67}) {
-        const Weights w = make_weights(tc.type, rows, cols, ++seed);
+        const Weights w = weights(tc.type, rows, cols, ++seed);
         for (int64_t num_tokens : {1, 3, 17}) {
           SCOPED_TRACE(testing::Message() << dtype_traits(tc.type).name << " rows " << rows << " cols "
                                           << cols << " tokens " << num_tokens);
@@ -155,7 +165,7 @@ TEST_P(CpuMatmul, LargeProductsMatchTheReference) {
   for (DType type : {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ4_K, DType::kQ6_K, DType::kF16}) {
     SCOPED_TRACE(dtype_traits(type).name);
     const int64_t rows = 300, cols = 1024, num_tokens = 70;
-    const Weights w = make_weights(type, rows, cols, 5);
+    const Weights w = weights(type, rows, cols, 5);
     std::vector<float> x = normal(static_cast<size_t>(num_tokens * cols), 6);
     for (size_t i = 0; i < x.size(); ++i) x[i] *= std::pow(10.0f, static_cast<float>((i / 256) % 5) - 2);
     std::vector<float> want(static_cast<size_t>(num_tokens * rows)), got(want.size(), NAN);
@@ -173,7 +183,7 @@ TEST_P(CpuMatmul, BatchedEqualsOneTokenAtATime) {
   for (const TypeCase& tc : kTypes) {
     const int64_t cols = dtype_traits(tc.type).block_size == 1 ? 77 : 512;
     const int64_t rows = 70, num_tokens = 19;
-    const Weights w = make_weights(tc.type, rows, cols, 13);
+    const Weights w = weights(tc.type, rows, cols, 13);
     const std::vector<float> x = normal(static_cast<size_t>(num_tokens * cols), 14);
     std::vector<float> batched(static_cast<size_t>(num_tokens * rows)), single(batched.size());
     cpu->matmul(w.matrix, x.data(), num_tokens, batched.data());
@@ -188,7 +198,7 @@ TEST_P(CpuMatmul, ZeroActivationsGiveZero) {
   auto cpu = make_cpu_backend(threads_);
   for (DType type : {DType::kQ8_0, DType::kQ4_1, DType::kQ5_1, DType::kQ2_K, DType::kQ4_K}) {
     const int64_t cols = 256;
-    const Weights w = make_weights(type, 9, cols, 3);
+    const Weights w = weights(type, 9, cols, 3);
     std::vector<float> x(2 * cols, 0.0f), y(18, NAN);
     cpu->matmul(w.matrix, x.data(), 2, y.data());
     for (float v : y) EXPECT_EQ(v, 0.0f) << dtype_traits(type).name;
@@ -198,10 +208,11 @@ TEST_P(CpuMatmul, ZeroActivationsGiveZero) {
 INSTANTIATE_TEST_SUITE_P(
     Levels, CpuMatmul,
     testing::Combine(testing::Values(CpuLevel::kScalar, CpuLevel::kAvx2, CpuLevel::kAvx512),
-                     testing::Values(1, 2)),
+                     testing::Values(1, 2), testing::Bool()),
     [](const testing::TestParamInfo<CpuMatmul::ParamType>& info) {
       return std::string(cpu_level_name(std::get<0>(info.param))) + "_" +
-             std::to_string(std::get<1>(info.param)) + "threads";
+             std::to_string(std::get<1>(info.param)) + "threads" +
+             (std::get<2>(info.param) ? "_packed" : "");
     });
 
 // Every level computes the same integer sums, so levels differ only by float summation order.
@@ -209,7 +220,8 @@ TEST(CpuKernels, LevelsAgreeWithScalar) {
   for (const TypeCase& tc : kTypes) {
     const int64_t cols = dtype_traits(tc.type).block_size == 1 ? 45 : 512;
     const int64_t rows = 6, num_tokens = 5;
-    const Weights w = make_weights(tc.type, rows, cols, 9);
+    Weights w = make_weights(tc.type, rows, cols, 9);
+    w.matrix.id = new_weight_id();  // packed where a level has a packed kernel
     const std::vector<float> x = normal(static_cast<size_t>(num_tokens * cols), 10);
     std::vector<float> scalar(static_cast<size_t>(num_tokens * rows));
     set_cpu_level_for_testing(CpuLevel::kScalar);

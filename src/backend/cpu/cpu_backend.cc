@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "backend/backend.h"
@@ -47,7 +49,14 @@ class CpuBackend final : public Backend {
   }
 
   void matmul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y) override {
-    cpu::matmul(kernels(), w, x, num_tokens, y, pool_, activations_, panels_);
+    const Kernels& k = kernels();
+    const int type = cpu::dtype_index(w.type);
+    if (w.id != 0 && type >= 0 && type < static_cast<int>(std::size(k.packed)) &&
+        k.packed[type].tile != nullptr) {
+      cpu::matmul_packed(k, k.packed[type], packed(w), w, x, num_tokens, y, pool_, activations_);
+      return;
+    }
+    cpu::matmul(k, w, x, num_tokens, y, pool_, activations_, panels_);
   }
 
   void rms_norm(const float* x, const float* weight, int64_t num_rows, int64_t dim, float eps,
@@ -150,6 +159,16 @@ class CpuBackend final : public Backend {
     pool_.run(num_chunks, [&](int64_t c, int) { f(c * kElementChunk, std::min(kElementChunk, n - c * kElementChunk)); });
   }
 
+  // The packed copy of w, made on its first product.
+  const uint8_t* packed(const WeightMatrix& w) {
+    std::unique_ptr<cpu::Scratch>& copy = packed_[w.id];
+    if (copy == nullptr) {
+      copy = std::make_unique<cpu::Scratch>();
+      cpu::pack_matrix(w, copy->get(cpu::packed_bytes(w)), pool_);
+    }
+    return copy->get(0);
+  }
+
   // cos and sin of every (token, pair) angle. The angle is formed and reduced to [-pi, pi] in
   // double so large positions keep their precision; the float sin / cos of the reduced angle is
   // then within about 3e-7. Consecutive calls with the same positions (q, then k) share it.
@@ -185,6 +204,7 @@ class CpuBackend final : public Backend {
   cpu::ThreadPool pool_;
   cpu::Scratch activations_;         // quantized activation rows of the current matmul
   std::vector<cpu::Scratch> panels_;  // per thread: weight rows unpacked for prefill
+  std::unordered_map<uint64_t, std::unique_ptr<cpu::Scratch>> packed_;  // by WeightMatrix::id
   RopeParams rope_key_;
   std::vector<int32_t> rope_positions_;
   std::vector<float> rope_cs_;  // [num_tokens, rotary_dim / 2, 2]

@@ -77,12 +77,30 @@ struct MatmulKernel {
   int panel_bytes_per_block = 0;
 };
 
+// Packed weights (packed.h): groups of kPackRows rows interleaved for 512-bit dot products.
+constexpr int kPackRows = 16;
+constexpr int kPackTokens = 8;  // the most tokens one packed tile call takes
+
+// y[t * y_stride + r] = (row r of the group) . (activation row t) for r < num_rows,
+// t < num_tokens <= kPackTokens; activations `x_stride` bytes apart in the kernel's ActFormat.
+using PackedTileFn = void (*)(const uint8_t* group, int64_t cols, const uint8_t* x,
+                              size_t x_stride, int num_tokens, float* y, int64_t y_stride,
+                              int num_rows);
+
+struct PackedKernel {
+  ActFormat act = ActFormat::kQ8;
+  PackedTileFn tile = nullptr;  // null: no packed kernel for the type at this level
+};
+
 // Quantizes one row of `cols` floats (a multiple of the block) into the layout above.
 using QuantizeFn = void (*)(const float* x, int64_t cols, uint8_t* out);
 
 struct Kernels {
   CpuLevel level = CpuLevel::kScalar;
   MatmulKernel matmul[32];  // indexed by the DType's number
+  // Where set, products of the type run from weights packed once (packed.h), at every token
+  // count, in place of `matmul`.
+  PackedKernel packed[32];
   QuantizeFn quantize_q8 = nullptr;
   QuantizeFn quantize_q8k = nullptr;
 

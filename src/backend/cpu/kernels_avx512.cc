@@ -1,5 +1,6 @@
 // The AVX-512 level: the AVX2 kernels with VNNI dot products (VPDPBUSD, VPDPWSSD on 256-bit
-// vectors via AVX512VL), mask-register bit expansion, and larger tiles for the 32 registers.
+// vectors via AVX512VL), mask-register bit expansion, and larger tiles for the 32 registers;
+// 512-bit tiles over packed weights (x86_packed.inc) for the types that have them.
 // Compiled for that target (the pragma below) and only entered after detection.
 #include "backend/cpu/kernels.h"
 
@@ -19,6 +20,8 @@
 #else
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
+// GCC 12 flags the _mm512_undefined_ps() inside its own conversion intrinsics.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
 namespace pagoda::cpu {
@@ -33,6 +36,7 @@ struct Isa {
 #include "backend/cpu/x86_common.inc"
 #include "backend/cpu/x86_kquants.inc"
 #include "backend/cpu/x86_matmul.inc"
+#include "backend/cpu/x86_packed.inc"
 
 }  // namespace
 
@@ -41,6 +45,7 @@ void fill_avx512_kernels(Kernels& k) {
   // 32 registers: 4 x 4 tiles for the legacy and float types; K-quants 2 x 4, which on
   // 512-token products beat 4 x 4 by 4% and 4 x 2 by 10%.
   fill_matmul<4, 4, 2, 4>(k);
+  fill_packed(k);
 }
 
 }  // namespace pagoda::cpu

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cpu/ops.h"
+#include "backend/cpu/packed.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "quant/reference.h"
@@ -44,6 +45,25 @@ void matmul_dequantized(const Kernels& k, const WeightMatrix& w, const float* x,
   });
 }
 
+// The activation rows in `format` (the float rows themselves for kF32); sets *x_stride.
+const uint8_t* quantize_activations(const Kernels& k, ActFormat format, const float* x,
+                                    int64_t num_tokens, int64_t cols, bool threaded,
+                                    ThreadPool& pool, Scratch& activations, int64_t* x_stride) {
+  if (format == ActFormat::kF32) {
+    *x_stride = cols * static_cast<int64_t>(sizeof(float));
+    return reinterpret_cast<const uint8_t*>(x);
+  }
+  const int64_t stride = act_row_bytes(format, cols);
+  *x_stride = stride;
+  uint8_t* buffer = activations.get(static_cast<size_t>(num_tokens * stride));
+  const QuantizeFn quantize = format == ActFormat::kQ8 ? k.quantize_q8 : k.quantize_q8k;
+  const int64_t num_chunks = threaded ? std::min<int64_t>(num_tokens, pool.num_threads()) : 1;
+  pool.run(num_chunks, [&](int64_t chunk, int) {
+    for (int64_t t = chunk; t < num_tokens; t += num_chunks) quantize(x + t * cols, cols, buffer + t * stride);
+  });
+  return buffer;
+}
+
 }  // namespace
 
 void Scratch::Free::operator()(uint8_t* p) const { std::free(p); }
@@ -72,19 +92,8 @@ void matmul(const Kernels& k, const WeightMatrix& w, const float* x, int64_t num
   const int64_t rows = w.rows, cols = w.cols;
   const bool threaded = pool.num_threads() > 1 && worth_threads(rows * cols * num_tokens);
 
-  // Activations in the kernel's format.
-  const uint8_t* xa = reinterpret_cast<const uint8_t*>(x);
-  int64_t x_stride = cols * static_cast<int64_t>(sizeof(float));
-  if (kernel.act != ActFormat::kF32) {
-    x_stride = act_row_bytes(kernel.act, cols);
-    uint8_t* buffer = activations.get(static_cast<size_t>(num_tokens * x_stride));
-    const QuantizeFn quantize = kernel.act == ActFormat::kQ8 ? k.quantize_q8 : k.quantize_q8k;
-    const int64_t num_chunks = threaded ? std::min<int64_t>(num_tokens, pool.num_threads()) : 1;
-    pool.run(num_chunks, [&](int64_t chunk, int) {
-      for (int64_t t = chunk; t < num_tokens; t += num_chunks) quantize(x + t * cols, cols, buffer + t * x_stride);
-    });
-    xa = buffer;
-  }
+  int64_t x_stride = 0;
+  const uint8_t* xa = quantize_activations(k, kernel.act, x, num_tokens, cols, threaded, pool, activations, &x_stride);
 
   const int64_t tile_rows = kernel.tile_rows, tile_tokens = kernel.tile_tokens;
   const int64_t threads = threaded ? pool.num_threads() : 1;
@@ -126,6 +135,61 @@ void matmul(const Kernels& k, const WeightMatrix& w, const float* x, int64_t num
           const int n = static_cast<int>(std::min(tile_tokens, g_end - t));
           tile(base + (r - r_begin) * stride, stride, num_rows, xa + t * x_stride, x_stride, n, cols,
                y + t * rows + r, rows);
+        }
+      }
+    }
+  };
+  if (threaded) {
+    pool.run(num_chunks, run_chunk);
+  } else {
+    for (int64_t chunk = 0; chunk < num_chunks; ++chunk) run_chunk(chunk, 0);
+  }
+}
+
+size_t packed_bytes(const WeightMatrix& w) {
+  const int64_t groups = (w.rows + kPackRows - 1) / kPackRows;
+  return static_cast<size_t>(groups) * packed_group_bytes(w.type, w.cols);
+}
+
+void pack_matrix(const WeightMatrix& w, uint8_t* out, ThreadPool& pool) {
+  const int64_t groups = (w.rows + kPackRows - 1) / kPackRows;
+  const int64_t num_chunks = std::min<int64_t>(groups, 8 * pool.num_threads());
+  pool.run(num_chunks, [&](int64_t c, int) {
+    pack_groups(w.type, w.data, w.row_bytes, w.rows, w.cols, groups * c / num_chunks,
+                groups * (c + 1) / num_chunks, out);
+  });
+}
+
+void matmul_packed(const Kernels& k, const PackedKernel& kernel, const uint8_t* packed,
+                   const WeightMatrix& w, const float* x, int64_t num_tokens, float* y,
+                   ThreadPool& pool, Scratch& activations) {
+  if (num_tokens <= 0 || w.rows <= 0) return;
+  const int64_t rows = w.rows, cols = w.cols;
+  const bool threaded = pool.num_threads() > 1 && worth_threads(rows * cols * num_tokens);
+  int64_t x_stride = 0;
+  const uint8_t* xa = quantize_activations(k, kernel.act, x, num_tokens, cols, threaded, pool, activations, &x_stride);
+
+  const int64_t groups = (rows + kPackRows - 1) / kPackRows;
+  const size_t group_bytes = packed_group_bytes(w.type, cols);
+  const int64_t threads = threaded ? pool.num_threads() : 1;
+  // Decode: several chunks per thread to balance the load; many tokens: token groups that stay
+  // in L2 while each row group (a few KiB) is reused from L1 by all their tiles.
+  const int64_t chunk_groups = std::max<int64_t>(1, groups / (threads * kItemsPerThread));
+  const int64_t group_tokens =
+      round_up(std::clamp<int64_t>(kTokenGroupBytes / x_stride, 1, num_tokens), kPackTokens);
+  const int64_t num_chunks = (groups + chunk_groups - 1) / chunk_groups;
+  const auto run_chunk = [&](int64_t chunk, int) {
+    const int64_t g_begin = chunk * chunk_groups;
+    const int64_t g_end = std::min(groups, g_begin + chunk_groups);
+    for (int64_t t0 = 0; t0 < num_tokens; t0 += group_tokens) {
+      const int64_t t_end = std::min(num_tokens, t0 + group_tokens);
+      for (int64_t g = g_begin; g < g_end; ++g) {
+        const uint8_t* group = packed + static_cast<size_t>(g) * group_bytes;
+        const int num_rows = static_cast<int>(std::min<int64_t>(kPackRows, rows - g * kPackRows));
+        for (int64_t t = t0; t < t_end; t += kPackTokens) {
+          const int n = static_cast<int>(std::min<int64_t>(kPackTokens, t_end - t));
+          kernel.tile(group, cols, xa + t * x_stride, static_cast<size_t>(x_stride), n,
+                      y + t * rows + g * kPackRows, rows, num_rows);
         }
       }
     }

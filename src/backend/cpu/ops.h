@@ -30,6 +30,14 @@ class Scratch {
 void matmul(const Kernels& k, const WeightMatrix& w, const float* x, int64_t num_tokens, float* y,
             ThreadPool& pool, Scratch& activations, std::vector<Scratch>& panels);
 
+// Weights packed for the types with a packed kernel (packed.h): the bytes the packed copy of w
+// takes, packing it (spread over the threads), and products from the packed copy.
+size_t packed_bytes(const WeightMatrix& w);
+void pack_matrix(const WeightMatrix& w, uint8_t* out, ThreadPool& pool);
+void matmul_packed(const Kernels& k, const PackedKernel& kernel, const uint8_t* packed,
+                   const WeightMatrix& w, const float* x, int64_t num_tokens, float* y,
+                   ThreadPool& pool, Scratch& activations);
+
 // Paged causal attention, one (token, head) per work item.
 void attention(const Kernels& k, const float* q, KvLayer cache,
                const AttentionBatch& batch, const AttentionParams& p, float* out,

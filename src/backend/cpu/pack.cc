@@ -1,0 +1,239 @@
+// Repacking GGUF weight blocks into the interleaved groups of packed.h. Scalar: each matrix is
+// packed once, on its first product.
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cpu/packed.h"
+#include "core/error.h"
+
+namespace pagoda::cpu {
+namespace {
+
+constexpr int kVectorBytes = 4 * kPackRows;  // one 512-bit vector: 4 columns of 16 rows
+
+uint16_t u16_at(const uint8_t* p) {
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+}
+
+// One row's block of 32 columns, decoded to unsigned quants and its F16 scale fields.
+struct Block32 {
+  uint8_t u[32] = {};
+  uint16_t d = 0, m = 0;
+};
+
+// Writes vectors 0..7 of a block as four nibble vectors (vector k low, k + 4 high).
+void put_nibbles(const uint8_t (*u)[32], uint8_t* out) {
+  for (int k = 0; k < 4; ++k)
+    for (int r = 0; r < kPackRows; ++r)
+      for (int i = 0; i < 4; ++i) {
+        out[k * kVectorBytes + 4 * r + i] =
+            static_cast<uint8_t>((u[r][4 * k + i] & 15) | (u[r][16 + 4 * k + i] & 15) << 4);
+      }
+}
+
+void put_bytes(const uint8_t (*u)[32], uint8_t* out) {
+  for (int j = 0; j < 8; ++j)
+    for (int r = 0; r < kPackRows; ++r)
+      for (int i = 0; i < 4; ++i) out[j * kVectorBytes + 4 * r + i] = u[r][4 * j + i];
+}
+
+// Q6_K: bits 4-5 of vectors 4h .. 4h + 3 in high-bit vector h.
+void put_high_bits(const uint8_t (*u)[32], uint8_t* out) {
+  for (int h = 0; h < 2; ++h)
+    for (int r = 0; r < kPackRows; ++r)
+      for (int i = 0; i < 4; ++i) {
+        int byte = 0;
+        for (int k = 0; k < 4; ++k) byte |= (u[r][4 * (4 * h + k) + i] >> 4 & 3) << (2 * k);
+        out[h * kVectorBytes + 4 * r + i] = static_cast<uint8_t>(byte);
+      }
+}
+
+void put_f16(const uint16_t* v, uint8_t* out) { std::memcpy(out, v, 2 * kPackRows); }
+
+// ---- legacy types ----
+
+Block32 decode_q4_0(const uint8_t* b) {
+  Block32 o;
+  o.d = u16_at(b);
+  for (int i = 0; i < 16; ++i) {
+    o.u[i] = b[2 + i] & 15;
+    o.u[i + 16] = b[2 + i] >> 4;
+  }
+  return o;
+}
+
+Block32 decode_q4_1(const uint8_t* b) {
+  Block32 o;
+  o.d = u16_at(b);
+  o.m = u16_at(b + 2);
+  for (int i = 0; i < 16; ++i) {
+    o.u[i] = b[4 + i] & 15;
+    o.u[i + 16] = b[4 + i] >> 4;
+  }
+  return o;
+}
+
+Block32 decode_q8_0(const uint8_t* b) {
+  Block32 o;
+  o.d = u16_at(b);
+  for (int i = 0; i < 32; ++i) o.u[i] = static_cast<uint8_t>(b[2 + i] ^ 0x80);
+  return o;
+}
+
+template <Block32 (*kDecode)(const uint8_t*), int kInBytes, bool kMin, bool kNibbles>
+void pack_legacy(const uint8_t* w, size_t w_stride, int64_t rows, int64_t cols, int64_t group,
+                 uint8_t* out) {
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    uint8_t u[kPackRows][32] = {};
+    uint16_t d[kPackRows] = {}, m[kPackRows] = {};
+    for (int r = 0; r < kPackRows; ++r) {
+      const int64_t row = group * kPackRows + r;
+      if (row >= rows) break;
+      const Block32 blk = kDecode(w + row * w_stride + b * kInBytes);
+      std::memcpy(u[r], blk.u, 32);
+      d[r] = blk.d;
+      m[r] = blk.m;
+    }
+    put_f16(d, out);
+    out += 32;
+    if (kMin) {
+      put_f16(m, out);
+      out += 32;
+    }
+    if (kNibbles) {
+      put_nibbles(u, out);
+      out += 4 * kVectorBytes;
+    } else {
+      put_bytes(u, out);
+      out += 8 * kVectorBytes;
+    }
+  }
+}
+
+// ---- K-quants: super-blocks of 256 ----
+
+struct Block256 {
+  uint8_t u[256] = {};
+  uint8_t scale[16] = {};  // Q4_K: 8 scales of 32; Q6_K: 16 signed scales of 16
+  uint8_t min[8] = {};
+  uint16_t d = 0, dmin = 0;
+};
+
+Block256 decode_q4_k(const uint8_t* b) {
+  Block256 o;
+  o.d = u16_at(b);
+  o.dmin = u16_at(b + 2);
+  const uint8_t* s = b + 4;
+  for (int j = 0; j < 8; ++j) {
+    if (j < 4) {
+      o.scale[j] = s[j] & 63;
+      o.min[j] = s[j + 4] & 63;
+    } else {
+      o.scale[j] = static_cast<uint8_t>((s[j + 4] & 15) | (s[j - 4] >> 6) << 4);
+      o.min[j] = static_cast<uint8_t>((s[j + 4] >> 4) | (s[j] >> 6) << 4);
+    }
+  }
+  const uint8_t* qs = b + 16;
+  for (int c = 0; c < 4; ++c)
+    for (int l = 0; l < 32; ++l) {
+      o.u[c * 64 + l] = qs[c * 32 + l] & 15;
+      o.u[c * 64 + 32 + l] = qs[c * 32 + l] >> 4;
+    }
+  return o;
+}
+
+Block256 decode_q6_k(const uint8_t* b) {
+  Block256 o;
+  const uint8_t* ql = b;
+  const uint8_t* qh = b + 128;
+  std::memcpy(o.scale, b + 192, 16);
+  o.d = u16_at(b + 208);
+  for (int half = 0; half < 2; ++half) {
+    uint8_t* u = o.u + half * 128;
+    const uint8_t* l_ = ql + half * 64;
+    const uint8_t* h_ = qh + half * 32;
+    for (int l = 0; l < 32; ++l) {
+      u[l] = static_cast<uint8_t>((l_[l] & 15) | (h_[l] & 3) << 4);
+      u[l + 32] = static_cast<uint8_t>((l_[l + 32] & 15) | (h_[l] >> 2 & 3) << 4);
+      u[l + 64] = static_cast<uint8_t>((l_[l] >> 4) | (h_[l] >> 4 & 3) << 4);
+      u[l + 96] = static_cast<uint8_t>((l_[l + 32] >> 4) | (h_[l] >> 6 & 3) << 4);
+    }
+  }
+  return o;
+}
+
+template <Block256 (*kDecode)(const uint8_t*), int kInBytes, bool kQ6>
+void pack_k(const uint8_t* w, size_t w_stride, int64_t rows, int64_t cols, int64_t group,
+            uint8_t* out) {
+  for (int64_t b = 0; b < cols / 256; ++b) {
+    static thread_local Block256 blk[kPackRows];
+    for (int r = 0; r < kPackRows; ++r) {
+      const int64_t row = group * kPackRows + r;
+      blk[r] = row < rows ? kDecode(w + row * w_stride + b * kInBytes) : Block256{};
+    }
+    uint16_t d[kPackRows], dmin[kPackRows];
+    for (int r = 0; r < kPackRows; ++r) {
+      d[r] = blk[r].d;
+      dmin[r] = blk[r].dmin;
+    }
+    put_f16(d, out);
+    out += 32;
+    if (!kQ6) {
+      put_f16(dmin, out);
+      out += 32;
+    }
+    const int num_scales = kQ6 ? 16 : 8;
+    for (int j = 0; j < num_scales; ++j) {
+      for (int r = 0; r < kPackRows; ++r) out[r] = blk[r].scale[j];
+      out += kPackRows;
+      if (!kQ6) {
+        for (int r = 0; r < kPackRows; ++r) out[r] = blk[r].min[j];
+        out += kPackRows;
+      }
+    }
+    for (int s = 0; s < 8; ++s) {
+      uint8_t u[kPackRows][32];
+      for (int r = 0; r < kPackRows; ++r) std::memcpy(u[r], blk[r].u + 32 * s, 32);
+      put_nibbles(u, out);
+      out += 4 * kVectorBytes;
+      if (kQ6) {
+        put_high_bits(u, out);
+        out += 2 * kVectorBytes;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+size_t packed_group_bytes(DType type, int64_t cols) {
+  switch (type) {
+    case DType::kQ4_0: return static_cast<size_t>(cols / 32 * (32 + 4 * kVectorBytes));
+    case DType::kQ4_1: return static_cast<size_t>(cols / 32 * (64 + 4 * kVectorBytes));
+    case DType::kQ8_0: return static_cast<size_t>(cols / 32 * (32 + 8 * kVectorBytes));
+    case DType::kQ4_K: return static_cast<size_t>(cols / 256 * (64 + 8 * 32 + 8 * 4 * kVectorBytes));
+    case DType::kQ6_K: return static_cast<size_t>(cols / 256 * (32 + 16 * 16 + 8 * 6 * kVectorBytes));
+    default: return 0;
+  }
+}
+
+void pack_groups(DType type, const uint8_t* w, size_t w_stride, int64_t rows, int64_t cols,
+                 int64_t first_group, int64_t last_group, uint8_t* out) {
+  const size_t group_bytes = packed_group_bytes(type, cols);
+  if (group_bytes == 0) fail("pack: no packed layout for ", dtype_traits(type).name);
+  for (int64_t g = first_group; g < last_group; ++g) {
+    uint8_t* o = out + static_cast<size_t>(g) * group_bytes;
+    switch (type) {
+      case DType::kQ4_0: pack_legacy<decode_q4_0, 18, false, true>(w, w_stride, rows, cols, g, o); break;
+      case DType::kQ4_1: pack_legacy<decode_q4_1, 20, true, true>(w, w_stride, rows, cols, g, o); break;
+      case DType::kQ8_0: pack_legacy<decode_q8_0, 34, false, false>(w, w_stride, rows, cols, g, o); break;
+      case DType::kQ4_K: pack_k<decode_q4_k, 144, false>(w, w_stride, rows, cols, g, o); break;
+      case DType::kQ6_K: pack_k<decode_q6_k, 210, true>(w, w_stride, rows, cols, g, o); break;
+      default: break;
+    }
+  }
+}
+
+}  // namespace pagoda::cpu
