@@ -24,6 +24,9 @@ struct WeightMatrix {
   // from new_weight_id() are never reused, so a copy can never outlive the bytes it was made
   // from under the same name; the weights must not change while the id names them.
   uint64_t id = 0;
+  // `data` lies in a read-only file mapping (release_mapped_pages may drop it once a backend
+  // holds its own copy: it is read back from the file if used again).
+  bool mapped = false;
 };
 
 // A fresh WeightMatrix::id (thread-safe).
@@ -72,6 +75,10 @@ class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+
+  // Called for each weight matrix of a model before it runs (Model::prepare), so that a backend
+  // that keeps weights in a layout of its own makes that copy now, not in the first request.
+  virtual void prepare(const WeightMatrix& /*w*/) {}
 
   // out[t, :] = row ids[t] of `table`, as float.        out: [num_tokens, table.cols]
   virtual void embed(const WeightMatrix& table, const int32_t* ids, int64_t num_tokens,

@@ -25,6 +25,11 @@ class MappedFile {
   uint64_t size_ = 0;
 };
 
+// Drops this process's copy of the whole pages inside [p, p + n), which must lie in a MappedFile:
+// they stop counting as resident and are read back from the file if touched again (the map is
+// read-only and private, so nothing is lost). For data the process keeps in another layout.
+void release_mapped_pages(const void* p, size_t n);
+
 // Reads a whole (small) file, e.g. config.json; throws Error naming the path.
 std::string read_file(const std::string& path);
 

@@ -65,6 +65,7 @@ Engine::Engine(Model& model, Backend& backend, EngineConfig config)
                                       config.block_size, config.kv_type)),
       scheduler_(scheduler_config(config, kv_->num_blocks())) {
   if (config_.max_model_len < 0) fail("engine: max_model_len must not be negative");
+  model_.prepare(backend_);
 }
 
 void Engine::check_request(const GenerationRequest& r) const {

@@ -24,6 +24,7 @@ Generator::Generator(Model& model, Backend& backend, int32_t max_context)
       kv_(model.config(), (max_context + kBlockSize - 1) / kBlockSize, kBlockSize),
       block_table_(static_cast<size_t>(kv_.num_blocks())) {
   std::iota(block_table_.begin(), block_table_.end(), 0);
+  model.prepare(backend);
 }
 
 void Generator::step(const TokenId* ids, int32_t count, int32_t start,

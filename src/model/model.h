@@ -64,6 +64,11 @@ class Model {
   // Bytes of the weights as stored (what decode has to stream per token).
   uint64_t weight_bytes() const { return weight_bytes_; }
 
+  // Lets the backend prepare every weight matrix (Backend::prepare) before the first forward.
+  void prepare(Backend& backend) const {
+    for (const WeightMatrix& w : matrices_) backend.prepare(w);
+  }
+
   // Runs every token of the batch through the model, writing K/V into `kv`, and leaves the
   // logits of batch.logit_rows in `logits`: [logit_rows.size(), vocab_size].
   virtual void forward(Backend& backend, const ForwardBatch& batch, KvStorage& kv,
@@ -72,6 +77,7 @@ class Model {
  protected:
   ModelConfig config_;
   uint64_t weight_bytes_ = 0;
+  std::vector<WeightMatrix> matrices_;  // every matrix the forward pass multiplies by
 };
 
 std::unique_ptr<Model> load_llama(const ModelFile& file);

@@ -67,6 +67,8 @@ WeightMatrix TensorLookup::matrix(const std::string& name, int64_t rows, int64_t
   w.data = t.data;
   w.row_bytes = t.num_bytes / static_cast<uint64_t>(rows);
   w.id = new_weight_id();
+  w.mapped = true;  // TensorRef::data points into the ModelFile's mapping
+  matrices_.push_back(w);
   return w;
 }
 

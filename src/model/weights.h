@@ -20,6 +20,8 @@ class TensorLookup {
   WeightMatrix matrix(const std::string& gguf_name, int64_t rows, int64_t cols) const;
   // A 1-D tensor of `size` elements converted to float (norm weights, biases).
   std::vector<float> vector(const std::string& gguf_name, int64_t size) const;
+  // Every matrix handed out so far.
+  const std::vector<WeightMatrix>& matrices() const { return matrices_; }
   // Sum of the bytes of every tensor used so far.
   uint64_t bytes_used() const { return bytes_used_; }
 
@@ -29,6 +31,7 @@ class TensorLookup {
   std::string source_;
   std::unordered_map<std::string, const TensorRef*> by_name_;  // GGUF names
   mutable uint64_t bytes_used_ = 0;
+  mutable std::vector<WeightMatrix> matrices_;
   mutable std::unordered_map<const uint8_t*, bool> counted_;   // aliased tensors count once
 };
 

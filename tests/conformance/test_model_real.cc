@@ -20,7 +20,10 @@
 namespace pagoda {
 namespace {
 
-constexpr double kNearTie = 0.25;  // logits; the scalar float64-accumulating reference parts at 0.114
+// logits. Measured partings: the scalar float64-accumulating reference at 0.114; the packed
+// 512-bit tiles (another float summation order, with the same KL to an F32 twin of SmolLM2 as
+// the row-major tiles: 0.00237 against 0.00240) at 0.300.
+constexpr double kNearTie = 0.5;
 
 TEST(ModelReal, GreedyIdsMatchLlamaCpp) {
   const std::string root = PAGODA_SOURCE_DIR;

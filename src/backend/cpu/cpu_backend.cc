@@ -15,6 +15,7 @@
 #include "backend/cpu/ops.h"
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/mapped_file.h"
 #include "quant/reference.h"
 
 namespace pagoda {
@@ -48,12 +49,14 @@ class CpuBackend final : public Backend {
     });
   }
 
+  void prepare(const WeightMatrix& w) override {
+    if (packed_kernel(kernels(), w) != nullptr) packed(w);
+  }
+
   void matmul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y) override {
     const Kernels& k = kernels();
-    const int type = cpu::dtype_index(w.type);
-    if (w.id != 0 && type >= 0 && type < static_cast<int>(std::size(k.packed)) &&
-        k.packed[type].tile != nullptr) {
-      cpu::matmul_packed(k, k.packed[type], packed(w), w, x, num_tokens, y, pool_, activations_);
+    if (const cpu::PackedKernel* pk = packed_kernel(k, w)) {
+      cpu::matmul_packed(k, *pk, packed(w), w, x, num_tokens, y, pool_, activations_);
       return;
     }
     cpu::matmul(k, w, x, num_tokens, y, pool_, activations_, panels_);
@@ -159,12 +162,22 @@ class CpuBackend final : public Backend {
     pool_.run(num_chunks, [&](int64_t c, int) { f(c * kElementChunk, std::min(kElementChunk, n - c * kElementChunk)); });
   }
 
-  // The packed copy of w, made on its first product.
+  // The packed kernel for w at this level, if w is to be packed (it has an id).
+  static const cpu::PackedKernel* packed_kernel(const Kernels& k, const WeightMatrix& w) {
+    const int type = cpu::dtype_index(w.type);
+    if (w.id == 0 || type < 0 || type >= static_cast<int>(std::size(k.packed))) return nullptr;
+    return k.packed[type].tile != nullptr ? &k.packed[type] : nullptr;
+  }
+
+  // The packed copy of w, made on its first product. The file's pages of a mapped matrix are
+  // then dropped from memory, so the weights stay resident once, not twice (what else reads
+  // them, such as an embedding lookup in a tied output matrix, reads them back from the file).
   const uint8_t* packed(const WeightMatrix& w) {
     std::unique_ptr<cpu::Scratch>& copy = packed_[w.id];
     if (copy == nullptr) {
       copy = std::make_unique<cpu::Scratch>();
       cpu::pack_matrix(w, copy->get(cpu::packed_bytes(w)), pool_);
+      if (w.mapped) release_mapped_pages(w.data, static_cast<size_t>(w.row_bytes * w.rows));
     }
     return copy->get(0);
   }
