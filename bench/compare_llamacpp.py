@@ -7,6 +7,8 @@ and decode of N tokens are timed at T threads. The script also measures this mac
 bandwidth (a multi-threaded streaming sum) and reports decode bandwidth = weight bytes x tok/s.
 
     pip install llama-cpp-python        # builds llama.cpp from source; not needed by CI
+    # On a CPU with AMX, llama.cpp's AMX kernels may crash on batches: build it without them
+    # (docs/BENCHMARKS.md has the CMAKE_ARGS).
     python3 bench/compare_llamacpp.py [--like llama-3.2-1b] [--types q4_0,q4_k_m,q8_0,f16]
 
 Speed is measured here, never asserted in tests.

@@ -18,6 +18,8 @@ against pagoda sequential and llama.cpp. Both engines run greedy with no EOS sto
 exactly the requested tokens.
 
     pip install llama-cpp-python        # builds llama.cpp from source; not needed by CI
+    # On a CPU with AMX, llama.cpp's AMX kernels may crash on batches: build it without them
+    # (docs/BENCHMARKS.md has the CMAKE_ARGS).
     python3 bench/throughput_llamacpp.py [--num-requests 64] [--prompt-len 128:512]
 
 Speed is measured here, never asserted in tests (the test suite never runs this script).

@@ -21,6 +21,8 @@ constexpr int64_t kTokenGroupBytes = 512 * 1024;
 // Rows per work item when tiling many tokens: a chunk of weights that stays in L2 while the
 // token groups pass over it.
 constexpr int64_t kPrefillChunkRows = 64;
+// Bytes of packed weights per chunk when many tokens pass over it: held in L2.
+constexpr int64_t kPackedChunkBytes = 768 * 1024;
 // Bytes of unpacked weights per chunk (per thread), to stay in L2 beside the token group.
 constexpr int64_t kPanelBytes = 384 * 1024;
 // Work items per thread for a matrix-vector product; more balance the load when another
@@ -172,25 +174,25 @@ void matmul_packed(const Kernels& k, const PackedKernel& kernel, const uint8_t* 
   const int64_t groups = (rows + kPackRows - 1) / kPackRows;
   const size_t group_bytes = packed_group_bytes(w.type, cols);
   const int64_t threads = threaded ? pool.num_threads() : 1;
-  // Decode: several chunks per thread to balance the load; many tokens: token groups that stay
-  // in L2 while each row group (a few KiB) is reused from L1 by all their tiles.
-  const int64_t chunk_groups = std::max<int64_t>(1, groups / (threads * kItemsPerThread));
-  const int64_t group_tokens =
-      round_up(std::clamp<int64_t>(kTokenGroupBytes / x_stride, 1, num_tokens), kPackTokens);
+  // Chunks of row groups: several per thread to balance the load, and for many tokens small
+  // enough to stay in L2 while every tile of tokens passes over them; within a chunk the token
+  // tiles go outside, so a tile's activations stay in L1 and its outputs are written in runs.
+  int64_t chunk_groups = std::max<int64_t>(1, groups / (threads * kItemsPerThread));
+  if (num_tokens > kPackTokens) {
+    const int64_t fit = std::max<int64_t>(1, kPackedChunkBytes / static_cast<int64_t>(group_bytes));
+    chunk_groups = std::min(fit, std::max<int64_t>(1, (groups + threads - 1) / threads));
+  }
   const int64_t num_chunks = (groups + chunk_groups - 1) / chunk_groups;
   const auto run_chunk = [&](int64_t chunk, int) {
     const int64_t g_begin = chunk * chunk_groups;
     const int64_t g_end = std::min(groups, g_begin + chunk_groups);
-    for (int64_t t0 = 0; t0 < num_tokens; t0 += group_tokens) {
-      const int64_t t_end = std::min(num_tokens, t0 + group_tokens);
+    for (int64_t t = 0; t < num_tokens; t += kPackTokens) {
+      const int n = static_cast<int>(std::min<int64_t>(kPackTokens, num_tokens - t));
       for (int64_t g = g_begin; g < g_end; ++g) {
         const uint8_t* group = packed + static_cast<size_t>(g) * group_bytes;
         const int num_rows = static_cast<int>(std::min<int64_t>(kPackRows, rows - g * kPackRows));
-        for (int64_t t = t0; t < t_end; t += kPackTokens) {
-          const int n = static_cast<int>(std::min<int64_t>(kPackTokens, t_end - t));
-          kernel.tile(group, cols, xa + t * x_stride, static_cast<size_t>(x_stride), n,
-                      y + t * rows + g * kPackRows, rows, num_rows);
-        }
+        kernel.tile(group, cols, xa + t * x_stride, static_cast<size_t>(x_stride), n,
+                    y + t * rows + g * kPackRows, rows, num_rows);
       }
     }
   };

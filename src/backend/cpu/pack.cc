@@ -206,6 +206,22 @@ void pack_k(const uint8_t* w, size_t w_stride, int64_t rows, int64_t cols, int64
   }
 }
 
+// ---- float types: per column, the 16 rows' values ----
+
+template <int kElementBytes>
+void pack_float(const uint8_t* w, size_t w_stride, int64_t rows, int64_t cols, int64_t group,
+                uint8_t* out) {
+  std::memset(out, 0, static_cast<size_t>(cols * kPackRows * kElementBytes));
+  for (int r = 0; r < kPackRows; ++r) {
+    const int64_t row = group * kPackRows + r;
+    if (row >= rows) break;
+    const uint8_t* src = w + row * w_stride;
+    for (int64_t c = 0; c < cols; ++c) {
+      std::memcpy(out + (c * kPackRows + r) * kElementBytes, src + c * kElementBytes, kElementBytes);
+    }
+  }
+}
+
 }  // namespace
 
 size_t packed_group_bytes(DType type, int64_t cols) {
@@ -215,6 +231,8 @@ size_t packed_group_bytes(DType type, int64_t cols) {
     case DType::kQ8_0: return static_cast<size_t>(cols / 32 * (32 + 8 * kVectorBytes));
     case DType::kQ4_K: return static_cast<size_t>(cols / 256 * (64 + 8 * 32 + 8 * 4 * kVectorBytes));
     case DType::kQ6_K: return static_cast<size_t>(cols / 256 * (32 + 16 * 16 + 8 * 6 * kVectorBytes));
+    case DType::kF16:
+    case DType::kBF16: return static_cast<size_t>(cols * kPackRows * 2);
     default: return 0;
   }
 }
@@ -231,6 +249,8 @@ void pack_groups(DType type, const uint8_t* w, size_t w_stride, int64_t rows, in
       case DType::kQ8_0: pack_legacy<decode_q8_0, 34, false, false>(w, w_stride, rows, cols, g, o); break;
       case DType::kQ4_K: pack_k<decode_q4_k, 144, false>(w, w_stride, rows, cols, g, o); break;
       case DType::kQ6_K: pack_k<decode_q6_k, 210, true>(w, w_stride, rows, cols, g, o); break;
+      case DType::kF16:
+      case DType::kBF16: pack_float<2>(w, w_stride, rows, cols, g, o); break;
       default: break;
     }
   }

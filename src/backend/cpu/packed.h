@@ -12,6 +12,7 @@
 //                                                                  x = d sc u - dmin mn (groups of 32)
 //   Q6_K        [d f16 x16] [scale i8 x16] x16 [4 nibble vectors, 2 high-bit vectors] x8
 //                                                                  x = d sc (u - 32)    (groups of 16)
+//   F16, BF16   per column: the 16 rows' values as stored                      (no blocks)
 // A nibble vector k holds vector k in its low nibbles and vector k + 4 in its high ones. Q6_K's
 // high-bit vector h holds bits 4-5 of vectors 4h .. 4h + 3 at bits 0-1, 2-3, 4-5, 6-7.
 //
