@@ -54,23 +54,16 @@ void put_f16(const uint16_t* v, uint8_t* out) { std::memcpy(out, v, 2 * kPackRow
 
 // ---- legacy types ----
 
-Block32 decode_q4_0(const uint8_t* b) {
+// Q4_0 (quants at byte 2) and Q4_1 (its min at 2, quants at 4): element i < 16 in the low
+// nibble of quant byte i, element i + 16 in its high nibble.
+template <int kQs, bool kMin>
+Block32 decode_nibbles(const uint8_t* b) {
   Block32 o;
   o.d = u16_at(b);
+  if (kMin) o.m = u16_at(b + 2);
   for (int i = 0; i < 16; ++i) {
-    o.u[i] = b[2 + i] & 15;
-    o.u[i + 16] = b[2 + i] >> 4;
-  }
-  return o;
-}
-
-Block32 decode_q4_1(const uint8_t* b) {
-  Block32 o;
-  o.d = u16_at(b);
-  o.m = u16_at(b + 2);
-  for (int i = 0; i < 16; ++i) {
-    o.u[i] = b[4 + i] & 15;
-    o.u[i + 16] = b[4 + i] >> 4;
+    o.u[i] = b[kQs + i] & 15;
+    o.u[i + 16] = b[kQs + i] >> 4;
   }
   return o;
 }
@@ -244,8 +237,8 @@ void pack_groups(DType type, const uint8_t* w, size_t w_stride, int64_t rows, in
   for (int64_t g = first_group; g < last_group; ++g) {
     uint8_t* o = out + static_cast<size_t>(g) * group_bytes;
     switch (type) {
-      case DType::kQ4_0: pack_legacy<decode_q4_0, 18, false, true>(w, w_stride, rows, cols, g, o); break;
-      case DType::kQ4_1: pack_legacy<decode_q4_1, 20, true, true>(w, w_stride, rows, cols, g, o); break;
+      case DType::kQ4_0: pack_legacy<decode_nibbles<2, false>, 18, false, true>(w, w_stride, rows, cols, g, o); break;
+      case DType::kQ4_1: pack_legacy<decode_nibbles<4, true>, 20, true, true>(w, w_stride, rows, cols, g, o); break;
       case DType::kQ8_0: pack_legacy<decode_q8_0, 34, false, false>(w, w_stride, rows, cols, g, o); break;
       case DType::kQ4_K: pack_k<decode_q4_k, 144, false>(w, w_stride, rows, cols, g, o); break;
       case DType::kQ6_K: pack_k<decode_q6_k, 210, true>(w, w_stride, rows, cols, g, o); break;
