@@ -81,8 +81,9 @@ struct MatmulKernel {
 constexpr int kPackRows = 16;
 constexpr int kPackTokens = 8;  // the most tokens one packed tile call takes
 
-// y[t * y_stride + r] = (row r of the group) . (activation row t) for r < num_rows,
+// y[t * y_stride + r] = (row r from the group on) . (activation row t) for r < num_rows,
 // t < num_tokens <= kPackTokens; activations `x_stride` bytes apart in the kernel's ActFormat.
+// num_rows is at most kPackRows * the kernel's tile_groups (consecutive groups).
 using PackedTileFn = void (*)(const uint8_t* group, int64_t cols, const uint8_t* x,
                               size_t x_stride, int num_tokens, float* y, int64_t y_stride,
                               int num_rows);
@@ -90,6 +91,7 @@ using PackedTileFn = void (*)(const uint8_t* group, int64_t cols, const uint8_t*
 struct PackedKernel {
   ActFormat act = ActFormat::kQ8;
   PackedTileFn tile = nullptr;  // null: no packed kernel for the type at this level
+  int tile_groups = 1;          // groups one tile call may take
 };
 
 // Quantizes one row of `cols` floats (a multiple of the block) into the layout above.

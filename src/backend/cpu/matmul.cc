@@ -182,15 +182,17 @@ void matmul_packed(const Kernels& k, const PackedKernel& kernel, const uint8_t* 
     const int64_t fit = std::max<int64_t>(1, kPackedChunkBytes / static_cast<int64_t>(group_bytes));
     chunk_groups = std::min(fit, std::max<int64_t>(1, (groups + threads - 1) / threads));
   }
+  chunk_groups = round_up(chunk_groups, kernel.tile_groups);
   const int64_t num_chunks = (groups + chunk_groups - 1) / chunk_groups;
   const auto run_chunk = [&](int64_t chunk, int) {
     const int64_t g_begin = chunk * chunk_groups;
     const int64_t g_end = std::min(groups, g_begin + chunk_groups);
     for (int64_t t = 0; t < num_tokens; t += kPackTokens) {
       const int n = static_cast<int>(std::min<int64_t>(kPackTokens, num_tokens - t));
-      for (int64_t g = g_begin; g < g_end; ++g) {
+      for (int64_t g = g_begin; g < g_end; g += kernel.tile_groups) {
         const uint8_t* group = packed + static_cast<size_t>(g) * group_bytes;
-        const int num_rows = static_cast<int>(std::min<int64_t>(kPackRows, rows - g * kPackRows));
+        const int64_t tile_rows = std::min<int64_t>(g_end - g, kernel.tile_groups) * kPackRows;
+        const int num_rows = static_cast<int>(std::min(tile_rows, rows - g * kPackRows));
         kernel.tile(group, cols, xa + t * x_stride, static_cast<size_t>(x_stride), n,
                     y + t * rows + g * kPackRows, rows, num_rows);
       }
