@@ -77,7 +77,8 @@ LlamaModel::LlamaModel(const ModelFile& file) {
   c.tie_embeddings = !w.has("output.weight");
   output_ = c.tie_embeddings ? token_embd_ : w.matrix("output.weight", c.vocab_size, hidden);
   weight_bytes_ = w.bytes_used();
-  matrices_ = w.matrices();
+  // Untied, the embedding table is only looked up, never multiplied by: nothing to prepare.
+  matrices_ = w.matrices_except(c.tie_embeddings ? 0 : token_embd_.id);
 
   rope_.rotary_dim = static_cast<int32_t>(c.rotary_dim ? c.rotary_dim : c.head_dim);
   rope_.theta = c.rope_theta;

@@ -72,6 +72,14 @@ WeightMatrix TensorLookup::matrix(const std::string& name, int64_t rows, int64_t
   return w;
 }
 
+std::vector<WeightMatrix> TensorLookup::matrices_except(uint64_t skip_id) const {
+  std::vector<WeightMatrix> out;
+  for (const WeightMatrix& m : matrices_) {
+    if (skip_id == 0 || m.id != skip_id) out.push_back(m);
+  }
+  return out;
+}
+
 std::vector<float> TensorLookup::vector(const std::string& name, int64_t size) const {
   const TensorRef& t = get(name);
   if (static_cast<int64_t>(t.num_elements) != size) {

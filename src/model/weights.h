@@ -20,8 +20,8 @@ class TensorLookup {
   WeightMatrix matrix(const std::string& gguf_name, int64_t rows, int64_t cols) const;
   // A 1-D tensor of `size` elements converted to float (norm weights, biases).
   std::vector<float> vector(const std::string& gguf_name, int64_t size) const;
-  // Every matrix handed out so far.
-  const std::vector<WeightMatrix>& matrices() const { return matrices_; }
+  // Every matrix handed out so far but the one whose id is `skip_id` (0: none skipped).
+  std::vector<WeightMatrix> matrices_except(uint64_t skip_id) const;
   // Sum of the bytes of every tensor used so far.
   uint64_t bytes_used() const { return bytes_used_; }
 
