@@ -20,7 +20,8 @@ struct WeightMatrix {
   const uint8_t* data = nullptr;
   uint64_t row_bytes = 0;
   // Names these weights to a backend that keeps a copy in its own layout (the CPU backend packs
-  // quantized matrices on their first product and reuses the copy): 0 means none is kept. Ids
+  // quantized and F16 / BF16 matrices in Backend::prepare or on their first product, and reuses
+  // the copy): 0 means none is kept. Ids
   // from new_weight_id() are never reused, so a copy can never outlive the bytes it was made
   // from under the same name; the weights must not change while the id names them.
   uint64_t id = 0;

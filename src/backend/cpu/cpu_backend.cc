@@ -169,7 +169,7 @@ class CpuBackend final : public Backend {
     return k.packed[type].tile != nullptr ? &k.packed[type] : nullptr;
   }
 
-  // The packed copy of w, made on its first product. The file's pages of a mapped matrix are
+  // The packed copy of w, made by prepare() or on its first product. The file's pages of a mapped matrix are
   // then dropped from memory, so the weights stay resident once, not twice (what else reads
   // them, such as an embedding lookup in a tied output matrix, reads them back from the file).
   const uint8_t* packed(const WeightMatrix& w) {

@@ -148,13 +148,16 @@ void matmul(const Kernels& k, const WeightMatrix& w, const float* x, int64_t num
   }
 }
 
+namespace {
+int64_t packed_groups(int64_t rows) { return (rows + kPackRows - 1) / kPackRows; }
+}  // namespace
+
 size_t packed_bytes(const WeightMatrix& w) {
-  const int64_t groups = (w.rows + kPackRows - 1) / kPackRows;
-  return static_cast<size_t>(groups) * packed_group_bytes(w.type, w.cols);
+  return static_cast<size_t>(packed_groups(w.rows)) * packed_group_bytes(w.type, w.cols);
 }
 
 void pack_matrix(const WeightMatrix& w, uint8_t* out, ThreadPool& pool) {
-  const int64_t groups = (w.rows + kPackRows - 1) / kPackRows;
+  const int64_t groups = packed_groups(w.rows);
   const int64_t num_chunks = std::min<int64_t>(groups, 8 * pool.num_threads());
   pool.run(num_chunks, [&](int64_t c, int) {
     pack_groups(w.type, w.data, w.row_bytes, w.rows, w.cols, groups * c / num_chunks,
@@ -171,7 +174,7 @@ void matmul_packed(const Kernels& k, const PackedKernel& kernel, const uint8_t* 
   int64_t x_stride = 0;
   const uint8_t* xa = quantize_activations(k, kernel.act, x, num_tokens, cols, threaded, pool, activations, &x_stride);
 
-  const int64_t groups = (rows + kPackRows - 1) / kPackRows;
+  const int64_t groups = packed_groups(rows);
   const size_t group_bytes = packed_group_bytes(w.type, cols);
   const int64_t threads = threaded ? pool.num_threads() : 1;
   // Chunks of row groups: several per thread to balance the load, and for many tokens small

@@ -1,5 +1,5 @@
 // Repacking GGUF weight blocks into the interleaved groups of packed.h. Scalar: each matrix is
-// packed once, on its first product.
+// packed once per backend (Backend::prepare, else on its first product).
 #include <algorithm>
 #include <cstring>
 
@@ -161,7 +161,7 @@ template <Block256 (*kDecode)(const uint8_t*), int kInBytes, bool kQ6>
 void pack_k(const uint8_t* w, size_t w_stride, int64_t rows, int64_t cols, int64_t group,
             uint8_t* out) {
   for (int64_t b = 0; b < cols / 256; ++b) {
-    static thread_local Block256 blk[kPackRows];
+    Block256 blk[kPackRows];
     for (int r = 0; r < kPackRows; ++r) {
       const int64_t row = group * kPackRows + r;
       blk[r] = row < rows ? kDecode(w + row * w_stride + b * kInBytes) : Block256{};
