@@ -55,13 +55,24 @@ struct AttentionBatch {
   int32_t block_size = 16;
 };
 
-// One layer's K/V memory: k and v are [num_blocks, block_size, num_kv_heads, head_dim] values
-// of `type`, F32 or F16 (half the memory; converted on write and read, attention math in F32).
+// One layer's K/V memory, values of `type`, F32 or F16 (half the memory; converted on write and
+// read, attention math in F32). Both are num_blocks blocks of the same size:
+//   v: [num_blocks, block_size, num_kv_heads, head_dim]
+//   k: [num_blocks, num_kv_heads, head_dim, block_size], keys transposed within each block, so
+//      one head's keys of a block lie side by side per dimension and attention scores a whole
+//      block in vector lanes without transposing at read time (see key_index).
 struct KvLayer {
   void* k = nullptr;
   void* v = nullptr;
   DType type = DType::kF32;
 };
+
+// Index of element d of `head`'s key in `slot` within a layer's k memory.
+inline int64_t key_index(int64_t slot, int32_t block_size, int32_t num_kv_heads, int32_t head_dim,
+                         int32_t head, int32_t d) {
+  const int64_t block = slot / block_size;
+  return ((block * num_kv_heads + head) * head_dim + d) * block_size + slot % block_size;
+}
 
 struct AttentionParams {
   int32_t num_heads = 0;

@@ -1,8 +1,12 @@
-// Paged causal attention. A work item is one token, one KV head and up to four of the query
-// heads that share it (grouped-query attention), so each cached key and value is read once for
-// all of them: scores through the level's qk tile, a softmax per query head, and the weighted
-// sum of values through the pv tile. K/V rows are read through the block table, one run of
-// consecutive slots (within a cache block) at a time.
+// Paged causal attention. A work item is a run of up to a few tokens of one sequence and the
+// query heads of one KV head (grouped-query attention), so each cached key and value is read
+// once for all of those rows:
+//   1. scores of every row against each KV block in the item's range (qk_block: the block's
+//      keys are stored transposed, so 16 keys fill the lanes of one vector);
+//   2. each row's softmax over its own causal (or sliding-window) range;
+//   3. each token's output rows as the weighted sum of its range's values (pv_rows).
+// The order of every sum is fixed by the head dimension and the row's own range, so a token's
+// result does not depend on how many tokens or heads share its item: batching never changes it.
 #include <algorithm>
 #include <cmath>
 #include <vector>
@@ -13,116 +17,176 @@
 namespace pagoda::cpu {
 namespace {
 
-// Calls f(first position, count, first slot) for each run of positions [first, last] that lies
-// in one cache block, so slots within a run are consecutive.
-template <typename F>
-void for_each_run(const int32_t* table, int32_t block_size, int32_t first, int32_t last, F f) {
-  for (int32_t j = first; j <= last;) {
-    const int32_t block = j / block_size;
-    const int32_t run = std::min(last + 1, (block + 1) * block_size) - j;
-    f(j, run, static_cast<int64_t>(table[block]) * block_size + j % block_size);
-    j += run;
+// Query rows an item aims for: enough to reuse each block of keys many times while its scores
+// ([rows, range] floats) stay small.
+constexpr int32_t kRowsPerItem = 32;
+constexpr int64_t kMaxScoreFloats = int64_t{1} << 18;
+
+struct Item {
+  int32_t seq = 0;
+  int32_t first_token = 0;  // tokens [first_token, first_token + num_tokens) of the batch
+  int32_t num_tokens = 0;
+  int32_t kv_head = 0;
+  int32_t first_head = 0;   // query heads [first_head, first_head + num_heads)
+  int32_t num_heads = 0;
+};
+
+// Each thread's buffers, kept across calls.
+struct ItemScratch {
+  std::vector<float> scores;             // [rows, width]
+  std::vector<const float*> q_rows;      // [rows]
+  std::vector<const void*> value_rows;   // [width]: value of position base + j
+};
+
+// First position token t attends to.
+int32_t first_position(int32_t pos, const AttentionParams& p) {
+  return p.window > 0 ? std::max(0, pos - p.window + 1) : 0;
+}
+
+class AttentionRun {
+ public:
+  AttentionRun(const Kernels& k, const float* q, KvLayer cache, const AttentionBatch& batch,
+               const AttentionParams& p, float* out)
+      : k_(k), q_(q), cache_(cache), batch_(batch), p_(p), out_(out),
+        f16_(cache.type == DType::kF16),
+        value_bytes_(f16_ ? 2 : 4),
+        kv_stride_(int64_t{p.num_kv_heads} * p.head_dim),
+        key_block_(kv_stride_ * batch.block_size) {}
+
+  void run(const Item& item, ItemScratch& s) const {
+    const int32_t bs = batch_.block_size;
+    const int32_t* table = batch_.block_table + int64_t{item.seq} * batch_.max_blocks_per_seq;
+    const int32_t t0 = item.first_token, t1 = item.first_token + item.num_tokens;
+    int32_t lo = batch_.positions[t0], hi = lo;
+    for (int32_t t = t0; t < t1; ++t) {
+      lo = std::min(lo, first_position(batch_.positions[t], p_));
+      hi = std::max(hi, batch_.positions[t]);
+    }
+    const int32_t first_block = lo / bs, last_block = hi / bs;
+    const int32_t base = first_block * bs;
+    const int64_t width = int64_t{last_block - first_block + 1} * bs;
+    const int32_t num_rows = item.num_tokens * item.num_heads;
+    const int64_t dim = p_.head_dim;
+
+    s.scores.resize(static_cast<size_t>(num_rows * width));
+    s.q_rows.resize(static_cast<size_t>(num_rows));
+    for (int32_t t = t0; t < t1; ++t) {
+      for (int32_t h = 0; h < item.num_heads; ++h) {
+        s.q_rows[(t - t0) * item.num_heads + h] =
+            q_ + (int64_t{t} * p_.num_heads + item.first_head + h) * dim;
+      }
+    }
+    s.value_rows.resize(static_cast<size_t>(width));
+    const auto* k_base = static_cast<const uint8_t*>(cache_.k);
+    const auto* v_base = static_cast<const uint8_t*>(cache_.v);
+    for (int32_t b = first_block; b <= last_block; ++b) {
+      const int64_t block = table[b];
+      const uint8_t* keys = k_base + (block * key_block_ + int64_t{item.kv_head} * dim * bs) * value_bytes_;
+      k_.qk_block(s.q_rows.data(), num_rows, keys, f16_, dim, bs, s.scores.data() + (b - first_block) * bs,
+                  width);
+      for (int32_t o = 0; o < bs; ++o) {
+        const int64_t slot = block * bs + o;
+        s.value_rows[(b - first_block) * bs + o] =
+            v_base + (slot * kv_stride_ + int64_t{item.kv_head} * dim) * value_bytes_;
+      }
+    }
+
+    for (int32_t t = t0; t < t1; ++t) {
+      const int32_t pos = batch_.positions[t];
+      const int32_t first = first_position(pos, p_);
+      const int32_t n = pos - first + 1;
+      const int32_t row0 = (t - t0) * item.num_heads;
+      float* p = s.scores.data() + row0 * width + (first - base);
+      float inv_sum[kMaxGroup];
+      for (int32_t h = 0; h < item.num_heads; ++h) {
+        float* row = p + h * width;
+        k_.scale(row, p_.scale, n);
+        if (p_.softcap > 0) k_.softcap(row, n, p_.softcap);
+        inv_sum[h] = 1.0f / k_.exp_shift_sum(row, n, *std::max_element(row, row + n));
+      }
+      float* o = out_ + (int64_t{t} * p_.num_heads + item.first_head) * dim;
+      k_.pv_rows(p, width, item.num_heads, s.value_rows.data() + (first - base), f16_, n, dim, o, dim);
+      for (int32_t h = 0; h < item.num_heads; ++h) k_.scale(o + h * dim, inv_sum[h], dim);
+    }
   }
+
+  static constexpr int32_t kMaxGroup = 256;
+
+ private:
+  const Kernels& k_;
+  const float* q_;
+  KvLayer cache_;
+  const AttentionBatch& batch_;
+  const AttentionParams& p_;
+  float* out_;
+  bool f16_;
+  int64_t value_bytes_;
+  int64_t kv_stride_;  // values per slot of V
+  int64_t key_block_;  // values per block of K (all heads)
+};
+
+// Splits the batch into items: each sequence's tokens in runs, times KV heads, times parts of
+// each group of query heads when there would be too few items for the threads.
+std::vector<Item> make_items(const AttentionBatch& batch, const AttentionParams& p, int num_threads) {
+  const int32_t group = p.num_heads / p.num_kv_heads;
+  std::vector<Item> items;
+  int64_t num_runs = 0;
+  std::vector<int32_t> run_tokens(static_cast<size_t>(batch.num_seqs));
+  for (int32_t s = 0; s < batch.num_seqs; ++s) {
+    const int32_t num_tokens = batch.query_start[s + 1] - batch.query_start[s];
+    if (num_tokens <= 0) continue;
+    const int32_t last = batch.positions[batch.query_start[s + 1] - 1];
+    const int64_t width = last + 1 + batch.block_size;
+    const int64_t by_scores = std::max<int64_t>(1, kMaxScoreFloats / (width * group));
+    run_tokens[s] = static_cast<int32_t>(
+        std::min<int64_t>({num_tokens, std::max(1, kRowsPerItem / group), by_scores}));
+    num_runs += (num_tokens + run_tokens[s] - 1) / run_tokens[s];
+  }
+  const int64_t num_pairs = num_runs * p.num_kv_heads;
+  int32_t heads_per_item = group;
+  if (num_pairs < num_threads) {
+    const int64_t parts = std::min<int64_t>(group, (num_threads + num_pairs - 1) / num_pairs);
+    heads_per_item = static_cast<int32_t>((group + parts - 1) / parts);
+  }
+  for (int32_t s = 0; s < batch.num_seqs; ++s) {
+    for (int32_t t = batch.query_start[s]; t < batch.query_start[s + 1]; t += run_tokens[s]) {
+      const int32_t num_tokens = std::min(run_tokens[s], batch.query_start[s + 1] - t);
+      for (int32_t kvh = 0; kvh < p.num_kv_heads; ++kvh) {
+        for (int32_t h = 0; h < group; h += heads_per_item) {
+          items.push_back({s, t, num_tokens, kvh, kvh * group + h, std::min(heads_per_item, group - h)});
+        }
+      }
+    }
+  }
+  return items;
 }
 
 }  // namespace
 
 void attention(const Kernels& k, const float* q, KvLayer cache, const AttentionBatch& batch,
                const AttentionParams& p, float* out, ThreadPool& pool) {
-  const int32_t num_tokens = batch.num_tokens;
-  if (num_tokens <= 0) return;
+  if (batch.num_tokens <= 0) return;
   if (p.num_kv_heads <= 0 || p.num_heads % p.num_kv_heads != 0) {
     fail("attention: ", p.num_heads, " heads do not divide into ", p.num_kv_heads, " KV heads");
   }
-  const int64_t head_dim = p.head_dim;
-  const int64_t kv_stride = static_cast<int64_t>(p.num_kv_heads) * head_dim;
-  const int32_t group = p.num_heads / p.num_kv_heads;
-
-  // Sequence of each token, and the work to decide on threads.
-  std::vector<int32_t> seq_of(static_cast<size_t>(num_tokens));
+  if (p.num_heads / p.num_kv_heads > AttentionRun::kMaxGroup) {
+    fail("attention: more than ", AttentionRun::kMaxGroup, " query heads per KV head");
+  }
   int64_t work = 0;
-  int32_t max_context = 1;
-  for (int32_t s = 0; s < batch.num_seqs; ++s) {
-    for (int32_t t = batch.query_start[s]; t < batch.query_start[s + 1]; ++t) {
-      seq_of[t] = s;
-      const int32_t context = batch.positions[t] + 1;
-      max_context = std::max(max_context, context);
-      work += int64_t{context} * head_dim * p.num_heads * 2;
-    }
+  for (int32_t t = 0; t < batch.num_tokens; ++t) {
+    work += int64_t{batch.positions[t] + 1} * p.head_dim * p.num_heads * 2;
   }
   const bool threaded = pool.num_threads() > 1 && worth_threads(work);
-  // Query heads per item: a whole group (up to the tile size), split further only when there
-  // are too few (token, KV head) pairs to keep the threads busy.
-  const int64_t num_pairs = int64_t{num_tokens} * p.num_kv_heads;
-  int32_t heads_per_item = std::min(group, kMaxTileQueries);
-  if (threaded && num_pairs < pool.num_threads()) {
-    const int64_t parts = std::min<int64_t>(group, (pool.num_threads() + num_pairs - 1) / num_pairs);
-    heads_per_item = std::min<int32_t>(heads_per_item, static_cast<int32_t>((group + parts - 1) / parts));
-  }
-  const int32_t items_per_group = (group + heads_per_item - 1) / heads_per_item;
-  const int64_t num_items = num_pairs * items_per_group;
-
-  const bool f16 = cache.type == DType::kF16;
-  const size_t num_scratch = static_cast<size_t>(threaded ? pool.num_threads() : 1);
-  std::vector<std::vector<float>> scratch(num_scratch);
-  std::vector<std::vector<float>> rows(num_scratch);  // F16: one run of K or V rows, as float
-  const auto run_item = [&](int64_t item, int thread) {
-    const auto t = static_cast<int32_t>(item / (int64_t{p.num_kv_heads} * items_per_group));
-    const auto kv_head = static_cast<int32_t>(item / items_per_group % p.num_kv_heads);
-    const int32_t h0 = kv_head * group + static_cast<int32_t>(item % items_per_group) * heads_per_item;
-    const int32_t num_queries = std::min(heads_per_item, (kv_head + 1) * group - h0);
-
-    const int32_t* table = batch.block_table + static_cast<int64_t>(seq_of[t]) * batch.max_blocks_per_seq;
-    const int32_t pos = batch.positions[t];
-    const int32_t first = p.window > 0 ? std::max(0, pos - p.window + 1) : 0;
-    const int32_t n = pos - first + 1;
-    const float* qh = q + (int64_t{t} * p.num_heads + h0) * head_dim;
-    float* oh = out + (int64_t{t} * p.num_heads + h0) * head_dim;
-    const int64_t head_offset = int64_t{kv_head} * head_dim;
-    // The rows of a run as float: the cache itself (F32), or converted into `rows` (F16).
-    std::vector<float>& row_buf = rows[thread];
-    if (f16) row_buf.resize(static_cast<size_t>(batch.block_size * head_dim));
-    const auto run_rows = [&](const void* base, int64_t slot, int32_t run, int64_t* stride) {
-      if (!f16) {
-        *stride = kv_stride;
-        return static_cast<const float*>(base) + slot * kv_stride + head_offset;
-      }
-      const uint16_t* src = static_cast<const uint16_t*>(base) + slot * kv_stride + head_offset;
-      for (int32_t r = 0; r < run; ++r) {
-        k.f16_to_f32(src + r * kv_stride, row_buf.data() + r * head_dim, head_dim);
-      }
-      *stride = head_dim;
-      return static_cast<const float*>(row_buf.data());
-    };
-
-    std::vector<float>& scores = scratch[thread];  // [num_queries, n]
-    scores.resize(static_cast<size_t>(kMaxTileQueries) * max_context);
-    for_each_run(table, batch.block_size, first, pos, [&](int32_t j, int32_t run, int64_t slot) {
-      int64_t stride = 0;
-      const float* keys = run_rows(cache.k, slot, run, &stride);
-      k.qk_tile(qh, head_dim, num_queries, keys, stride, run, head_dim, scores.data() + (j - first),
-                n);
-    });
-    float inv_sum[kMaxTileQueries];
-    for (int32_t i = 0; i < num_queries; ++i) {
-      float* s = scores.data() + int64_t{i} * n;
-      k.scale(s, p.scale, n);
-      if (p.softcap > 0) k.softcap(s, n, p.softcap);
-      inv_sum[i] = 1.0f / k.exp_shift_sum(s, n, *std::max_element(s, s + n));
-    }
-    std::fill(oh, oh + int64_t{num_queries} * head_dim, 0.0f);
-    for_each_run(table, batch.block_size, first, pos, [&](int32_t j, int32_t run, int64_t slot) {
-      int64_t stride = 0;
-      const float* values = run_rows(cache.v, slot, run, &stride);
-      k.pv_tile(scores.data() + (j - first), n, num_queries, values, stride, run, head_dim, oh,
-                head_dim);
-    });
-    for (int32_t i = 0; i < num_queries; ++i) k.scale(oh + int64_t{i} * head_dim, inv_sum[i], head_dim);
+  const std::vector<Item> items = make_items(batch, p, threaded ? pool.num_threads() : 1);
+  const AttentionRun attend(k, q, cache, batch, p, out);
+  const auto run_item = [&](int64_t i, int) {
+    thread_local ItemScratch scratch;
+    attend.run(items[static_cast<size_t>(i)], scratch);
   };
   if (threaded) {
-    pool.run(num_items, run_item);
+    pool.run(static_cast<int64_t>(items.size()), run_item);
   } else {
-    for (int64_t item = 0; item < num_items; ++item) run_item(item, 0);
+    for (size_t i = 0; i < items.size(); ++i) run_item(static_cast<int64_t>(i), 0);
   }
 }
 

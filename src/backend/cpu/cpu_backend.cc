@@ -99,16 +99,22 @@ class CpuBackend final : public Backend {
   void write_kv(const float* k, const float* v, const AttentionBatch& batch,
                 const AttentionParams& p, KvLayer cache) override {
     const int64_t stride = static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
+    const bool f16 = cache.type == DType::kF16;
+    std::vector<uint16_t> half(f16 ? static_cast<size_t>(stride) : 0);  // one token's K as F16
     for (int32_t t = 0; t < batch.num_tokens; ++t) {
       const int64_t slot = batch.slot_mapping[t];
-      if (cache.type == DType::kF16) {
-        kernels().f32_to_f16(k + t * stride, static_cast<uint16_t*>(cache.k) + slot * stride, stride);
+      // Element i = head * head_dim + d of the key goes block_size values after element i - 1.
+      const int64_t key = key_index(slot, batch.block_size, p.num_kv_heads, p.head_dim, 0, 0);
+      if (f16) {
         kernels().f32_to_f16(v + t * stride, static_cast<uint16_t*>(cache.v) + slot * stride, stride);
+        kernels().f32_to_f16(k + t * stride, half.data(), stride);
+        uint16_t* dst = static_cast<uint16_t*>(cache.k) + key;
+        for (int64_t i = 0; i < stride; ++i) dst[i * batch.block_size] = half[static_cast<size_t>(i)];
       } else {
-        std::memcpy(static_cast<float*>(cache.k) + slot * stride, k + t * stride,
-                    static_cast<size_t>(stride) * sizeof(float));
         std::memcpy(static_cast<float*>(cache.v) + slot * stride, v + t * stride,
                     static_cast<size_t>(stride) * sizeof(float));
+        float* dst = static_cast<float*>(cache.k) + key;
+        for (int64_t i = 0; i < stride; ++i) dst[i * batch.block_size] = k[t * stride + i];
       }
     }
   }

@@ -19,17 +19,17 @@ enum class ActFormat {
 };
 
 constexpr int kQ8Block = 32;
-constexpr int kMaxTileQueries = 4;
 constexpr int kQ8KBlock = 256;
 
 // One token's activations quantized for integer dot products, as a struct-of-arrays so that
 // 8-bit values of neighbouring blocks are contiguous:
-//   kQ8:  qs[cols] int8 | d[cols / 32] | s[cols / 32] | sm[cols / 32]   (floats)
+//   kQ8:  qs[cols] int8 | d[cols / 32] float | sum[cols / 32] int32 | sm[cols / 32] float
 //   kQ8K: qs[cols] int8 | d[cols / 256] float | bsums[cols / 16] int16
 // q = round(x * 127 / amax) in -127..127 (nearest even), so x ~= d * q. The scales carry the
 // values llama.cpp's Q8_0 / Q8_1 / Q8_K blocks would (d = F16(amax / 127) for kQ8, 1 / (127 /
 // amax) for kQ8K; sm = F16(amax / 127 * sum(q)) as Q8_1's s), so that greedy outputs can match
-// that peer's bit for bit; s = d * sum(q) is exact and serves the offset of Q4_0 / Q5_0.
+// that peer's bit for bit; sum = sum(q) lets the offset types (Q4_0, Q8_0 packed) take their
+// offset in the integer block sum, as that peer does.
 inline int64_t act_row_bytes(ActFormat format, int64_t cols) {
   int64_t bytes = 0;
   switch (format) {
@@ -43,11 +43,11 @@ inline const int8_t* act_qs(const uint8_t* row) { return reinterpret_cast<const 
 inline const float* act_d(const uint8_t* row, int64_t cols) {
   return reinterpret_cast<const float*>(row + cols);
 }
-inline const float* act_s(const uint8_t* row, int64_t cols) {
-  return act_d(row, cols) + cols / kQ8Block;
+inline const int32_t* act_sum(const uint8_t* row, int64_t cols) {
+  return reinterpret_cast<const int32_t*>(act_d(row, cols) + cols / kQ8Block);
 }
 inline const float* act_sm(const uint8_t* row, int64_t cols) {
-  return act_s(row, cols) + cols / kQ8Block;
+  return act_d(row, cols) + 2 * (cols / kQ8Block);
 }
 inline const int16_t* act_bsums(const uint8_t* row, int64_t cols) {
   return reinterpret_cast<const int16_t*>(act_d(row, cols) + cols / kQ8KBlock);
@@ -106,12 +106,18 @@ struct Kernels {
   QuantizeFn quantize_q8 = nullptr;
   QuantizeFn quantize_q8k = nullptr;
 
-  // Attention tiles over up to kMaxTileQueries query rows (rows `*_stride` floats apart):
-  //   qk: scores[i * s_stride + j] = q_i . k_j             for j < num_keys
-  //   pv: out_i += sum_j p[i * p_stride + j] * v_j          for j < num_values
-  void (*qk_tile)(const float* q, int64_t q_stride, int num_queries, const float* k, int64_t k_stride,
-                  int num_keys, int64_t dim, float* scores, int64_t s_stride) = nullptr;
-  void (*pv_tile)(const float* p, int64_t p_stride, int num_queries, const float* v, int64_t v_stride,
+  // Attention. Both sum each value in an order fixed by the head dimension and the number of
+  // keys alone, never by how many rows share a call, so a token's attention does not depend on
+  // what it is batched with.
+  //   qk_block: scores of num_rows query rows against one KV block's keys of one head, stored
+  //     transposed (`k`: [dim, block_size] values, F16 when `f16`):
+  //       scores[r * s_stride + o] = q_r . key_o   for o < block_size
+  //     summed as two chains (even and odd dimensions) added at the end.
+  //   pv_rows: out_r = sum_{j < num_values} p[r * p_stride + j] * v_j, v_j being `dim` values at
+  //     v[j] (F16 when `f16`), summed in order of j.
+  void (*qk_block)(const float* const* q, int num_rows, const void* k, bool f16, int64_t dim,
+                   int block_size, float* scores, int64_t s_stride) = nullptr;
+  void (*pv_rows)(const float* p, int64_t p_stride, int num_rows, const void* const* v, bool f16,
                   int num_values, int64_t dim, float* out, int64_t out_stride) = nullptr;
 
   // F16 K/V cache rows: conversions with round-to-nearest-even (as F16C does).

@@ -47,6 +47,49 @@ struct Isa {
 #include "backend/cpu/x86_kquants.inc"
 #include "backend/cpu/x86_matmul.inc"
 
+// 16 lanes as two 256-bit halves; 16 registers hold 3 rows of scores (12) with two key vectors,
+// and 2 x 2 output vectors of the weighted sum of values.
+struct Vec16 {
+  __m256 lo, hi;
+  static Vec16 zero() { return {_mm256_setzero_ps(), _mm256_setzero_ps()}; }
+  static Vec16 load(const float* p, int n) {
+    if (n >= 16) return {_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)};
+    return {n >= 8 ? _mm256_loadu_ps(p) : load_partial(p, n),
+            n > 8 ? load_partial(p + 8, n - 8) : _mm256_setzero_ps()};
+  }
+  static Vec16 load(const uint16_t* p, int n) {
+    if (n >= 16) return {_mm256_cvtph_ps(load128(p)), _mm256_cvtph_ps(load128(p + 8))};
+    alignas(16) uint16_t buf[16] = {};
+    std::memcpy(buf, p, static_cast<size_t>(n) * 2);
+    return {_mm256_cvtph_ps(load128(buf)), _mm256_cvtph_ps(load128(buf + 8))};
+  }
+  static Vec16 bcast(float x) {
+    const __m256 v = _mm256_set1_ps(x);
+    return {v, v};
+  }
+  static Vec16 fma(Vec16 a, Vec16 b, Vec16 c) {
+    return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
+  }
+  static Vec16 add(Vec16 a, Vec16 b) { return {_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)}; }
+  void store(float* p, int n) const {
+    if (n >= 8) {
+      _mm256_storeu_ps(p, lo);
+      if (n >= 16) {
+        _mm256_storeu_ps(p + 8, hi);
+      } else if (n > 8) {
+        store_partial(p + 8, hi, n - 8);
+      }
+    } else {
+      store_partial(p, lo, n);
+    }
+  }
+};
+constexpr int kQkRows = 3;
+constexpr int kPvRows = 2;
+constexpr int kPvVecs = 2;
+
+#include "backend/cpu/x86_attention.inc"
+
 }  // namespace
 
 void fill_avx2_kernels(Kernels& k) {
@@ -54,6 +97,7 @@ void fill_avx2_kernels(Kernels& k) {
   // 16 registers: 4 x 2 accumulators for the legacy and float tiles; the K-quant tiles also
   // keep integer sums per (row, token) but spill well, and 2 x 4 beat 2 x 2 by 25% on prefill.
   fill_matmul<4, 2, 2, 4>(k);
+  fill_attention(k);
 }
 
 }  // namespace pagoda::cpu

@@ -38,15 +38,15 @@ float round_f16(float x) { return fp16_to_fp32(fp32_to_fp16(x)); }
 void quantize_q8(const float* x, int64_t cols, uint8_t* out) {
   int8_t* qs = reinterpret_cast<int8_t*>(out);
   float* d = reinterpret_cast<float*>(out + cols);
-  float* s = d + cols / kQ8Block;
-  float* sm = s + cols / kQ8Block;
+  auto* s = reinterpret_cast<int32_t*>(d + cols / kQ8Block);
+  float* sm = d + 2 * (cols / kQ8Block);
   for (int64_t b = 0; b < cols / kQ8Block; ++b) {
     int8_t* q = qs + b * kQ8Block;
     const float step = quantize_block(x + b * kQ8Block, kQ8Block, q) / 127.0f;
     int sum = 0;
     for (int i = 0; i < kQ8Block; ++i) sum += q[i];
     d[b] = round_f16(step);
-    s[b] = d[b] * static_cast<float>(sum);
+    s[b] = sum;
     sm[b] = round_f16(step * static_cast<float>(sum));
   }
 }
@@ -305,25 +305,34 @@ void tile_float(const uint8_t* w, size_t w_stride, int num_rows, const uint8_t* 
   }
 }
 
-// ---- attention tiles ----
+// ---- attention ----
 
-void qk_tile(const float* q, int64_t q_stride, int num_queries, const float* k, int64_t k_stride,
-             int num_keys, int64_t dim, float* scores, int64_t s_stride) {
-  for (int i = 0; i < num_queries; ++i) {
-    for (int j = 0; j < num_keys; ++j) {
-      float sum = 0.0f;
-      for (int64_t c = 0; c < dim; ++c) sum += q[i * q_stride + c] * k[j * k_stride + c];
-      scores[i * s_stride + j] = sum;
+float kv_value(const void* base, bool f16, int64_t i) {
+  return f16 ? fp16_to_fp32(static_cast<const uint16_t*>(base)[i]) : static_cast<const float*>(base)[i];
+}
+
+void qk_block(const float* const* q, int num_rows, const void* k, bool f16, int64_t dim,
+              int block_size, float* scores, int64_t s_stride) {
+  for (int r = 0; r < num_rows; ++r) {
+    for (int o = 0; o < block_size; ++o) {
+      float even = 0.0f, odd = 0.0f;
+      for (int64_t c = 0; c < dim; ++c) {
+        float& sum = c % 2 == 0 ? even : odd;
+        sum = std::fma(q[r][c], kv_value(k, f16, c * block_size + o), sum);
+      }
+      scores[r * s_stride + o] = even + odd;
     }
   }
 }
 
-void pv_tile(const float* p, int64_t p_stride, int num_queries, const float* v, int64_t v_stride,
+void pv_rows(const float* p, int64_t p_stride, int num_rows, const void* const* v, bool f16,
              int num_values, int64_t dim, float* out, int64_t out_stride) {
-  for (int i = 0; i < num_queries; ++i) {
+  for (int r = 0; r < num_rows; ++r) {
+    float* o = out + r * out_stride;
+    std::fill(o, o + dim, 0.0f);
     for (int j = 0; j < num_values; ++j) {
-      const float w = p[i * p_stride + j];
-      for (int64_t c = 0; c < dim; ++c) out[i * out_stride + c] += w * v[j * v_stride + c];
+      const float w = p[r * p_stride + j];
+      for (int64_t c = 0; c < dim; ++c) o[c] = std::fma(w, kv_value(v[j], f16, c), o[c]);
     }
   }
 }
@@ -407,8 +416,8 @@ void fill_scalar_kernels(Kernels& k) {
   set(k, DType::kQ6_K, ActFormat::kQ8K, tile_kquant<decode_q6_k>);
   k.quantize_q8 = quantize_q8;
   k.quantize_q8k = quantize_q8k;
-  k.qk_tile = qk_tile;
-  k.pv_tile = pv_tile;
+  k.qk_block = qk_block;
+  k.pv_rows = pv_rows;
   k.f16_to_f32 = f16_to_f32;
   k.f32_to_f16 = f32_to_f16;
   k.dot = dot;

@@ -38,7 +38,8 @@ void matmul_packed(const Kernels& k, const PackedKernel& kernel, const uint8_t* 
                    const WeightMatrix& w, const float* x, int64_t num_tokens, float* y,
                    ThreadPool& pool, Scratch& activations);
 
-// Paged causal attention, one (token, head) per work item.
+// Paged causal attention (attention.cc): runs of tokens x the query heads of one KV head per
+// work item.
 void attention(const Kernels& k, const float* q, KvLayer cache,
                const AttentionBatch& batch, const AttentionParams& p, float* out,
                ThreadPool& pool);

@@ -90,7 +90,9 @@ class ReferenceBackend final : public Backend {
     for (int32_t t = 0; t < batch.num_tokens; ++t) {
       const int64_t slot = batch.slot_mapping[t];
       for (int64_t i = 0; i < stride; ++i) {
-        store_kv(cache.k, cache.type, slot * stride + i, k[t * stride + i]);
+        const auto head = static_cast<int32_t>(i / p.head_dim), d = static_cast<int32_t>(i % p.head_dim);
+        store_kv(cache.k, cache.type, key_index(slot, batch.block_size, p.num_kv_heads, p.head_dim, head, d),
+                 k[t * stride + i]);
         store_kv(cache.v, cache.type, slot * stride + i, v[t * stride + i]);
       }
     }
@@ -115,10 +117,10 @@ class ReferenceBackend final : public Backend {
           for (int32_t j = first; j <= pos; ++j) {
             int64_t slot = static_cast<int64_t>(table[j / batch.block_size]) * batch.block_size +
                            j % batch.block_size;
-            const int64_t kj = slot * kv_stride + kvh * p.head_dim;
             double dot = 0;
             for (int32_t d = 0; d < p.head_dim; ++d) {
-              dot += static_cast<double>(qh[d]) * load_kv(cache.k, cache.type, kj + d);
+              const int64_t kd = key_index(slot, batch.block_size, p.num_kv_heads, p.head_dim, kvh, d);
+              dot += static_cast<double>(qh[d]) * load_kv(cache.k, cache.type, kd);
             }
             dot *= p.scale;
             if (p.softcap > 0) dot = p.softcap * std::tanh(dot / p.softcap);
