@@ -56,11 +56,12 @@ struct AttentionBatch {
 };
 
 // One layer's K/V memory, values of `type`, F32 or F16 (half the memory; converted on write and
-// read, attention math in F32). Both are num_blocks blocks of the same size:
-//   v: [num_blocks, block_size, num_kv_heads, head_dim]
+// read, attention math in F32). Both are num_blocks blocks of the same size, each head's part of
+// a block one contiguous run (so attention streams it):
 //   k: [num_blocks, num_kv_heads, head_dim, block_size], keys transposed within each block, so
 //      one head's keys of a block lie side by side per dimension and attention scores a whole
-//      block in vector lanes without transposing at read time (see key_index).
+//      block in vector lanes without transposing at read time (key_index);
+//   v: [num_blocks, num_kv_heads, block_size, head_dim] (value_index).
 struct KvLayer {
   void* k = nullptr;
   void* v = nullptr;
@@ -72,6 +73,13 @@ inline int64_t key_index(int64_t slot, int32_t block_size, int32_t num_kv_heads,
                          int32_t head, int32_t d) {
   const int64_t block = slot / block_size;
   return ((block * num_kv_heads + head) * head_dim + d) * block_size + slot % block_size;
+}
+
+// Index of element d of `head`'s value in `slot` within a layer's v memory.
+inline int64_t value_index(int64_t slot, int32_t block_size, int32_t num_kv_heads, int32_t head_dim,
+                           int32_t head, int32_t d) {
+  const int64_t block = slot / block_size;
+  return ((block * num_kv_heads + head) * block_size + slot % block_size) * head_dim + d;
 }
 
 struct AttentionParams {

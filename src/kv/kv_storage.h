@@ -1,6 +1,6 @@
 // The K/V tensors of every layer, in blocks of `block_size` token slots, values of one type, F32
 // or F16 (half the bytes per token; the backends convert on write and read). Per layer:
-//   v: [num_blocks, block_size, num_kv_heads, head_dim]
+//   v: [num_blocks, num_kv_heads, block_size, head_dim]
 //   k: [num_blocks, num_kv_heads, head_dim, block_size] (keys transposed within a block; KvLayer)
 // A block is one contiguous range of each, so copying a block copies its bytes.
 // Which blocks a sequence owns is the control plane's business (block tables); this class only

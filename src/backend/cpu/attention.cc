@@ -50,8 +50,7 @@ class AttentionRun {
       : k_(k), q_(q), cache_(cache), batch_(batch), p_(p), out_(out),
         f16_(cache.type == DType::kF16),
         value_bytes_(f16_ ? 2 : 4),
-        kv_stride_(int64_t{p.num_kv_heads} * p.head_dim),
-        key_block_(kv_stride_ * batch.block_size) {}
+        block_values_(int64_t{p.num_kv_heads} * p.head_dim * batch.block_size) {}
 
   void run(const Item& item, ItemScratch& s) const {
     const int32_t bs = batch_.block_size;
@@ -79,16 +78,25 @@ class AttentionRun {
     s.value_rows.resize(static_cast<size_t>(width));
     const auto* k_base = static_cast<const uint8_t*>(cache_.k);
     const auto* v_base = static_cast<const uint8_t*>(cache_.v);
+    // One head's keys (or values) of a block: a contiguous slab at this offset into the block.
+    const int64_t slab = int64_t{item.kv_head} * dim * bs * value_bytes_;
+    const int64_t slab_bytes = dim * bs * value_bytes_;
     for (int32_t b = first_block; b <= last_block; ++b) {
       const int64_t block = table[b];
-      const uint8_t* keys = k_base + (block * key_block_ + int64_t{item.kv_head} * dim * bs) * value_bytes_;
+      if (b < last_block) {
+        // The next block's keys for the next call, its values for the weighted sum below: they
+        // sit anywhere in the pool, so no hardware prefetcher sees them coming.
+        const int64_t next = table[b + 1] * block_values_ * value_bytes_ + slab;
+        for (int64_t offset = 0; offset < slab_bytes; offset += 64) {
+          __builtin_prefetch(k_base + next + offset);
+          __builtin_prefetch(v_base + next + offset);
+        }
+      }
+      const uint8_t* keys = k_base + block * block_values_ * value_bytes_ + slab;
       k_.qk_block(s.q_rows.data(), num_rows, keys, f16_, dim, bs, s.scores.data() + (b - first_block) * bs,
                   width);
-      for (int32_t o = 0; o < bs; ++o) {
-        const int64_t slot = block * bs + o;
-        s.value_rows[(b - first_block) * bs + o] =
-            v_base + (slot * kv_stride_ + int64_t{item.kv_head} * dim) * value_bytes_;
-      }
+      const uint8_t* values = v_base + block * block_values_ * value_bytes_ + slab;
+      for (int32_t o = 0; o < bs; ++o) s.value_rows[(b - first_block) * bs + o] = values + o * dim * value_bytes_;
     }
 
     for (int32_t t = t0; t < t1; ++t) {
@@ -121,8 +129,7 @@ class AttentionRun {
   float* out_;
   bool f16_;
   int64_t value_bytes_;
-  int64_t kv_stride_;  // values per slot of V
-  int64_t key_block_;  // values per block of K (all heads)
+  int64_t block_values_;  // values per block of K or V (all heads)
 };
 
 // Splits the batch into items: each sequence's tokens in runs, times KV heads, times parts of

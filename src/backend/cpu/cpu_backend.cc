@@ -99,22 +99,33 @@ class CpuBackend final : public Backend {
   void write_kv(const float* k, const float* v, const AttentionBatch& batch,
                 const AttentionParams& p, KvLayer cache) override {
     const int64_t stride = static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
+    const int64_t bs = batch.block_size;
     const bool f16 = cache.type == DType::kF16;
-    std::vector<uint16_t> half(f16 ? static_cast<size_t>(stride) : 0);  // one token's K as F16
+    std::vector<uint16_t> half(f16 ? static_cast<size_t>(2 * stride) : 0);  // one token's K, V as F16
     for (int32_t t = 0; t < batch.num_tokens; ++t) {
       const int64_t slot = batch.slot_mapping[t];
-      // Element i = head * head_dim + d of the key goes block_size values after element i - 1.
+      // Key element i = head * head_dim + d lies block_size values after element i - 1; each
+      // head's value run lies block_size * head_dim values after the previous head's.
       const int64_t key = key_index(slot, batch.block_size, p.num_kv_heads, p.head_dim, 0, 0);
+      const int64_t value = value_index(slot, batch.block_size, p.num_kv_heads, p.head_dim, 0, 0);
+      const float* kt = k + t * stride;
+      const float* vt = v + t * stride;
       if (f16) {
-        kernels().f32_to_f16(v + t * stride, static_cast<uint16_t*>(cache.v) + slot * stride, stride);
-        kernels().f32_to_f16(k + t * stride, half.data(), stride);
-        uint16_t* dst = static_cast<uint16_t*>(cache.k) + key;
-        for (int64_t i = 0; i < stride; ++i) dst[i * batch.block_size] = half[static_cast<size_t>(i)];
+        kernels().f32_to_f16(kt, half.data(), stride);
+        kernels().f32_to_f16(vt, half.data() + stride, stride);
+        uint16_t* kd = static_cast<uint16_t*>(cache.k) + key;
+        uint16_t* vd = static_cast<uint16_t*>(cache.v) + value;
+        for (int64_t i = 0; i < stride; ++i) kd[i * bs] = half[static_cast<size_t>(i)];
+        for (int32_t h = 0; h < p.num_kv_heads; ++h) {
+          std::memcpy(vd + h * bs * p.head_dim, half.data() + stride + h * p.head_dim, p.head_dim * sizeof(uint16_t));
+        }
       } else {
-        std::memcpy(static_cast<float*>(cache.v) + slot * stride, v + t * stride,
-                    static_cast<size_t>(stride) * sizeof(float));
-        float* dst = static_cast<float*>(cache.k) + key;
-        for (int64_t i = 0; i < stride; ++i) dst[i * batch.block_size] = k[t * stride + i];
+        float* kd = static_cast<float*>(cache.k) + key;
+        float* vd = static_cast<float*>(cache.v) + value;
+        for (int64_t i = 0; i < stride; ++i) kd[i * bs] = kt[i];
+        for (int32_t h = 0; h < p.num_kv_heads; ++h) {
+          std::memcpy(vd + h * bs * p.head_dim, vt + h * p.head_dim, p.head_dim * sizeof(float));
+        }
       }
     }
   }

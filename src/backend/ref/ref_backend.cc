@@ -93,7 +93,8 @@ class ReferenceBackend final : public Backend {
         const auto head = static_cast<int32_t>(i / p.head_dim), d = static_cast<int32_t>(i % p.head_dim);
         store_kv(cache.k, cache.type, key_index(slot, batch.block_size, p.num_kv_heads, p.head_dim, head, d),
                  k[t * stride + i]);
-        store_kv(cache.v, cache.type, slot * stride + i, v[t * stride + i]);
+        store_kv(cache.v, cache.type, value_index(slot, batch.block_size, p.num_kv_heads, p.head_dim, head, d),
+                 v[t * stride + i]);
       }
     }
   }
@@ -133,7 +134,7 @@ class ReferenceBackend final : public Backend {
           for (int32_t j = first; j <= pos; ++j) {
             int64_t slot = static_cast<int64_t>(table[j / batch.block_size]) * batch.block_size +
                            j % batch.block_size;
-            const int64_t vj = slot * kv_stride + kvh * p.head_dim;
+            const int64_t vj = value_index(slot, batch.block_size, p.num_kv_heads, p.head_dim, kvh, 0);
             double w = scores[j - first] / denom;
             for (int32_t d = 0; d < p.head_dim; ++d) acc[d] += w * load_kv(cache.v, cache.type, vj + d);
           }
