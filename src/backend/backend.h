@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
 
@@ -105,6 +106,15 @@ class Backend {
                      float* out) = 0;
   // y[t, r] = sum_c w[r, c] * x[t, c].  x: [num_tokens, w.cols]  y: [num_tokens, w.rows]
   virtual void matmul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y) = 0;
+  // matmul(*p.w, x, num_tokens, p.y) for each product, all of the same x (Q, K and V; gate and
+  // up): a backend may prepare x once and run the products as one job. Results are matmul's.
+  struct Product {
+    const WeightMatrix* w;
+    float* y;
+  };
+  virtual void matmul_many(std::initializer_list<Product> products, const float* x, int64_t num_tokens) {
+    for (const Product& p : products) matmul(*p.w, x, num_tokens, p.y);
+  }
   // y[t, :] = x[t, :] / rms(x[t, :]) * weight.           x, y: [num_rows, dim] (may alias)
   virtual void rms_norm(const float* x, const float* weight, int64_t num_rows, int64_t dim,
                         float eps, float* y) = 0;

@@ -108,9 +108,7 @@ void Gemma3Model::forward(Backend& be, const ForwardBatch& batch, KvStorage& kv,
     ap.window = L.global ? 0 : static_cast<int32_t>(c.sliding_window);
 
     be.rms_norm(act_.x.data(), L.attn_norm.data(), n, hidden, c.rms_norm_eps, act_.h.data());
-    be.matmul(L.wq, act_.h.data(), n, act_.q.data());
-    be.matmul(L.wk, act_.h.data(), n, act_.k.data());
-    be.matmul(L.wv, act_.h.data(), n, act_.v.data());
+    be.matmul_many({{&L.wq, act_.q.data()}, {&L.wk, act_.k.data()}, {&L.wv, act_.v.data()}}, act_.h.data(), n);
     be.rms_norm(act_.q.data(), L.q_norm.data(), n * c.num_heads, hd, c.rms_norm_eps, act_.q.data());
     be.rms_norm(act_.k.data(), L.k_norm.data(), n * c.num_kv_heads, hd, c.rms_norm_eps, act_.k.data());
     be.rope(act_.q.data(), batch.positions.data(), n, c.num_heads, hd, rope);
@@ -123,8 +121,7 @@ void Gemma3Model::forward(Backend& be, const ForwardBatch& batch, KvStorage& kv,
     be.add(act_.x.data(), act_.h.data(), n * hidden);
 
     be.rms_norm(act_.x.data(), L.ffn_norm.data(), n, hidden, c.rms_norm_eps, act_.h.data());
-    be.matmul(L.w_gate, act_.h.data(), n, act_.gate.data());
-    be.matmul(L.w_up, act_.h.data(), n, act_.up.data());
+    be.matmul_many({{&L.w_gate, act_.gate.data()}, {&L.w_up, act_.up.data()}}, act_.h.data(), n);
     be.gelu_mul(act_.gate.data(), act_.up.data(), n * ff, act_.gate.data());
     be.matmul(L.w_down, act_.gate.data(), n, act_.h.data());
     be.rms_norm(act_.h.data(), L.post_ffn_norm.data(), n, hidden, c.rms_norm_eps, act_.h.data());

@@ -113,9 +113,7 @@ void LlamaModel::forward(Backend& be, const ForwardBatch& batch, KvStorage& kv,
   for (size_t l = 0; l < layers_.size(); ++l) {
     const LayerWeights& L = layers_[l];
     be.rms_norm(act_.x.data(), L.attn_norm.data(), n, hidden, c.rms_norm_eps, act_.h.data());
-    be.matmul(L.wq, act_.h.data(), n, act_.q.data());
-    be.matmul(L.wk, act_.h.data(), n, act_.k.data());
-    be.matmul(L.wv, act_.h.data(), n, act_.v.data());
+    be.matmul_many({{&L.wq, act_.q.data()}, {&L.wk, act_.k.data()}, {&L.wv, act_.v.data()}}, act_.h.data(), n);
     if (!L.bq.empty()) {
       be.add_bias(act_.q.data(), L.bq.data(), n, q_dim);
       be.add_bias(act_.k.data(), L.bk.data(), n, kv_dim);
@@ -134,8 +132,7 @@ void LlamaModel::forward(Backend& be, const ForwardBatch& batch, KvStorage& kv,
     be.add(act_.x.data(), act_.h.data(), n * hidden);
 
     be.rms_norm(act_.x.data(), L.ffn_norm.data(), n, hidden, c.rms_norm_eps, act_.h.data());
-    be.matmul(L.w_gate, act_.h.data(), n, act_.gate.data());
-    be.matmul(L.w_up, act_.h.data(), n, act_.up.data());
+    be.matmul_many({{&L.w_gate, act_.gate.data()}, {&L.w_up, act_.up.data()}}, act_.h.data(), n);
     be.silu_mul(act_.gate.data(), act_.up.data(), n * ff, act_.gate.data());
     be.matmul(L.w_down, act_.gate.data(), n, act_.h.data());
     be.add(act_.x.data(), act_.h.data(), n * hidden);

@@ -194,6 +194,38 @@ TEST_P(CpuMatmul, BatchedEqualsOneTokenAtATime) {
   }
 }
 
+// Products sharing their input in one call (Q, K, V; gate and up) give each product's own
+// result bit for bit, whatever mix of types (packed ones join one job, others run alone).
+TEST_P(CpuMatmul, ManyProductsEqualEachAlone) {
+  auto cpu = make_cpu_backend(threads_);
+  const int64_t cols = 512;
+  const std::vector<std::vector<DType>> mixes = {
+      {DType::kQ4_0, DType::kQ4_0, DType::kQ4_0}, {DType::kQ4_K, DType::kQ6_K}, {DType::kQ8_0, DType::kQ5_0, DType::kF16}};
+  for (const std::vector<DType>& mix : mixes) {
+    std::vector<Weights> ws;
+    for (size_t i = 0; i < mix.size(); ++i) ws.push_back(weights(mix[i], 40 + 33 * static_cast<int64_t>(i), cols, 21 + i));
+    for (int64_t num_tokens : {1, 11}) {
+      SCOPED_TRACE(testing::Message() << dtype_traits(mix[0]).name << " mix, tokens " << num_tokens);
+      const std::vector<float> x = normal(static_cast<size_t>(num_tokens * cols), 31);
+      std::vector<std::vector<float>> alone(mix.size()), together(mix.size());
+      for (size_t i = 0; i < mix.size(); ++i) {
+        alone[i].resize(static_cast<size_t>(num_tokens * ws[i].matrix.rows));
+        together[i].assign(alone[i].size(), NAN);
+        cpu->matmul(ws[i].matrix, x.data(), num_tokens, alone[i].data());
+      }
+      if (mix.size() == 2) {
+        cpu->matmul_many({{&ws[0].matrix, together[0].data()}, {&ws[1].matrix, together[1].data()}}, x.data(),
+                         num_tokens);
+      } else {
+        cpu->matmul_many({{&ws[0].matrix, together[0].data()}, {&ws[1].matrix, together[1].data()},
+                          {&ws[2].matrix, together[2].data()}},
+                         x.data(), num_tokens);
+      }
+      for (size_t i = 0; i < mix.size(); ++i) EXPECT_EQ(together[i], alone[i]) << "product " << i;
+    }
+  }
+}
+
 TEST_P(CpuMatmul, ZeroActivationsGiveZero) {
   auto cpu = make_cpu_backend(threads_);
   for (DType type : {DType::kQ8_0, DType::kQ4_1, DType::kQ5_1, DType::kQ2_K, DType::kQ4_K}) {

@@ -54,12 +54,27 @@ class CpuBackend final : public Backend {
   }
 
   void matmul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y) override {
+    matmul_many({{&w, y}}, x, num_tokens);
+  }
+
+  // Packed products that share an activation format run as one job; any other product alone.
+  void matmul_many(std::initializer_list<Product> products, const float* x, int64_t num_tokens) override {
     const Kernels& k = kernels();
-    if (const cpu::PackedKernel* pk = packed_kernel(k, w)) {
-      cpu::matmul_packed(k, *pk, packed(w), w, x, num_tokens, y, pool_, activations_);
-      return;
+    std::vector<cpu::PackedProduct> packed_products;
+    for (const Product& p : products) {
+      const cpu::PackedKernel* pk = packed_kernel(k, *p.w);
+      const bool joins = pk != nullptr && (packed_products.empty() ||
+                                           (packed_products[0].kernel->act == pk->act && p.w->cols == packed_products[0].w->cols));
+      if (joins) {
+        packed_products.push_back({p.w, pk, packed(*p.w), p.y});
+      } else if (pk != nullptr) {
+        const cpu::PackedProduct alone{p.w, pk, packed(*p.w), p.y};
+        cpu::matmul_packed(k, {&alone, 1}, x, num_tokens, pool_, activations_);
+      } else {
+        cpu::matmul(k, *p.w, x, num_tokens, p.y, pool_, activations_, panels_);
+      }
     }
-    cpu::matmul(k, w, x, num_tokens, y, pool_, activations_, panels_);
+    cpu::matmul_packed(k, packed_products, x, num_tokens, pool_, activations_);
   }
 
   void rms_norm(const float* x, const float* weight, int64_t num_rows, int64_t dim, float eps,

@@ -5,6 +5,7 @@
 // each chunk of rows once per token group (cache) rather than once per token.
 #include <algorithm>
 #include <cstdlib>
+#include <span>
 #include <vector>
 
 #include "backend/cpu/ops.h"
@@ -165,39 +166,61 @@ void pack_matrix(const WeightMatrix& w, uint8_t* out, ThreadPool& pool) {
   });
 }
 
-void matmul_packed(const Kernels& k, const PackedKernel& kernel, const uint8_t* packed,
-                   const WeightMatrix& w, const float* x, int64_t num_tokens, float* y,
-                   ThreadPool& pool, Scratch& activations) {
-  if (num_tokens <= 0 || w.rows <= 0) return;
-  const int64_t rows = w.rows, cols = w.cols;
-  const bool threaded = pool.num_threads() > 1 && worth_threads(rows * cols * num_tokens);
+void matmul_packed(const Kernels& k, std::span<const PackedProduct> products, const float* x,
+                   int64_t num_tokens, ThreadPool& pool, Scratch& activations) {
+  if (num_tokens <= 0 || products.empty()) return;
+  const int64_t cols = products[0].w->cols;
+  const ActFormat act = products[0].kernel->act;
+  int64_t work = 0;
+  for (const PackedProduct& p : products) {
+    PAGODA_CHECK(p.w->cols == cols && p.kernel->act == act);
+    work += p.w->rows * cols * num_tokens;
+  }
+  const bool threaded = pool.num_threads() > 1 && worth_threads(work);
   int64_t x_stride = 0;
-  const uint8_t* xa = quantize_activations(k, kernel.act, x, num_tokens, cols, threaded, pool, activations, &x_stride);
-
-  const int64_t groups = packed_groups(rows);
-  const size_t group_bytes = packed_group_bytes(w.type, cols);
+  const uint8_t* xa = quantize_activations(k, act, x, num_tokens, cols, threaded, pool, activations, &x_stride);
   const int64_t threads = threaded ? pool.num_threads() : 1;
+
   // Chunks of row groups: several per thread to balance the load, and for many tokens small
   // enough to stay in L2 while every tile of tokens passes over them; within a chunk the token
   // tiles go outside, so a tile's activations stay in L1 and its outputs are written in runs.
-  int64_t chunk_groups = std::max<int64_t>(1, groups / (threads * kItemsPerThread));
-  if (num_tokens > kPackTokens) {
-    const int64_t fit = std::max<int64_t>(1, kPackedChunkBytes / static_cast<int64_t>(group_bytes));
-    chunk_groups = std::min(fit, std::max<int64_t>(1, (groups + threads - 1) / threads));
+  // The chunks of all products form one job, numbered product after product.
+  struct Plan {
+    int64_t groups = 0, chunk_groups = 0, first_chunk = 0;
+    size_t group_bytes = 0;
+  };
+  std::vector<Plan> plans(products.size());
+  int64_t num_chunks = 0;
+  for (size_t i = 0; i < products.size(); ++i) {
+    const PackedProduct& p = products[i];
+    Plan& plan = plans[i];
+    plan.groups = packed_groups(p.w->rows);
+    plan.group_bytes = packed_group_bytes(p.w->type, cols);
+    int64_t chunk_groups = std::max<int64_t>(1, plan.groups / (threads * kItemsPerThread));
+    if (num_tokens > kPackTokens) {
+      const int64_t fit = std::max<int64_t>(1, kPackedChunkBytes / static_cast<int64_t>(plan.group_bytes));
+      chunk_groups = std::min(fit, std::max<int64_t>(1, (plan.groups + threads - 1) / threads));
+    }
+    plan.chunk_groups = round_up(chunk_groups, p.kernel->tile_groups);
+    plan.first_chunk = num_chunks;
+    num_chunks += (plan.groups + plan.chunk_groups - 1) / plan.chunk_groups;
   }
-  chunk_groups = round_up(chunk_groups, kernel.tile_groups);
-  const int64_t num_chunks = (groups + chunk_groups - 1) / chunk_groups;
   const auto run_chunk = [&](int64_t chunk, int) {
-    const int64_t g_begin = chunk * chunk_groups;
-    const int64_t g_end = std::min(groups, g_begin + chunk_groups);
+    size_t i = 0;
+    while (i + 1 < plans.size() && plans[i + 1].first_chunk <= chunk) ++i;
+    const PackedProduct& p = products[i];
+    const Plan& plan = plans[i];
+    const int64_t rows = p.w->rows;
+    const int64_t g_begin = (chunk - plan.first_chunk) * plan.chunk_groups;
+    const int64_t g_end = std::min(plan.groups, g_begin + plan.chunk_groups);
     for (int64_t t = 0; t < num_tokens; t += kPackTokens) {
       const int n = static_cast<int>(std::min<int64_t>(kPackTokens, num_tokens - t));
-      for (int64_t g = g_begin; g < g_end; g += kernel.tile_groups) {
-        const uint8_t* group = packed + static_cast<size_t>(g) * group_bytes;
-        const int64_t tile_rows = std::min<int64_t>(g_end - g, kernel.tile_groups) * kPackRows;
+      for (int64_t g = g_begin; g < g_end; g += p.kernel->tile_groups) {
+        const uint8_t* group = p.packed + static_cast<size_t>(g) * plan.group_bytes;
+        const int64_t tile_rows = std::min<int64_t>(g_end - g, p.kernel->tile_groups) * kPackRows;
         const int num_rows = static_cast<int>(std::min(tile_rows, rows - g * kPackRows));
-        kernel.tile(group, cols, xa + t * x_stride, static_cast<size_t>(x_stride), n,
-                    y + t * rows + g * kPackRows, rows, num_rows);
+        p.kernel->tile(group, cols, xa + t * x_stride, static_cast<size_t>(x_stride), n,
+                       p.y + t * rows + g * kPackRows, rows, num_rows);
       }
     }
   };

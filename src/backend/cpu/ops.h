@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "backend/backend.h"
@@ -31,12 +32,22 @@ void matmul(const Kernels& k, const WeightMatrix& w, const float* x, int64_t num
             ThreadPool& pool, Scratch& activations, std::vector<Scratch>& panels);
 
 // Weights packed for the types with a packed kernel (packed.h): the bytes the packed copy of w
-// takes, packing it (spread over the threads), and products from the packed copy.
+// takes, packing it (spread over the threads), and products from packed copies.
 size_t packed_bytes(const WeightMatrix& w);
 void pack_matrix(const WeightMatrix& w, uint8_t* out, ThreadPool& pool);
-void matmul_packed(const Kernels& k, const PackedKernel& kernel, const uint8_t* packed,
-                   const WeightMatrix& w, const float* x, int64_t num_tokens, float* y,
-                   ThreadPool& pool, Scratch& activations);
+
+// One product y = x . w^T from the packed copy of w.   y: [num_tokens, w->rows]
+struct PackedProduct {
+  const WeightMatrix* w = nullptr;
+  const PackedKernel* kernel = nullptr;
+  const uint8_t* packed = nullptr;
+  float* y = nullptr;
+};
+// Products of the same activations x ([num_tokens, cols]; every w has those cols and every
+// kernel the same activation format): x is quantized once and the chunks of all products are
+// one job for the threads. Each product is computed as it would be alone.
+void matmul_packed(const Kernels& k, std::span<const PackedProduct> products, const float* x,
+                   int64_t num_tokens, ThreadPool& pool, Scratch& activations);
 
 // Paged causal attention (attention.cc): runs of tokens x the query heads of one KV head per
 // work item.
