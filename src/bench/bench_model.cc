@@ -8,6 +8,7 @@
 
 #include "bench/estimate.h"
 #include "core/error.h"
+#include "kv/kv_storage.h"
 
 namespace pagoda::bench {
 
@@ -47,6 +48,7 @@ EngineConfig engine_config(const EngineOptions& o, int64_t default_kv_tokens) {
   c.max_num_seqs = o.max_num_seqs;
   c.max_num_batched_tokens = o.max_num_batched_tokens;
   c.enable_prefix_caching = !o.no_prefix_caching;
+  c.kv_type = parse_kv_cache_type(o.kv_type);
   if (o.kv_cache_gb > 0) {
     c.kv_cache_bytes = static_cast<uint64_t>(std::llround(o.kv_cache_gb * 1073741824.0));
   } else {

@@ -180,6 +180,9 @@ def test_memory_fit_and_resident_memory(pagoda_bin, tmp_path):
     rows = read_csv(tmp_path / "m.csv")
     assert [int(r["sequence length"]) for r in rows] == [16, 64, 100, 256, 512, 1024]
     check_svg(tmp_path / "m.svg", "100", "1024")
+    half, _ = bench_json(pagoda_bin, "memory", "-m", need(SMOLLM), "--kv-tokens", 4096,
+                         "--kv-type", "f16", "-n", 1, "--output-len", 2, "-t", 2)
+    assert half["kv_cache_bytes"] * 2 == d["kv_cache_bytes"]
 
 
 def test_ctrl_c_prints_what_was_measured(pagoda_bin):
@@ -202,6 +205,7 @@ def test_ctrl_c_prints_what_was_measured(pagoda_bin):
     (["throughput", "--prompt-len", "0:5"], "--prompt-len"),
     (["throughput", "--output-len", "9:3"], "--output-len"),
     (["throughput", "--kv-cache-gb", "1", "--kv-tokens", "64"], "not both"),
+    (["throughput", "--kv-type", "q8"], "q8"),
     (["memory", "--seq-len", "5000", "--max-model-len", "4096"], "--seq-len"),
     (["throughput", "--dataset", "/nonexistent/sharegpt.json"], "/nonexistent/sharegpt.json"),
 ])
