@@ -137,6 +137,27 @@ void stream_read(benchmark::State& state, int threads) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * n * sizeof(uint64_t)));
 }
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+// One core's float multiply-add ceiling: 512-bit FMAs on registers only, 12 independent chains
+// (more than latency x throughput), against which the F16 / BF16 tiles are read.
+__attribute__((target("avx512f"))) void fma_peak(benchmark::State& state) {
+  constexpr int kChains = 12;
+  constexpr int64_t kSteps = 1 << 20;
+  __m512 acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = _mm512_set1_ps(static_cast<float>(i));
+  __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f);
+  for (auto _ : state) {
+    for (int64_t s = 0; s < kSteps; ++s) {
+      for (int i = 0; i < kChains; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+    }
+    for (int i = 0; i < kChains; ++i) benchmark::DoNotOptimize(acc[i]);
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      2.0 * 16 * kChains * kSteps * static_cast<double>(state.iterations()) / 1e9, benchmark::Counter::kIsRate);
+}
+#endif
+
 constexpr DType kTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K, DType::kQ5_0,
                             DType::kF32,  DType::kF16,  DType::kQ4_1, DType::kQ5_1, DType::kQ5_K,
                             DType::kQ3_K, DType::kQ2_K, DType::kBF16};
@@ -177,6 +198,11 @@ int main(int argc, char** argv) {
           ->Unit(benchmark::kMillisecond);
     }
   }
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx512f")) {
+    benchmark::RegisterBenchmark("fma_peak/threads:1", fma_peak)->UseRealTime()->Unit(benchmark::kMillisecond);
+  }
+#endif
   for (int threads : {1, 2}) {
     benchmark::RegisterBenchmark(("stream_read/threads:" + std::to_string(threads)).c_str(), stream_read, threads)
         ->UseRealTime()
