@@ -15,20 +15,21 @@ KvStorage::KvStorage(const ModelConfig& config, int32_t num_blocks, int32_t bloc
   if (type != DType::kF32 && type != DType::kF16) fail("the KV cache type must be f32 or f16");
   const uint64_t per_layer = static_cast<uint64_t>(num_blocks) * block_size *
                              slot_bytes(config, type);  // bytes, a multiple of 4: head_dim >= 2
-  const size_t floats = static_cast<size_t>((per_layer + 3) / 4);
-  k_.assign(config.num_layers, std::vector<float>(floats));
-  v_.assign(config.num_layers, std::vector<float>(floats));
+  for (int64_t l = 0; l < config.num_layers; ++l) {
+    k_.emplace_back(static_cast<size_t>(per_layer), "the KV cache");
+    v_.emplace_back(static_cast<size_t>(per_layer), "the KV cache");
+  }
   bytes_ = 2 * per_layer * config.num_layers;
 }
 
 float* KvStorage::k(int32_t layer) {
   if (type_ != DType::kF32) fail("KvStorage::k: the cache holds F16 values");
-  return k_[static_cast<size_t>(layer)].data();
+  return reinterpret_cast<float*>(k_[static_cast<size_t>(layer)].data());
 }
 
 float* KvStorage::v(int32_t layer) {
   if (type_ != DType::kF32) fail("KvStorage::v: the cache holds F16 values");
-  return v_[static_cast<size_t>(layer)].data();
+  return reinterpret_cast<float*>(v_[static_cast<size_t>(layer)].data());
 }
 
 DType parse_kv_cache_type(const std::string& name) {

@@ -12,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "core/dtype.h"
+#include "core/large_buffer.h"
 #include "model/config.h"
 
 namespace pagoda {
@@ -42,9 +43,10 @@ class KvStorage {
   int32_t block_size_;
   DType type_;
   uint64_t bytes_ = 0;
-  // [num_layers][num_blocks * block_size * kv_heads * head_dim * value_bytes], 4-byte aligned
-  std::vector<std::vector<float>> k_;
-  std::vector<std::vector<float>> v_;
+  // [num_layers][num_blocks * block_size * kv_heads * head_dim * value_bytes], zeroed; huge
+  // pages where the system gives them, since attention reads blocks scattered over all of it
+  std::vector<LargeBuffer> k_;
+  std::vector<LargeBuffer> v_;
 };
 
 // "f32" / "f16" → the KV cache type; throws Error naming the allowed values otherwise.

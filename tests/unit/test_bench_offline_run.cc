@@ -116,7 +116,9 @@ TEST(BenchProcessMemory, ParsesStatusFields) {
   EXPECT_EQ(m->peak_rss_bytes, 2048u * 1024);
   EXPECT_FALSE(parse_proc_status("VmRSS: 1 kB\n").has_value());
   const auto self = read_process_memory();
-  if (self) EXPECT_GE(self->peak_rss_bytes, self->rss_bytes);
+  if (self) {
+    EXPECT_GE(self->peak_rss_bytes, self->rss_bytes);
+  }
 }
 
 TEST(BenchProgress, LineShowsBarPercentAndCounts) {

@@ -69,17 +69,9 @@ const uint8_t* quantize_activations(const Kernels& k, ActFormat format, const fl
 
 }  // namespace
 
-void Scratch::Free::operator()(uint8_t* p) const { std::free(p); }
-
 uint8_t* Scratch::get(size_t bytes) {
-  if (bytes > size_) {
-    const size_t size = (bytes + 4095) / 4096 * 4096;
-    void* p = std::aligned_alloc(64, size);
-    if (p == nullptr) fail("out of memory for ", size, " bytes of CPU backend scratch");
-    data_.reset(static_cast<uint8_t*>(p));
-    size_ = size;
-  }
-  return data_.get();
+  if (bytes > buffer_.size()) buffer_ = LargeBuffer(bytes, "CPU backend scratch");
+  return buffer_.data();
 }
 
 void matmul(const Kernels& k, const WeightMatrix& w, const float* x, int64_t num_tokens, float* y,

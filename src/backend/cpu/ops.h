@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/kernels.h"
 #include "backend/cpu/thread_pool.h"
+#include "core/large_buffer.h"
 
 namespace pagoda::cpu {
 
@@ -19,11 +20,7 @@ class Scratch {
   uint8_t* get(size_t bytes);
 
  private:
-  struct Free {
-    void operator()(uint8_t* p) const;
-  };
-  std::unique_ptr<uint8_t[], Free> data_;
-  size_t size_ = 0;
+  LargeBuffer buffer_;
 };
 
 // y[t, r] = w[r, :] . x[t, :].   x: [num_tokens, w.cols]  y: [num_tokens, w.rows]
