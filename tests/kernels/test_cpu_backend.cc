@@ -260,6 +260,26 @@ TEST_P(CpuOps, ShuffledBlockTableEqualsContiguous) {
   }
 }
 
+// Many sequences decoding one token each: enough of them that each item takes all KV heads of
+// its sequence (attention.cc, make_items), shuffled blocks, F32 and F16 caches.
+TEST_P(CpuOps, ManyDecodingSequences) {
+  for (DType kv_type : {DType::kF32, DType::kF16}) {
+    for (AttentionParams params : {AttentionParams{8, 2, 64, 0.125f, 0, 0.0f},
+                                   AttentionParams{6, 3, 20, 0.2f, 9, 30.0f}}) {
+      PagedAttention c;
+      c.params = params;
+      c.block_size = 16;
+      c.kv_type = kv_type;
+      for (int32_t s = 0; s < 12; ++s) {
+        c.context.push_back(1 + 13 * s);
+        c.new_tokens.push_back(1);
+      }
+      c.max_blocks = 10;
+      expect_close(c.run(*cpu_, true, 3), c.run(*ref_, false, 0), 2e-5f, 2e-5f);
+    }
+  }
+}
+
 // Long contexts, so the threaded path runs: several tokens, and a single decode token whose
 // query heads are split between threads.
 TEST_P(CpuOps, LongContextAttention) {
