@@ -16,13 +16,14 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/large_buffer.h"
 
 namespace {
 
 constexpr int32_t kHeads = 32, kKvHeads = 8, kHeadDim = 64, kBlock = 16;
 
 struct Case {
-  std::vector<uint8_t> k, v;
+  pagoda::LargeBuffer k, v;  // as the engine's KV cache (huge pages where the system gives them)
   std::vector<int32_t> positions, query_start, table;
   std::vector<int64_t> slots;
   std::vector<float> q, out;
@@ -40,12 +41,12 @@ Case make_case(int32_t seqs, int32_t context, int32_t new_tokens, pagoda::DType 
   const size_t value_bytes = kv_type == pagoda::DType::kF16 ? 2 : 4;
   const size_t layer_bytes = num_blocks * kBlock * kKvHeads * kHeadDim * value_bytes;
   std::mt19937 rng(3);
-  c.k.resize(layer_bytes);
-  c.v.resize(layer_bytes);
+  c.k = pagoda::LargeBuffer(layer_bytes, "K");
+  c.v = pagoda::LargeBuffer(layer_bytes, "V");
   for (size_t i = 0; i < layer_bytes; i += 2) {  // small values, valid as F16 and as F32
     const uint16_t h = static_cast<uint16_t>(0x2c00 + rng() % 0x400);
-    std::memcpy(&c.k[i], &h, 2);
-    std::memcpy(&c.v[i], &h, 2);
+    std::memcpy(c.k.data() + i, &h, 2);
+    std::memcpy(c.v.data() + i, &h, 2);
   }
   std::vector<int32_t> order(static_cast<size_t>(num_blocks));
   std::iota(order.begin(), order.end(), 0);
