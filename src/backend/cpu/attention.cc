@@ -80,7 +80,8 @@ class AttentionRun {
       for (int32_t t = t0; t < t1; ++t) {
         for (int32_t h = 0; h < heads_per_kv; ++h) {
           const int32_t head = item.first_head + kv * heads_per_kv + h;
-          s.q_rows[kv * rows_per_kv + (t - t0) * heads_per_kv + h] = q_ + (int64_t{t} * p_.num_heads + head) * dim;
+          s.q_rows[kv * rows_per_kv + (t - t0) * heads_per_kv + h] =
+              q_ + (int64_t{t} * p_.num_heads + head) * dim;
         }
       }
     }
@@ -152,7 +153,8 @@ class AttentionRun {
 // Splits the batch into items: each sequence's tokens in runs, times KV heads, times parts of
 // each group of query heads when there would be too few items for the threads. A sequence that
 // decodes one token takes all KV heads in one item when there are enough such items to share
-// out: then each block's keys and values for all heads are one contiguous run.
+// out (and its scores for all heads stay small): then each block's keys and values for all heads
+// are one contiguous run.
 std::vector<Item> make_items(const AttentionBatch& batch, const AttentionParams& p, int num_threads) {
   const int32_t group = p.num_heads / p.num_kv_heads;
   std::vector<Item> items;
@@ -178,7 +180,9 @@ std::vector<Item> make_items(const AttentionBatch& batch, const AttentionParams&
   }
   for (int32_t s = 0; s < batch.num_seqs; ++s) {
     const int32_t num_tokens = batch.query_start[s + 1] - batch.query_start[s];
-    if (whole_decodes && num_tokens == 1) {
+    if (whole_decodes && num_tokens == 1 &&
+        int64_t{batch.positions[batch.query_start[s]] + 1 + batch.block_size} * p.num_heads <=
+            kMaxScoreFloats) {
       items.push_back({s, batch.query_start[s], 1, 0, p.num_kv_heads, 0, p.num_heads});
       continue;
     }
