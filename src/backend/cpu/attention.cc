@@ -22,7 +22,7 @@ namespace {
 constexpr int32_t kRowsPerItem = 32;
 constexpr int64_t kMaxScoreFloats = int64_t{1} << 18;
 // Whole-sequence decode items only when each thread gets at least this many.
-constexpr int64_t kItemsPerThread = 4;
+constexpr int64_t kDecodeItemsPerThread = 4;
 
 struct Item {
   int32_t seq = 0;
@@ -171,7 +171,7 @@ std::vector<Item> make_items(const AttentionBatch& batch, const AttentionParams&
         std::min<int64_t>({num_tokens, std::max(1, kRowsPerItem / group), by_scores}));
     num_runs += (num_tokens + run_tokens[s] - 1) / run_tokens[s];
   }
-  const bool whole_decodes = num_decoding >= kItemsPerThread * num_threads;
+  const bool whole_decodes = num_decoding >= kDecodeItemsPerThread * num_threads;
   const int64_t num_pairs = num_runs * p.num_kv_heads;
   int32_t heads_per_item = group;
   if (num_pairs < num_threads) {

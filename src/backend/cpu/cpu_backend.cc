@@ -63,8 +63,9 @@ class CpuBackend final : public Backend {
     std::vector<cpu::PackedProduct> packed_products;
     for (const Product& p : products) {
       const cpu::PackedKernel* pk = packed_kernel(k, *p.w);
-      const bool joins = pk != nullptr && (packed_products.empty() ||
-                                           (packed_products[0].kernel->act == pk->act && p.w->cols == packed_products[0].w->cols));
+      const bool joins = pk != nullptr &&
+                         (packed_products.empty() || (packed_products[0].kernel->act == pk->act &&
+                                                      p.w->cols == packed_products[0].w->cols));
       if (joins) {
         packed_products.push_back({p.w, pk, packed(*p.w), p.y});
       } else if (pk != nullptr) {
