@@ -137,6 +137,8 @@ struct Kernels {
   void (*gelu_mul)(const float* gate, const float* up, int64_t n, float* out) = nullptr;
   void (*add)(float* x, const float* y, int64_t n) = nullptr;
   void (*scale)(float* x, float s, int64_t n) = nullptr;
+  // x = x * s; returns the largest new value (n >= 1).
+  float (*scale_max)(float* x, float s, int64_t n) = nullptr;
 };
 
 // The table for `level`; entries a level lacks are taken from the level below, so every entry

@@ -385,6 +385,12 @@ void scale(float* x, float s, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] *= s;
 }
 
+float scale_max(float* x, float s, int64_t n) {
+  float top = (x[0] *= s);
+  for (int64_t i = 1; i < n; ++i) top = std::max(top, x[i] *= s);
+  return top;
+}
+
 void f16_to_f32(const uint16_t* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = fp16_to_fp32(x[i]);
 }
@@ -430,6 +436,7 @@ void fill_scalar_kernels(Kernels& k) {
   k.gelu_mul = gelu_mul;
   k.add = add;
   k.scale = scale;
+  k.scale_max = scale_max;
 }
 
 const Kernels& cpu_kernels(CpuLevel level) {
