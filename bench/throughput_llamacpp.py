@@ -13,6 +13,9 @@ and against llama.cpp's batched decoding (llama-cpp-python's low-level API) on t
      chunked into a token budget per llama_decode call like pagoda's, greedy argmax sampling in
      numpy, end-of-generation ignored.
 
+pagoda's runs keep the KV cache in F16, as llama.cpp does by default (`--kv-type f32` for
+pagoda's own default).
+
 Reported: total tokens/s = (prompt + output tokens) / wall time, output tokens/s, and the ratios
 against pagoda sequential and llama.cpp. Both engines run greedy with no EOS stop, so both produce
 exactly the requested tokens.
@@ -53,7 +56,8 @@ def synth_model(pagoda, like, wtype, out_dir):
 def run_pagoda(pagoda, model, args, *extra):
     cmd = [pagoda, "bench", "throughput", "-m", str(model), "-n", str(args.num_requests),
            "--prompt-len", args.prompt_len, "--output-len", args.output_len,
-           "--seed", str(args.seed), "-t", str(args.threads), "--json", "-", *map(str, extra)]
+           "--seed", str(args.seed), "-t", str(args.threads), "--kv-type", args.kv_type,
+           "--json", "-", *map(str, extra)]
     print("$ " + " ".join(map(str, cmd)), flush=True)
     r = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)  # progress and table on stderr
     if r.returncode != 0:
@@ -226,6 +230,8 @@ def main():
                     "--max-seqs, llama.cpp sequence ids)")
     ap.add_argument("--token-budget", type=int, default=2048,
                     help="tokens per step / llama_decode call (pagoda --max-batched-tokens)")
+    ap.add_argument("--kv-type", default="f16", choices=["f16", "f32"],
+                    help="pagoda's KV cache values (llama.cpp's default cache is F16)")
     ap.add_argument("--skip-sequential", action="store_true")
     ap.add_argument("--skip-llamacpp", action="store_true")
     ap.add_argument("--out-dir", default=str(ROOT / "build" / "bench-models"))
@@ -255,7 +261,8 @@ def main():
         rows.append(llamacpp_row(model, requests, args))
     header = (f"{args.like} {args.type} ({model.stat().st_size / 2**20:.0f} MiB), "
               f"{len(requests)} requests, prompt {args.prompt_len} tokens (seed {args.seed}), "
-              f"output {args.output_len}, {args.threads} threads, token budget {args.token_budget}")
+              f"output {args.output_len}, {args.threads} threads, token budget {args.token_budget}, "
+              f"pagoda KV {args.kv_type} (llama.cpp F16)")
     print_table(rows, header)
     if args.json_out:
         pathlib.Path(args.json_out).write_text(json.dumps({"header": header, "rows": rows},
