@@ -13,6 +13,7 @@
 // (a wrong quant, scale or offset anywhere gives 1e-2 or more).
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -303,6 +304,39 @@ TEST(CpuKernels, ActivationQuantizersAreBitIdentical) {
     for (int64_t i = 0; i < cols; ++i) {
       const float step = d[i / block];
       EXPECT_NEAR(cpu::act_qs(want.data())[i] * step, x[i], (0.501f + 127.0f / 2048) * step + 1e-30f) << i;
+    }
+  }
+}
+
+// The AVX-512 level's exponential ops (x86_vector512.inc) give the AVX2 level's bits, and
+// scale_max gives the scalar level's at every level: lengths around the vector widths, inputs
+// past exp's clamps and underflow.
+TEST(CpuKernels, ExponentialAndScaleMaxOpsMatchBitForBit) {
+  if (detected_cpu_level() < CpuLevel::kAvx2) GTEST_SKIP() << "this CPU lacks avx2";
+  const cpu::Kernels& scalar = cpu::cpu_kernels(CpuLevel::kScalar);
+  const cpu::Kernels& avx2 = cpu::cpu_kernels(CpuLevel::kAvx2);
+  for (int64_t trial = 0; trial < 13 * 20; ++trial) {
+    const int64_t n = std::array<int64_t, 13>{1, 7, 8, 9, 15, 16, 17, 24, 31, 32, 33, 100, 257}[trial % 13];
+    std::vector<float> x = normal(n, static_cast<uint32_t>(trial), 2.0f), up = normal(n, 99, 1.0f);
+    x[0] = -120.0f;  // below the underflow bound
+    if (trial < 13 && n > 3) x[3] = 95.0f;  // above the clamp (first round only: it swamps sums)
+    for (CpuLevel level : {CpuLevel::kAvx2, CpuLevel::kAvx512}) {
+      if (level > detected_cpu_level()) continue;
+      const cpu::Kernels& k = cpu::cpu_kernels(level);
+      std::vector<float> want = x, got = x;
+      const float want_sum = avx2.exp_shift_sum(want.data(), n, 3.0f);
+      const float got_sum = k.exp_shift_sum(got.data(), n, 3.0f);
+      EXPECT_EQ(std::memcmp(&got_sum, &want_sum, 4), 0) << cpu_level_name(level) << " n " << n;
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), n * 4), 0) << cpu_level_name(level) << " n " << n;
+      avx2.silu_mul(x.data(), up.data(), n, want.data());
+      k.silu_mul(x.data(), up.data(), n, got.data());
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), n * 4), 0) << cpu_level_name(level) << " n " << n;
+      want = x;
+      got = x;
+      const float want_top = scalar.scale_max(want.data(), 0.125f, n);
+      const float got_top = k.scale_max(got.data(), 0.125f, n);
+      EXPECT_EQ(got_top, want_top) << cpu_level_name(level) << " n " << n;
+      EXPECT_EQ(got, want) << cpu_level_name(level) << " n " << n;
     }
   }
 }

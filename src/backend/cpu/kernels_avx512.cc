@@ -38,6 +38,7 @@ struct Isa {
 #include "backend/cpu/x86_kquants.inc"
 #include "backend/cpu/x86_matmul.inc"
 #include "backend/cpu/x86_packed.inc"
+#include "backend/cpu/x86_vector512.inc"
 
 // 16 lanes in one 512-bit register; 32 registers hold 8 rows of scores (16) with two key
 // vectors, and 4 x 4 output vectors of the weighted sum of values.
@@ -72,6 +73,7 @@ constexpr int kPvVecs = 4;
 
 void fill_avx512_kernels(Kernels& k) {
   fill_vector_ops(k);
+  fill_vector_ops512(k);
   // 32 registers: 4 x 4 tiles for the legacy and float types; K-quants 2 x 4, which on
   // 512-token products beat 4 x 4 by 4% and 4 x 2 by 10%.
   fill_matmul<4, 4, 2, 4>(k);
