@@ -108,6 +108,7 @@ void LlamaModel::forward(Backend& be, const ForwardBatch& batch, KvStorage& kv,
   const AttentionBatch ab = batch.attention_batch();
   AttentionParams ap = attention_params(c);
   ap.window = static_cast<int32_t>(c.sliding_window);
+  const OutputRows out(batch);
 
   be.embed(token_embd_, batch.token_ids.data(), n, act_.x.data());
   for (size_t l = 0; l < layers_.size(); ++l) {
@@ -127,18 +128,21 @@ void LlamaModel::forward(Backend& be, const ForwardBatch& batch, KvStorage& kv,
     be.rope(act_.k.data(), batch.positions.data(), n, c.num_kv_heads, hd, rope_);
     const auto layer = static_cast<int32_t>(l);
     be.write_kv(act_.k.data(), act_.v.data(), ab, ap, kv.layer(layer));
-    be.attention(act_.q.data(), kv.layer(layer), ab, ap, act_.attn.data());
-    be.matmul(L.wo, act_.attn.data(), n, act_.h.data());
-    be.add(act_.x.data(), act_.h.data(), n * hidden);
+    // From here on, the last layer runs only the rows whose logits are wanted.
+    const bool narrow = l + 1 == layers_.size() && out.gather_front(act_, q_dim, hidden);
+    const int64_t m = narrow ? out.count() : n;
+    be.attention(act_.q.data(), kv.layer(layer), narrow ? out.attention_batch() : ab, ap, act_.attn.data());
+    be.matmul(L.wo, act_.attn.data(), m, act_.h.data());
+    be.add(act_.x.data(), act_.h.data(), m * hidden);
 
-    be.rms_norm(act_.x.data(), L.ffn_norm.data(), n, hidden, c.rms_norm_eps, act_.h.data());
-    be.matmul_many({{&L.w_gate, act_.gate.data()}, {&L.w_up, act_.up.data()}}, act_.h.data(), n);
-    be.silu_mul(act_.gate.data(), act_.up.data(), n * ff, act_.gate.data());
-    be.matmul(L.w_down, act_.gate.data(), n, act_.h.data());
-    be.add(act_.x.data(), act_.h.data(), n * hidden);
+    be.rms_norm(act_.x.data(), L.ffn_norm.data(), m, hidden, c.rms_norm_eps, act_.h.data());
+    be.matmul_many({{&L.w_gate, act_.gate.data()}, {&L.w_up, act_.up.data()}}, act_.h.data(), m);
+    be.silu_mul(act_.gate.data(), act_.up.data(), m * ff, act_.gate.data());
+    be.matmul(L.w_down, act_.gate.data(), m, act_.h.data());
+    be.add(act_.x.data(), act_.h.data(), m * hidden);
   }
 
-  compute_logits(be, c, batch, output_norm_, output_, act_, logits);
+  compute_logits(be, c, out.logit_rows(), output_norm_, output_, act_, logits);
 }
 
 }  // namespace

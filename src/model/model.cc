@@ -43,20 +43,65 @@ AttentionParams attention_params(const ModelConfig& c) {
   return ap;
 }
 
-void compute_logits(Backend& be, const ModelConfig& c, const ForwardBatch& batch,
+void compute_logits(Backend& be, const ModelConfig& c, std::span<const int32_t> rows,
                     const std::vector<float>& output_norm, const WeightMatrix& output,
                     Activations& act, std::vector<float>& logits) {
   const int64_t hidden = c.hidden_size;
-  const auto m = static_cast<int64_t>(batch.logit_rows.size());
+  const auto m = static_cast<int64_t>(rows.size());
   act.last.resize(m * hidden);
   for (int64_t r = 0; r < m; ++r) {
-    const int64_t t = batch.logit_rows[r];
+    const int64_t t = rows[r];
     std::copy(act.x.begin() + t * hidden, act.x.begin() + (t + 1) * hidden,
               act.last.begin() + r * hidden);
   }
   be.rms_norm(act.last.data(), output_norm.data(), m, hidden, c.rms_norm_eps, act.last.data());
   logits.resize(m * c.vocab_size);
   be.matmul(output, act.last.data(), m, logits.data());
+}
+
+OutputRows::OutputRows(const ForwardBatch& b) : batch(b) {
+  const auto m = static_cast<int32_t>(b.logit_rows.size());
+  if (m >= b.num_tokens()) return;
+  query_start.assign(1, 0);
+  int32_t next = 0;  // the next logit row to place
+  for (int32_t s = 0; s < b.num_seqs(); ++s) {
+    while (next < m && b.logit_rows[next] < b.query_start[s + 1]) {
+      const int32_t row = b.logit_rows[next];
+      if (row < b.query_start[s] || (next > 0 && row <= b.logit_rows[next - 1])) return;  // unordered
+      positions.push_back(b.positions[row]);
+      slot_mapping.push_back(b.slot_mapping[row]);
+      front.push_back(next++);
+    }
+    query_start.push_back(next);
+  }
+  narrows = next == m;
+}
+
+AttentionBatch OutputRows::attention_batch() const {
+  AttentionBatch a = batch.attention_batch();
+  a.num_tokens = static_cast<int32_t>(count());
+  a.positions = positions.data();
+  a.slot_mapping = slot_mapping.data();
+  a.query_start = query_start.data();
+  return a;
+}
+
+void OutputRows::gather(int64_t width, float* x) const {
+  for (int64_t i = 0; i < count(); ++i) {
+    const int64_t row = batch.logit_rows[i];  // >= i: rows ascend
+    if (row != i) std::copy(x + row * width, x + (row + 1) * width, x + i * width);
+  }
+}
+
+bool OutputRows::gather_front(Activations& act, int64_t q_dim, int64_t hidden) const {
+  if (!narrows) return false;
+  gather(q_dim, act.q.data());
+  gather(hidden, act.x.data());
+  return true;
+}
+
+std::span<const int32_t> OutputRows::logit_rows() const {
+  return narrows ? std::span<const int32_t>(front) : std::span<const int32_t>(batch.logit_rows);
 }
 
 std::unique_ptr<Model> Model::load(const ModelFile& file) {

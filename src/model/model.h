@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "backend/backend.h"
@@ -49,10 +50,37 @@ struct Activations {
 AttentionParams attention_params(const ModelConfig& config);
 
 // Only the rows whose logits are wanted go through the final norm and the vocabulary matrix:
-// logits = output · rms_norm(x[logit_rows]).          logits: [logit_rows.size(), vocab]
-void compute_logits(Backend& backend, const ModelConfig& config, const ForwardBatch& batch,
+// logits = output · rms_norm(x[rows]).                logits: [rows.size(), vocab]
+void compute_logits(Backend& backend, const ModelConfig& config, std::span<const int32_t> rows,
                     const std::vector<float>& output_norm, const WeightMatrix& output,
                     Activations& act, std::vector<float>& logits);
+
+// The last layer's attention output and feed-forward block matter only for the rows whose
+// logits are wanted; its K and V are written for every token before that. When those rows are
+// fewer than the tokens (a prompt chunk wants one, or none), the forward pass gathers them to the
+// front (gather) and runs the rest of the last layer on them alone, as llama.cpp does. Every
+// row's result is the one the full batch gives it: each op treats rows independently.
+struct OutputRows {
+  explicit OutputRows(const ForwardBatch& batch);
+
+  // The narrowed rows attend as a batch of their own: the same sequences, block tables and
+  // positions, one query row per sequence that wants logits (none for the others).
+  AttentionBatch attention_batch() const;
+  // Row batch.logit_rows[i] of x ([num_tokens, width]) to row i.
+  void gather(int64_t width, float* x) const;
+  // When narrowing: gathers the rows of act.q ([num_tokens, q_dim]) and act.x ([num_tokens,
+  // hidden]) and returns true.
+  bool gather_front(Activations& act, int64_t q_dim, int64_t hidden) const;
+  // The rows compute_logits reads after the last layer.
+  std::span<const int32_t> logit_rows() const;
+  int64_t count() const { return static_cast<int64_t>(front.size()); }
+
+  const ForwardBatch& batch;
+  bool narrows = false;         // fewer rows than tokens, in ascending order
+  std::vector<int32_t> front;   // 0 .. count - 1: the rows once gathered
+  std::vector<int32_t> positions, query_start;
+  std::vector<int64_t> slot_mapping;
+};
 
 class Model {
  public:
