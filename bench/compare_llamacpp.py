@@ -139,7 +139,9 @@ def main():
             sample_bandwidth()
             _, pp, _, tg = run_pagoda(args.pagoda, model, prompt_file, args.decode_tokens, args.threads)
             best["pagoda"] = [max(best["pagoda"][0], pp), max(best["pagoda"][1], tg)]
+            print(f"  round: pagoda prefill {pp:.1f} decode {tg:.2f}", end="", flush=True)
             pp, tg = run_llamacpp(model, ids, args.decode_tokens, args.threads)
+            print(f" | llama.cpp prefill {pp:.1f} decode {tg:.2f}", flush=True)
             best["llama.cpp"] = [max(best["llama.cpp"][0], pp), max(best["llama.cpp"][1], tg)]
         rows.append((wtype, len(ids), weight_bytes, best))
         print(f"{wtype}: pagoda prefill {best['pagoda'][0]:.1f} decode {best['pagoda'][1]:.2f} | "
