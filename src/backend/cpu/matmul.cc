@@ -178,8 +178,12 @@ void matmul_packed(const Kernels& k, std::span<const PackedProduct> products, co
   // tiles go outside, so a tile's activations stay in L1 and its outputs are written in runs.
   // The chunks of all products form one job, numbered product after product.
   struct Plan {
-    int64_t groups = 0, chunk_groups = 0, first_chunk = 0;
+    int64_t groups = 0, num_chunks = 0, first_chunk = 0, tile_groups = 1;
     size_t group_bytes = 0;
+    // Chunk c's groups: the product's groups split evenly, at multiples of tile_groups.
+    int64_t boundary(int64_t c) const {
+      return c >= num_chunks ? groups : c * groups / num_chunks / tile_groups * tile_groups;
+    }
   };
   std::vector<Plan> plans(products.size());
   int64_t num_chunks = 0;
@@ -188,14 +192,21 @@ void matmul_packed(const Kernels& k, std::span<const PackedProduct> products, co
     Plan& plan = plans[i];
     plan.groups = packed_groups(p.w->rows);
     plan.group_bytes = packed_group_bytes(p.w->type, cols);
-    int64_t chunk_groups = std::max<int64_t>(1, plan.groups / (threads * kItemsPerThread));
+    plan.tile_groups = p.kernel->tile_groups;
+    int64_t chunks = 0;
     if (num_tokens > kPackTokens) {
+      // As few chunks as fit in L2, a multiple of the thread count: with 2 threads, 2048 rows
+      // at 42 groups per chunk were 4 chunks of 42, 42, 42 and 2 groups, one thread idle for
+      // a third of the product.
       const int64_t fit = std::max<int64_t>(1, kPackedChunkBytes / static_cast<int64_t>(plan.group_bytes));
-      chunk_groups = std::min(fit, std::max<int64_t>(1, (plan.groups + threads - 1) / threads));
+      chunks = round_up((plan.groups + fit - 1) / fit, threads);
+    } else {
+      const int64_t chunk_groups = round_up(std::max<int64_t>(1, plan.groups / (threads * kItemsPerThread)), plan.tile_groups);
+      chunks = (plan.groups + chunk_groups - 1) / chunk_groups;
     }
-    plan.chunk_groups = round_up(chunk_groups, p.kernel->tile_groups);
+    plan.num_chunks = std::clamp<int64_t>(chunks, 1, std::max<int64_t>(1, plan.groups / plan.tile_groups));
     plan.first_chunk = num_chunks;
-    num_chunks += (plan.groups + plan.chunk_groups - 1) / plan.chunk_groups;
+    num_chunks += plan.num_chunks;
   }
   const auto run_chunk = [&](int64_t chunk, int) {
     size_t i = 0;
@@ -203,8 +214,8 @@ void matmul_packed(const Kernels& k, std::span<const PackedProduct> products, co
     const PackedProduct& p = products[i];
     const Plan& plan = plans[i];
     const int64_t rows = p.w->rows;
-    const int64_t g_begin = (chunk - plan.first_chunk) * plan.chunk_groups;
-    const int64_t g_end = std::min(plan.groups, g_begin + plan.chunk_groups);
+    const int64_t g_begin = plan.boundary(chunk - plan.first_chunk);
+    const int64_t g_end = plan.boundary(chunk - plan.first_chunk + 1);
     for (int64_t t = 0; t < num_tokens; t += kPackTokens) {
       const int n = static_cast<int>(std::min<int64_t>(kPackTokens, num_tokens - t));
       for (int64_t g = g_begin; g < g_end; g += p.kernel->tile_groups) {
