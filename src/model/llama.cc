@@ -131,7 +131,8 @@ void LlamaModel::forward(Backend& be, const ForwardBatch& batch, KvStorage& kv,
     // From here on, the last layer runs only the rows whose logits are wanted.
     const bool narrow = l + 1 == layers_.size() && out.gather_front(act_, q_dim, hidden);
     const int64_t m = narrow ? out.count() : n;
-    be.attention(act_.q.data(), kv.layer(layer), narrow ? out.attention_batch() : ab, ap, act_.attn.data());
+    be.attention(act_.q.data(), kv.layer(layer), narrow ? out.attention_batch() : ab, ap,
+                 act_.attn.data());
     be.matmul(L.wo, act_.attn.data(), m, act_.h.data());
     be.add(act_.x.data(), act_.h.data(), m * hidden);
 

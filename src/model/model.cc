@@ -67,7 +67,8 @@ OutputRows::OutputRows(const ForwardBatch& b) : batch(b) {
   for (int32_t s = 0; s < b.num_seqs(); ++s) {
     while (next < m && b.logit_rows[next] < b.query_start[s + 1]) {
       const int32_t row = b.logit_rows[next];
-      if (row < b.query_start[s] || (next > 0 && row <= b.logit_rows[next - 1])) return;  // unordered
+      const bool ordered = row >= b.query_start[s] && (next == 0 || row > b.logit_rows[next - 1]);
+      if (!ordered) return;
       positions.push_back(b.positions[row]);
       slot_mapping.push_back(b.slot_mapping[row]);
       front.push_back(next++);

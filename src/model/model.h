@@ -76,8 +76,8 @@ struct OutputRows {
   int64_t count() const { return static_cast<int64_t>(front.size()); }
 
   const ForwardBatch& batch;
-  bool narrows = false;         // fewer rows than tokens, in ascending order
-  std::vector<int32_t> front;   // 0 .. count - 1: the rows once gathered
+  bool narrows = false;        // fewer rows than tokens, in ascending order
+  std::vector<int32_t> front;  // 0 .. count - 1: the rows once gathered
   std::vector<int32_t> positions, query_start;
   std::vector<int64_t> slot_mapping;
 };

@@ -316,9 +316,10 @@ TEST(CpuKernels, ExponentialAndScaleMaxOpsMatchBitForBit) {
   const cpu::Kernels& scalar = cpu::cpu_kernels(CpuLevel::kScalar);
   const cpu::Kernels& avx2 = cpu::cpu_kernels(CpuLevel::kAvx2);
   for (int64_t trial = 0; trial < 13 * 20; ++trial) {
-    const int64_t n = std::array<int64_t, 13>{1, 7, 8, 9, 15, 16, 17, 24, 31, 32, 33, 100, 257}[trial % 13];
+    const int64_t n =
+        std::array<int64_t, 13>{1, 7, 8, 9, 15, 16, 17, 24, 31, 32, 33, 100, 257}[trial % 13];
     std::vector<float> x = normal(n, static_cast<uint32_t>(trial), 2.0f), up = normal(n, 99, 1.0f);
-    x[0] = -120.0f;  // below the underflow bound
+    x[0] = -120.0f;                         // below the underflow bound
     if (trial < 13 && n > 3) x[3] = 95.0f;  // above the clamp (first round only: it swamps sums)
     for (CpuLevel level : {CpuLevel::kAvx2, CpuLevel::kAvx512}) {
       if (level > detected_cpu_level()) continue;
@@ -327,10 +328,12 @@ TEST(CpuKernels, ExponentialAndScaleMaxOpsMatchBitForBit) {
       const float want_sum = avx2.exp_shift_sum(want.data(), n, 3.0f);
       const float got_sum = k.exp_shift_sum(got.data(), n, 3.0f);
       EXPECT_EQ(std::memcmp(&got_sum, &want_sum, 4), 0) << cpu_level_name(level) << " n " << n;
-      EXPECT_EQ(std::memcmp(got.data(), want.data(), n * 4), 0) << cpu_level_name(level) << " n " << n;
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), n * 4), 0)
+          << cpu_level_name(level) << " n " << n;
       avx2.silu_mul(x.data(), up.data(), n, want.data());
       k.silu_mul(x.data(), up.data(), n, got.data());
-      EXPECT_EQ(std::memcmp(got.data(), want.data(), n * 4), 0) << cpu_level_name(level) << " n " << n;
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), n * 4), 0)
+          << cpu_level_name(level) << " n " << n;
       want = x;
       got = x;
       const float want_top = scalar.scale_max(want.data(), 0.125f, n);

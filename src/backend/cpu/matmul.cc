@@ -201,10 +201,12 @@ void matmul_packed(const Kernels& k, std::span<const PackedProduct> products, co
       const int64_t fit = std::max<int64_t>(1, kPackedChunkBytes / static_cast<int64_t>(plan.group_bytes));
       chunks = round_up((plan.groups + fit - 1) / fit, threads);
     } else {
-      const int64_t chunk_groups = round_up(std::max<int64_t>(1, plan.groups / (threads * kItemsPerThread)), plan.tile_groups);
+      const int64_t chunk_groups = round_up(
+          std::max<int64_t>(1, plan.groups / (threads * kItemsPerThread)), plan.tile_groups);
       chunks = (plan.groups + chunk_groups - 1) / chunk_groups;
     }
-    plan.num_chunks = std::clamp<int64_t>(chunks, 1, std::max<int64_t>(1, plan.groups / plan.tile_groups));
+    plan.num_chunks =
+        std::clamp<int64_t>(chunks, 1, std::max<int64_t>(1, plan.groups / plan.tile_groups));
     plan.first_chunk = num_chunks;
     num_chunks += plan.num_chunks;
   }
