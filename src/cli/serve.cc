@@ -27,6 +27,7 @@ namespace {
 struct ServeOptions {
   std::string model, model_name, chat_template_file;
   std::string kv_type = "f32";
+  std::string log_format = "text";
   server::ServerOptions server;
   bool insecure = false;
   int threads = 0;
@@ -103,10 +104,38 @@ Action add_serve(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 22));
   cmd->add_flag("--no-prefix-caching", [o](int64_t) { o->engine.enable_prefix_caching = false; },
                 "Do not reuse KV blocks of shared prefixes");
-  cmd->add_option("--max-body-bytes", o->server.max_body_bytes, "Largest request body")
-      ->default_val(8u << 20);
+  server::HttpLimits& h = o->server.http;
+  cmd->add_option("--max-body-bytes", h.max_body_bytes,
+                  "Largest request body, chunked or not (HTTP 413 above)")->default_val(8u << 20);
+  cmd->add_option("--max-header-bytes", h.max_header_bytes,
+                  "Largest request line + headers (HTTP 431 above)")->default_val(64u << 10)
+      ->check(CLI::Range(size_t{1024}, size_t{1} << 30));
+  cmd->add_option("--max-headers", h.max_headers, "Most headers in a request (HTTP 431 above)")
+      ->default_val(100)->check(CLI::Range(1, 100000));
+  cmd->add_option("--header-timeout", h.header_timeout_s,
+                  "Seconds a request's header may take to arrive")->default_val(10.0)
+      ->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option("--body-timeout", h.body_timeout_s, "Seconds a request's body may take to arrive")
+      ->default_val(60.0)->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option("--idle-timeout", h.idle_timeout_s,
+                  "Seconds a keep-alive connection may wait for its next request")->default_val(30.0)
+      ->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option("--write-timeout", h.write_timeout_s,
+                  "Seconds any one write to a client may take")->default_val(60.0)
+      ->check(CLI::Range(0.1, 3600.0));
+  cmd->add_option("--max-connections", h.max_connections, "Open connections at most")
+      ->default_val(4096)->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-connections-per-client", h.max_connections_per_client,
+                  "Open connections from one client address at most")->default_val(512)
+      ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-json-depth", o->server.limits.max_json_depth,
+                  "Deepest nesting of arrays and objects in a request body")->default_val(64)
+      ->check(CLI::Range(1, 10000));
+  cmd->add_option("--log-format", o->log_format,
+                  "Request log on stderr: text, json (one object per line) or none")
+      ->default_val("text")->check(CLI::IsMember({"text", "json", "none"}));
   cmd->add_option("--max-pending", o->server.max_pending,
-                  "Generation requests in flight at most; more get HTTP 503")->default_val(256)
+                  "Sequences (prompts x n) in flight at most; more get HTTP 503")->default_val(256)
       ->check(CLI::Range(1, 1 << 16));
   cmd->add_option("--max-n", o->server.limits.max_n, "Largest n")->default_val(16)
       ->check(CLI::Range(1, kMaxNumSamples));
@@ -168,6 +197,9 @@ Action add_serve(CLI::App& app) {
                            {"chat_template", chat != nullptr}};
 
     auto engine = std::make_unique<EngineThread>(std::make_unique<Engine>(*model, *backend, config));
+    o->server.log_format = o->log_format == "json"   ? server::LogFormat::kJson
+                           : o->log_format == "none" ? server::LogFormat::kNone
+                                                     : server::LogFormat::kText;
     server::HttpServer http(o->server, context, *engine, info);
     const int port = http.bind();
     std::fprintf(stderr,

@@ -39,14 +39,27 @@ bool OutputStream::done() const {
   return closed_ && events_.empty();
 }
 
+void OutputStream::set_listener(std::function<void()> listener) {
+  bool waiting = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    listener_ = listener;
+    waiting = !events_.empty();
+  }
+  if (waiting && listener) listener();
+}
+
 void OutputStream::push(OutputEvent event) {
+  std::function<void()> listener;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     PAGODA_CHECK(!closed_);
     closed_ = event.request_finished;
     events_.push_back(std::move(event));
+    listener = listener_;
   }
   ready_.notify_all();
+  if (listener) listener();
 }
 
 EngineThread::EngineThread(std::unique_ptr<Engine> engine) : engine_(std::move(engine)) {

@@ -3,13 +3,15 @@
 // requests, aborts) and one output queue per request (OutputStream). Those are the only locks;
 // the Engine itself is touched by the engine thread alone.
 //
-// Delivery: events are pushed onto the request's OutputStream on the engine thread; nothing is
-// called back, so a slow consumer never stalls the step loop (its stream just grows).
+// Delivery: events are pushed onto the request's OutputStream on the engine thread. A consumer
+// may wait on the stream, or set a listener that is told an event is there (it must only hand
+// that news on, as posting a task does): a slow consumer never stalls the step loop.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -39,6 +41,11 @@ class OutputStream {
   // The last event has been pushed and taken: nothing more will come.
   bool done() const;
 
+  // Called after each event is pushed, on the pushing thread, outside the stream's lock; and
+  // once at once if events are already waiting. It must return quickly and not call back into
+  // this stream's push().
+  void set_listener(std::function<void()> listener);
+
   // The engine thread's side.
   void push(OutputEvent event);
 
@@ -48,6 +55,7 @@ class OutputStream {
   std::condition_variable ready_;
   std::deque<OutputEvent> events_;
   bool closed_ = false;  // the request_finished event has been pushed
+  std::function<void()> listener_;
 };
 
 class EngineThread {

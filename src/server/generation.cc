@@ -55,6 +55,31 @@ void Generation::abort() {
   num_open_ = 0;
 }
 
+std::vector<ChoiceDelta> Generation::abort_with_deltas() {
+  for (auto& s : streams_) engine_.abort(s->id());
+  std::vector<ChoiceDelta> deltas;
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    if (!choices_[i].finish_reason.empty()) continue;
+    ChoiceDelta d;
+    d.index = static_cast<int32_t>(i);
+    close_choice(choices_[i], d, "abort");
+    deltas.push_back(std::move(d));
+  }
+  return deltas;
+}
+
+void Generation::set_listener(const std::function<void()>& listener) {
+  for (auto& s : streams_) s->set_listener(listener);
+}
+
+std::vector<ChoiceDelta> Generation::take() {
+  std::vector<ChoiceDelta> deltas;
+  for (size_t p = 0; p < streams_.size(); ++p) {
+    while (auto e = streams_[p]->try_next()) apply(*e, p, deltas);
+  }
+  return deltas;
+}
+
 int64_t Generation::num_completion_tokens() const {
   int64_t total = 0;
   for (const Choice& c : choices_) total += c.num_tokens;
@@ -130,11 +155,8 @@ void Generation::apply(const OutputEvent& e, size_t prompt, std::vector<ChoiceDe
 }
 
 std::vector<ChoiceDelta> Generation::poll(std::chrono::milliseconds timeout) {
-  std::vector<ChoiceDelta> deltas;
   // Everything already there, from every prompt; then, if nothing was, wait on one.
-  for (size_t p = 0; p < streams_.size(); ++p) {
-    while (auto e = streams_[p]->try_next()) apply(*e, p, deltas);
-  }
+  std::vector<ChoiceDelta> deltas = take();
   if (!deltas.empty() || done()) return deltas;
   for (size_t p = 0; p < streams_.size(); ++p) {
     if (streams_[p]->done()) continue;

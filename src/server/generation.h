@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -54,9 +55,16 @@ class Generation {
   // Waits up to `timeout` for events and returns the choices' changes (empty: nothing yet).
   // Throws ApiError (500) when the engine failed on this request.
   std::vector<ChoiceDelta> poll(std::chrono::milliseconds timeout);
+  // The changes of the events already there, without waiting.
+  std::vector<ChoiceDelta> take();
+  // `listener` is told (on the engine thread) each time an event arrives; see OutputStream.
+  void set_listener(const std::function<void()>& listener);
   bool done() const { return num_open_ == 0; }
   // Ends every unfinished choice now (finish_reason "abort") and frees the engine's blocks.
   void abort();
+  // As abort(), and returns the last change of each choice it ended: the text held back for
+  // stop strings and the finish reason, for a stream that is still being sent.
+  std::vector<ChoiceDelta> abort_with_deltas();
 
   const std::vector<Choice>& choices() const { return choices_; }
   int64_t num_prompt_tokens() const { return num_prompt_tokens_; }

@@ -1,14 +1,17 @@
-// Routes, authentication, limits and lifecycle of pagoda serve (see http_server.h). The
-// generation routes live in generation_route.cc.
+// Routes, authentication, the access log and the lifecycle of pagoda serve (see http_server.h).
+// The generation routes live in generation_route.cc.
 #include "server/http_server.h"
 
-#include <httplib.h>
-
+#include <algorithm>
+#include <cstdio>
+#include <ctime>
 #include <set>
 #include <thread>
 
 #include "core/error.h"
 #include "server/api_error.h"
+#include "server/generation_task.h"
+#include "server/openapi.h"
 #include "server/responses.h"
 #include "server/web_page.h"
 
@@ -17,15 +20,37 @@ namespace {
 
 using nlohmann::json;
 
-void send_json(httplib::Response& res, int status, const json& body) {
-  res.status = status;
-  res.set_content(dump(body), "application/json");
+HttpResponse json_response(int status, const json& body) {
+  return {status, "application/json", dump(body), {}};
 }
 
-void send_error(httplib::Response& res, const ApiError& e) { send_json(res, e.status(), e.to_json()); }
+HttpResponse error_response(const ApiError& e) { return json_response(e.status(), e.to_json()); }
 
 bool needs_key(const std::string& path) {
   return path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize";
+}
+
+// Routes whose answers are cheap enough to make on the connection's own thread.
+bool is_light(const std::string& method) { return method == "GET" || method == "HEAD"; }
+
+// Monitoring polls are logged only when they fail, so a dashboard does not flood the log.
+bool is_poll(const AccessRecord& r) {
+  return r.method == "GET" && r.status < 400 &&
+         (r.path == "/health" || r.path == "/metrics" || r.path == "/stats");
+}
+
+std::string utc_now() {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t t = std::chrono::system_clock::to_time_t(now);
+  const auto ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()) % 1000;
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char buf[80];
+  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
+                static_cast<int>(ms.count()));
+  return buf;
 }
 
 }  // namespace
@@ -51,22 +76,21 @@ HttpServer::HttpServer(ServerOptions options, ModelContext model, EngineThread& 
       model_(std::move(model)),
       engine_(engine),
       model_info_(std::move(model_info)),
-      http_(std::make_unique<httplib::Server>()),
       started_(std::chrono::steady_clock::now()) {
-  const int threads = options_.http_threads > 0 ? options_.http_threads
-                                                : std::max(16, options_.max_pending + 8);
-  http_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  http_->set_payload_max_length(options_.max_body_bytes);
-  http_->set_read_timeout(60);
-  http_->set_write_timeout(60);
-  add_routes();
+  transport_ = std::make_unique<HttpTransport>(
+      options_.http,
+      [this](HttpRequest req, std::shared_ptr<Exchange> ex) {
+        handle(std::move(req), std::move(ex));
+      },
+      options_.io_threads, options_.work_threads);
+  transport_->set_access_log([this](const AccessRecord& r) { log_access(r); });
 }
 
-HttpServer::~HttpServer() = default;
+HttpServer::~HttpServer() { transport_.reset(); }
 
-bool HttpServer::authorized(const httplib::Request& req) const {
+bool HttpServer::authorized(const HttpRequest& req) const {
   if (options_.api_key.empty()) return true;
-  const std::string header = req.get_header_value("Authorization");
+  const std::string header = req.header("Authorization");
   const std::string prefix = "Bearer ";
   if (header.rfind(prefix, 0) != 0) return false;
   return constant_time_equal(header.substr(prefix.size()), options_.api_key);
@@ -87,90 +111,98 @@ json HttpServer::stats_json() const {
           {"computed_tokens", s.num_computed_tokens},
           {"finished_requests", s.num_finished_requests},
           {"in_flight", in_flight_.load()},
+          {"connections", transport_->num_connections()},
           {"uptime_s", uptime}};
 }
 
-void HttpServer::add_routes() {
-  httplib::Server& h = *http_;
-  h.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (needs_key(req.path) && !authorized(req)) {
-      send_error(res, ApiError(401, "invalid_request_error", "Incorrect or missing API key",
-                               "", "invalid_api_key"));
-      return httplib::Server::HandlerResponse::Handled;
-    }
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
-  h.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    if (res.status == 404) {
-      send_error(res, ApiError(404, "invalid_request_error",
-                               "no route " + req.method + " " + req.path, "", "not_found"));
-    } else if (res.status == 413) {
-      send_error(res, ApiError(413, "invalid_request_error", "the request body is too large"));
-    } else {
-      send_error(res, ApiError(res.status, "invalid_request_error",
-                               "HTTP " + std::to_string(res.status)));
-    }
-  });
-  h.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-    try {
-      std::rethrow_exception(ep);
-    } catch (const ApiError& e) {
-      send_error(res, e);
-    } catch (const std::exception& e) {
-      send_error(res, ApiError(500, "server_error", e.what()));
-    }
-  });
-  h.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-    // Known routes only, so random paths cannot grow the metric's label set without bound.
-    static const std::set<std::string> routes = {
-        "/v1/completions", "/v1/chat/completions", "/v1/models", "/health", "/metrics",
-        "/stats", "/tokenize", "/detokenize", "/"};
-    metrics_.count_request(routes.count(req.path) ? req.path : "other", res.status);
-  });
-  h.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_generation(req, res, Endpoint::kCompletions);
-  });
-  h.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_generation(req, res, Endpoint::kChat);
-  });
-  h.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    send_json(res, 200, {{"object", "list"}, {"data", json::array({model_info_})}});
-  });
-  h.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
-    if (req.matches[1] != model_.name) {
-      throw ApiError(404, "invalid_request_error",
-                     "The model '" + std::string(req.matches[1]) + "' does not exist", "model",
-                     "model_not_found");
-    }
-    send_json(res, 200, model_info_);
-  });
-  h.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    if (draining_) {
-      send_error(res, ApiError(503, "server_error", "the server is shutting down"));
-    } else {
-      send_json(res, 200, {{"status", "ok"}});
-    }
-  });
-  h.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics_.render(engine_.stats()), "text/plain; version=0.0.4");
-  });
-  h.Get("/stats", [this](const httplib::Request&, httplib::Response& res) {
-    send_json(res, 200, stats_json());
-  });
-  h.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_tokenize(req, res);
-  });
-  h.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_detokenize(req, res);
-  });
-  h.Get("/", [](const httplib::Request&, httplib::Response& res) {
-    res.set_content(std::string(web_page_html()), "text/html; charset=utf-8");
-  });
+void HttpServer::log_access(const AccessRecord& r) {
+  // Known routes only, so random paths cannot grow the metric's label set without bound.
+  static const std::set<std::string> routes = {
+      "/v1/completions", "/v1/chat/completions", "/v1/models", "/health",      "/metrics", "/stats",
+      "/tokenize",       "/detokenize",          "/",          "/openapi.json"};
+  metrics_.count_request(routes.count(r.path) ? r.path : "other", r.status);
+  if (options_.log_format == LogFormat::kNone || is_poll(r)) return;
+  json note = r.note.empty() ? json::object() : json::parse(r.note, nullptr, false);
+  if (!note.is_object()) note = json::object();
+  std::string line;
+  if (options_.log_format == LogFormat::kJson) {
+    json j = {{"time", utc_now()}, {"client", r.client}, {"method", r.method},
+              {"path", r.path},    {"status", r.status}, {"duration_s", r.duration_s}};
+    j.update(note);
+    line = dump(j) + "\n";
+  } else {
+    char duration[32];
+    std::snprintf(duration, sizeof duration, "%.3fs", r.duration_s);
+    line = utc_now() + " " + r.client + " " + (r.method.empty() ? "-" : r.method) + " " +
+           (r.path.empty() ? "-" : r.path) + " " + std::to_string(r.status) + " " + duration;
+    for (const auto& [k, v] : note.items())
+      line += " " + k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
+    line += "\n";
+  }
+  std::lock_guard lock(log_mutex_);
+  std::fwrite(line.data(), 1, line.size(), stderr);
 }
 
-void HttpServer::handle_tokenize(const httplib::Request& req, httplib::Response& res) {
-  const json body = parse_json_body(req.body);
+void HttpServer::handle(HttpRequest req, std::shared_ptr<Exchange> ex) {
+  if (needs_key(req.path) && !authorized(req)) {
+    ex->respond(error_response(ApiError(401, "invalid_request_error",
+                                        "Incorrect or missing API key", "", "invalid_api_key")));
+    return;
+  }
+  auto answer = [this](const HttpRequest& r, const std::shared_ptr<Exchange>& e) {
+    try {
+      route(r, e);
+    } catch (const ApiError& err) {
+      e->respond(error_response(err));
+    } catch (const std::exception& err) {
+      e->respond(error_response(ApiError(500, "server_error", err.what())));
+    }
+  };
+  if (is_light(req.method)) {
+    answer(req, ex);
+  } else {
+    transport_->post_work([answer, req = std::move(req), ex = std::move(ex)] { answer(req, ex); });
+  }
+}
+
+void HttpServer::route(const HttpRequest& req, const std::shared_ptr<Exchange>& ex) {
+  const std::string& p = req.path;
+  if (req.method == "POST") {
+    if (p == "/v1/completions") return start_generation(req, ex, Endpoint::kCompletions);
+    if (p == "/v1/chat/completions") return start_generation(req, ex, Endpoint::kChat);
+    if (p == "/tokenize") return ex->respond(tokenize(req));
+    if (p == "/detokenize") return ex->respond(detokenize(req));
+  } else if (req.method == "GET" || req.method == "HEAD") {
+    if (p == "/v1/models") {
+      return ex->respond(
+          json_response(200, {{"object", "list"}, {"data", json::array({model_info_})}}));
+    }
+    if (p.rfind("/v1/models/", 0) == 0 && p.size() > 11) {
+      const std::string id = p.substr(11);
+      if (id != model_.name) {
+        throw ApiError(404, "invalid_request_error", "The model '" + id + "' does not exist",
+                       "model", "model_not_found");
+      }
+      return ex->respond(json_response(200, model_info_));
+    }
+    if (p == "/health") {
+      if (draining_) throw ApiError(503, "server_error", "the server is shutting down");
+      return ex->respond(json_response(200, {{"status", "ok"}}));
+    }
+    if (p == "/metrics") {
+      return ex->respond({200, "text/plain; version=0.0.4", metrics_.render(engine_.stats()), {}});
+    }
+    if (p == "/stats") return ex->respond(json_response(200, stats_json()));
+    if (p == "/openapi.json")
+      return ex->respond({200, "application/json", openapi_json(options_.limits, model_.name), {}});
+    if (p == "/")
+      return ex->respond({200, "text/html; charset=utf-8", std::string(web_page_html()), {}});
+  }
+  throw ApiError(404, "invalid_request_error", "no route " + req.method + " " + p, "", "not_found");
+}
+
+HttpResponse HttpServer::tokenize(const HttpRequest& req) {
+  const json body = parse_json_body(req.body, options_.limits.max_json_depth);
   if (!body.is_object()) throw bad_param("prompt", "the request body must be a JSON object");
   std::vector<TokenId> ids;
   if (body.contains("messages")) {
@@ -185,20 +217,22 @@ void HttpServer::handle_tokenize(const httplib::Request& req, httplib::Response&
     }
     bool add_special = true;
     if (auto a = body.find("add_special_tokens"); a != body.end()) {
-      if (!a->is_boolean()) throw bad_param("add_special_tokens", "'add_special_tokens' must be a boolean");
+      if (!a->is_boolean())
+        throw bad_param("add_special_tokens", "'add_special_tokens' must be a boolean");
       add_special = a->get<bool>();
     }
     ids = model_.tokenizer->encode(it->get<std::string>(),
                                    {.add_special = add_special, .parse_special = true});
   }
-  send_json(res, 200, {{"tokens", ids}, {"count", ids.size()},
-                       {"max_model_len", model_.max_model_len}});
+  return json_response(
+      200, {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", model_.max_model_len}});
 }
 
-void HttpServer::handle_detokenize(const httplib::Request& req, httplib::Response& res) {
-  const json body = parse_json_body(req.body);
+HttpResponse HttpServer::detokenize(const HttpRequest& req) {
+  const json body = parse_json_body(req.body, options_.limits.max_json_depth);
   const auto it = body.is_object() ? body.find("tokens") : body.end();
-  if (it == body.end() || !it->is_array()) throw bad_param("tokens", "'tokens' must be a list of token ids");
+  if (it == body.end() || !it->is_array())
+    throw bad_param("tokens", "'tokens' must be a list of token ids");
   std::vector<TokenId> ids;
   for (const json& t : *it) {
     if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= model_.vocab_size) {
@@ -208,44 +242,51 @@ void HttpServer::handle_detokenize(const httplib::Request& req, httplib::Respons
     ids.push_back(static_cast<TokenId>(t.get<int64_t>()));
   }
   // Control tokens are shown (as Hugging Face decode does by default).
-  send_json(res, 200, {{"prompt", model_.tokenizer->decode(ids, /*render_special=*/true)}});
+  return json_response(200, {{"prompt", model_.tokenizer->decode(ids, /*render_special=*/true)}});
 }
 
 int HttpServer::bind() {
-  if (options_.port == 0) {
-    port_ = http_->bind_to_any_port(options_.host);
-    if (port_ <= 0) fail("cannot listen on ", options_.host, ": no free port");
-  } else {
-    if (!http_->bind_to_port(options_.host, options_.port)) {
-      fail("cannot listen on ", options_.host, ":", options_.port,
-           " (address in use, or not an address of this machine)");
-    }
-    port_ = options_.port;
-  }
+  port_ = transport_->bind(options_.host, options_.port);
   return port_;
 }
 
-void HttpServer::run() {
-  http_->listen_after_bind();
-  // A shutdown() stopped the listener: wait until it has returned, so the caller may destroy
-  // this server.
-  std::unique_lock lock(shutdown_mutex_);
-  shutdown_cv_.wait(lock, [&] { return !draining_ || shutdown_done_; });
-}
+void HttpServer::run() { transport_->run(); }
 
 void HttpServer::shutdown() {
+  using Clock = std::chrono::steady_clock;
   draining_ = true;
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration<double>(options_.shutdown_timeout_s);
-  while (in_flight_.load() > 0 && std::chrono::steady_clock::now() < deadline) {
+  const auto deadline =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                         std::chrono::duration<double>(options_.shutdown_timeout_s));
+  while (in_flight_.load() > 0 && Clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  aborting_ = true;  // what is left ends now (finish_reason "abort")
-  while (in_flight_.load() > 0) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  http_->stop();
-  std::lock_guard lock(shutdown_mutex_);
-  shutdown_done_ = true;
-  shutdown_cv_.notify_all();
+  // What is left ends now, each stream with finish_reason "abort".
+  std::vector<std::shared_ptr<GenerationTask>> left;
+  {
+    std::lock_guard lock(tasks_mutex_);
+    for (auto& [p, t] : tasks_) left.push_back(t);
+  }
+  for (auto& t : left) t->abort();
+  left.clear();
+  const auto grace = Clock::now() + std::chrono::seconds(5);
+  while (in_flight_.load() > 0 && Clock::now() < grace) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  transport_->stop();
+}
+
+void HttpServer::track(const std::shared_ptr<GenerationTask>& task) {
+  std::lock_guard lock(tasks_mutex_);
+  tasks_.emplace(task.get(), task);
+}
+
+void HttpServer::untrack(GenerationTask* task, int32_t num_sequences) {
+  {
+    std::lock_guard lock(tasks_mutex_);
+    tasks_.erase(task);
+  }
+  in_flight_.fetch_sub(num_sequences);
 }
 
 }  // namespace pagoda::server

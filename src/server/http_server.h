@@ -1,7 +1,8 @@
-// pagoda serve's HTTP side: the OpenAI-compatible routes on cpp-httplib, API-key checks, body
-// and queue limits, streaming over Server-Sent Events, client disconnects, metrics, and a
-// graceful shutdown. The engine runs on its own EngineThread; each HTTP request is served on a
-// worker thread that submits to it and waits on its output streams.
+// pagoda serve's routes: the OpenAI-compatible API, API-key checks, admission limits,
+// streaming over Server-Sent Events, client disconnects, metrics, the access log and a graceful
+// shutdown, on the event-driven HttpTransport. The engine runs on its own EngineThread; a
+// generation is driven by the engine's events (each one posts a task to the connection's
+// strand), so no thread waits on a request.
 #pragma once
 
 #include <atomic>
@@ -10,32 +11,34 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
+#include <unordered_map>
 
 #include "engine/engine_thread.h"
+#include "server/http_transport.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
 
-namespace httplib {
-class Server;
-struct Request;
-struct Response;
-}  // namespace httplib
-
 namespace pagoda::server {
+
+enum class LogFormat { kText, kJson, kNone };
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;          // 0: any free port (see HttpServer::port())
-  std::string api_key;      // empty: no key required
-  size_t max_body_bytes = 8u << 20;
-  int32_t max_pending = 256;  // generation requests in flight at once; more get 503
-  int http_threads = 0;       // 0: enough for max_pending streams
+  int port = 8080;      // 0: any free port (see HttpServer::port())
+  std::string api_key;  // empty: no key required
+  HttpLimits http;
+  // Sequences (prompts x n) of generation requests in flight at once; more get 503.
+  int32_t max_pending = 256;
+  int io_threads = 2;    // threads running the connections
+  int work_threads = 4;  // threads parsing and tokenizing requests
   double shutdown_timeout_s = 30.0;
   RequestLimits limits;
+  LogFormat log_format = LogFormat::kText;
 };
+
+class GenerationTask;
 
 class HttpServer {
  public:
@@ -44,37 +47,47 @@ class HttpServer {
              nlohmann::json model_info);
   ~HttpServer();
 
-  // Binds the socket; throws Error when it cannot. Returns the port (useful with port 0).
+  // Binds the socket; throws Error when it cannot (a port in use: "address already in use").
+  // Returns the port (useful with port 0).
   int bind();
-  // Serves until shutdown() (or stop()) is called from another thread.
+  // Serves until shutdown() has finished.
   void run();
   // Stops taking new generation requests (503), waits up to shutdown_timeout_s for the ones in
-  // flight to finish, aborts what is left, then stops the listener. Any thread.
+  // flight to finish, ends what is left (finish_reason "abort"), then closes every connection.
+  // Any thread.
   void shutdown();
 
   int port() const { return port_; }
   int32_t num_in_flight() const { return in_flight_.load(); }
 
  private:
-  void add_routes();
-  void handle_generation(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
-  void handle_tokenize(const httplib::Request& req, httplib::Response& res);
-  void handle_detokenize(const httplib::Request& req, httplib::Response& res);
+  friend class GenerationTask;
+
+  void handle(HttpRequest req, std::shared_ptr<Exchange> ex);
+  void route(const HttpRequest& req, const std::shared_ptr<Exchange>& ex);
+  void start_generation(const HttpRequest& req, const std::shared_ptr<Exchange>& ex,
+                        Endpoint endpoint);
+  HttpResponse tokenize(const HttpRequest& req);
+  HttpResponse detokenize(const HttpRequest& req);
   nlohmann::json stats_json() const;
-  bool authorized(const httplib::Request& req) const;
+  bool authorized(const HttpRequest& req) const;
+  void log_access(const AccessRecord& r);
+  // Live generations, for the shutdown.
+  void track(const std::shared_ptr<GenerationTask>& task);
+  void untrack(GenerationTask* task, int32_t num_sequences);
 
   ServerOptions options_;
   ModelContext model_;
   EngineThread& engine_;
   nlohmann::json model_info_;
   ServerMetrics metrics_;
-  std::unique_ptr<httplib::Server> http_;
-  std::atomic<int32_t> in_flight_{0};
+  std::unique_ptr<HttpTransport> transport_;
+  std::atomic<int32_t> in_flight_{0};  // sequences
   std::atomic<bool> draining_{false};
-  std::atomic<bool> aborting_{false};  // shutdown timed out: generations end now
-  std::mutex shutdown_mutex_;
-  std::condition_variable shutdown_cv_;
-  bool shutdown_done_ = false;
+  std::mutex tasks_mutex_;
+  // Live generations; the map owns them until they end.
+  std::unordered_map<GenerationTask*, std::shared_ptr<GenerationTask>> tasks_;
+  std::mutex log_mutex_;
   std::atomic<uint64_t> next_id_{1};
   std::chrono::steady_clock::time_point started_;
   int port_ = 0;

@@ -325,7 +325,37 @@ std::string message_text(const json& content, const std::string& param) {
   return text;
 }
 
-json parse_json_body(const std::string& text) {
+int32_t json_nesting_depth(std::string_view text, int32_t limit) {
+  int32_t depth = 0, deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+      if (deepest > limit) return limit + 1;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+json parse_json_body(const std::string& text, int32_t max_depth) {
+  // nlohmann's parser is iterative, but copying or printing a value recurses: a body nested
+  // 100,000 deep would exhaust a thread's stack. Such a body is refused before it is built.
+  if (json_nesting_depth(text, max_depth) > max_depth) {
+    throw ApiError(400, "invalid_request_error",
+                   "the request body nests arrays and objects deeper than " +
+                       std::to_string(max_depth) + " levels");
+  }
   try {
     return json::parse(text);
   } catch (const json::exception& e) {

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -36,6 +37,7 @@ struct RequestLimits {
   int32_t max_tokens = 8192;  // a request's max_tokens at most
   int32_t max_prompts = 64;   // prompts in one /v1/completions request
   int32_t max_stop = 16;      // stop strings
+  int32_t max_json_depth = 64;  // nesting of arrays and objects in a request body
 };
 
 enum class Endpoint { kCompletions, kChat };
@@ -57,8 +59,13 @@ struct ApiRequest {
   bool ignore_eos = false;  // extension (vLLM, llama.cpp): do not stop at end-of-generation ids
 };
 
-// The request body as JSON; 400 when it is not valid JSON.
-nlohmann::json parse_json_body(const std::string& text);
+// The request body as JSON; 400 when it is not valid JSON or nests arrays and objects deeper
+// than `max_depth` (checked on the text before anything is built).
+nlohmann::json parse_json_body(const std::string& text, int32_t max_depth);
+
+// How deeply arrays and objects nest in JSON text (strings skipped); stops counting past
+// `limit` and returns limit + 1.
+int32_t json_nesting_depth(std::string_view text, int32_t limit);
 
 ApiRequest parse_completion_request(const nlohmann::json& body, const ModelContext& model,
                                     const RequestLimits& limits);

@@ -1,0 +1,182 @@
+// POST /v1/completions and /v1/chat/completions: parse, admit, submit, then answer as one JSON
+// object or as a stream of Server-Sent Events, driven by the engine's events (see
+// generation_task.h).
+#include "server/generation_task.h"
+
+#include <cmath>
+#include <ctime>
+
+#include "server/api_error.h"
+
+namespace pagoda::server {
+namespace {
+
+using nlohmann::json;
+
+std::string sse(const json& j) { return "data: " + dump(j) + "\n\n"; }
+
+}  // namespace
+
+void HttpServer::start_generation(const HttpRequest& req, const std::shared_ptr<Exchange>& ex,
+                                  Endpoint endpoint) {
+  const auto arrival = std::chrono::steady_clock::now();
+  if (draining_) throw ApiError(503, "server_error", "the server is shutting down");
+  const json body = parse_json_body(req.body, options_.limits.max_json_depth);
+  auto request = std::make_shared<ApiRequest>(
+      endpoint == Endpoint::kChat ? parse_chat_request(body, model_, options_.limits, req.body)
+                                  : parse_completion_request(body, model_, options_.limits));
+  // Admission counts sequences: a request of 64 prompts with n = 16 weighs 1024 short ones.
+  const int32_t num_sequences = static_cast<int32_t>(request->prompts.size()) * request->n;
+  if (num_sequences > options_.max_pending) {
+    throw bad_param(request->n > 1 ? "n" : "prompt",
+                    "the request asks for " + std::to_string(num_sequences) +
+                        " sequences (prompts x n); this server runs at most " +
+                        std::to_string(options_.max_pending) + " at once");
+  }
+  if (in_flight_.fetch_add(num_sequences) + num_sequences > options_.max_pending) {
+    in_flight_.fetch_sub(num_sequences);
+    throw ApiError(503, "server_error",
+                   "the server is at its limit of " + std::to_string(options_.max_pending) +
+                       " sequences in flight; retry later",
+                   "", "queue_full");
+  }
+  std::unique_ptr<Generation> g;
+  try {
+    g = std::make_unique<Generation>(engine_, *model_.tokenizer, *request, arrival);
+  } catch (...) {
+    in_flight_.fetch_sub(num_sequences);
+    throw;
+  }
+  ResponseHead head;
+  head.id = (endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
+  head.created = static_cast<int64_t>(std::time(nullptr));
+  head.model = model_.name;
+  auto task = std::make_shared<GenerationTask>(*this, ex, std::move(request), std::move(g),
+                                               std::move(head), num_sequences);
+  track(task);
+  task->start();
+}
+
+GenerationTask::GenerationTask(HttpServer& server, std::shared_ptr<Exchange> ex,
+                               std::shared_ptr<ApiRequest> request, std::unique_ptr<Generation> g,
+                               ResponseHead head, int32_t num_sequences)
+    : server_(server),
+      ex_(std::move(ex)),
+      request_(std::move(request)),
+      g_(std::move(g)),
+      head_(std::move(head)),
+      num_sequences_(num_sequences),
+      started_(g_->choices().size(), false),
+      offsets_(g_->choices().size(), 0) {}
+
+void GenerationTask::start() {
+  const std::weak_ptr<GenerationTask> weak = weak_from_this();
+  ex_->on_closed([weak] {
+    if (auto self = weak.lock()) self->client_left();
+  });
+  ex_->annotate(dump(json{{"prompt_tokens", g_->num_prompt_tokens()}}));
+  if (request_->stream) {
+    ex_->start_stream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
+    if (request_->echo) {
+      for (size_t i = 0; i < g_->choices().size(); ++i) {
+        ChoiceDelta d;
+        d.index = static_cast<int32_t>(i);
+        d.text = request_->prompt_texts[i / static_cast<size_t>(request_->n)];
+        offsets_[i] = d.text.size();
+        ex_->write(sse(completion_chunk(head_, *server_.model_.tokenizer, *request_, d, 0)));
+      }
+    }
+  }
+  g_->set_listener([weak] {
+    if (auto self = weak.lock()) self->notify();
+  });
+  notify();
+}
+
+void GenerationTask::notify() {
+  if (pump_posted_.exchange(true)) return;
+  ex_->post([self = shared_from_this()] { self->pump(); });
+}
+
+void GenerationTask::pump() {
+  pump_posted_ = false;  // before taking: an event that arrives now posts the pump again
+  if (ended_) return;
+  try {
+    const std::vector<ChoiceDelta> deltas = g_->take();
+    send(deltas);
+    if (g_->done()) complete();
+  } catch (const ApiError& e) {
+    fail(e);
+  }
+}
+
+void GenerationTask::abort() {
+  ex_->post([self = shared_from_this()] {
+    if (self->ended_) return;
+    self->send(self->g_->abort_with_deltas());
+    self->complete();
+  });
+}
+
+void GenerationTask::send(const std::vector<ChoiceDelta>& deltas) {
+  if (!request_->stream) return;
+  const Tokenizer& tok = *server_.model_.tokenizer;
+  for (const ChoiceDelta& d : deltas) {
+    const size_t i = static_cast<size_t>(d.index);
+    const json chunk = request_->endpoint == Endpoint::kChat
+                           ? chat_chunk(head_, tok, *request_, d, !started_[i])
+                           : completion_chunk(head_, tok, *request_, d, offsets_[i]);
+    started_[i] = true;
+    offsets_[i] += d.text.size();
+    ex_->write(sse(chunk));
+  }
+}
+
+void GenerationTask::complete() {
+  ended_ = true;
+  const Generation& g = *g_;
+  server_.metrics_.record_generation(g.num_prompt_tokens(), g.num_completion_tokens(), g.ttft_s(),
+                                     g.tpot_s(), g.e2e_s());
+  json note = {{"prompt_tokens", g.num_prompt_tokens()},
+               {"output_tokens", g.num_completion_tokens()}};
+  if (g.ttft_s() >= 0) note["ttft_s"] = std::round(g.ttft_s() * 1e4) / 1e4;
+  ex_->annotate(dump(note));
+  const Tokenizer& tok = *server_.model_.tokenizer;
+  if (request_->stream) {
+    if (request_->include_usage) ex_->write(sse(usage_chunk(head_, *request_, g)));
+    ex_->write("data: [DONE]\n\n");
+    ex_->finish();
+  } else {
+    const json out = request_->endpoint == Endpoint::kChat
+                         ? chat_response(head_, tok, *request_, g)
+                         : completion_response(head_, tok, *request_, g);
+    ex_->respond({200, "application/json", dump(out), {}});
+  }
+  release();
+}
+
+void GenerationTask::fail(const ApiError& e) {
+  ended_ = true;
+  g_->abort();
+  if (request_->stream) {
+    // The status line went out with the first byte of the stream: the error is an event.
+    ex_->write(sse(e.to_json()));
+    ex_->write("data: [DONE]\n\n");
+    ex_->finish();
+  } else {
+    ex_->respond({e.status(), "application/json", dump(e.to_json()), {}});
+  }
+  release();
+}
+
+void GenerationTask::client_left() {
+  if (ended_) return;
+  ended_ = true;
+  g_->abort();  // frees its KV blocks now
+  server_.metrics_.count_abort();
+  release();
+}
+
+void GenerationTask::release() { server_.untrack(this, num_sequences_); }
+
+}  // namespace pagoda::server

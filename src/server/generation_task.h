@@ -1,0 +1,52 @@
+// One generation request in flight on the server (POST /v1/completions, /v1/chat/completions):
+// its Generation, the exchange it answers through, and the pump that turns engine events into
+// the answer. The engine thread's events only post the pump to the connection's strand, so the
+// request costs no thread while it waits; the status line goes out once the engine has
+// answered (a non-streaming request that fails is a 500, never a 200 with an error inside).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "server/api_error.h"
+#include "server/generation.h"
+#include "server/http_server.h"
+#include "server/responses.h"
+
+namespace pagoda::server {
+
+class GenerationTask : public std::enable_shared_from_this<GenerationTask> {
+ public:
+  GenerationTask(HttpServer& server, std::shared_ptr<Exchange> ex,
+                 std::shared_ptr<ApiRequest> request, std::unique_ptr<Generation> g,
+                 ResponseHead head, int32_t num_sequences);
+
+  // Sends the stream's head (and echo), then lets events drive the rest.
+  void start();
+  // Ends the generation now (shutdown): each open choice gets finish_reason "abort". Any thread.
+  void abort();
+
+ private:
+  void notify();
+  void pump();
+  void send(const std::vector<ChoiceDelta>& deltas);
+  void complete();
+  void fail(const ApiError& e);
+  void client_left();
+  void release();
+
+  HttpServer& server_;
+  const std::shared_ptr<Exchange> ex_;
+  const std::shared_ptr<ApiRequest> request_;
+  std::unique_ptr<Generation> g_;
+  const ResponseHead head_;
+  const int32_t num_sequences_;
+  std::atomic<bool> pump_posted_{false};
+  bool ended_ = false;  // strand only: the answer is complete (or the client left)
+  std::vector<bool> started_;
+  std::vector<size_t> offsets_;
+};
+
+}  // namespace pagoda::server

@@ -1,0 +1,182 @@
+// The OpenAPI description (see openapi.h): one JSON document, limits patched in.
+#include "server/openapi.h"
+
+#include <nlohmann/json.hpp>
+
+namespace pagoda::server {
+namespace {
+
+// Responses that are not 200 all share the OpenAI error shape.
+constexpr const char* kSpec = R"json({
+  "openapi": "3.0.3",
+  "info": {"title": "pagoda serve", "version": "1",
+           "description": "OpenAI-compatible completions and chat completions, tokenization, metrics. See docs/SERVER.md."},
+  "paths": {
+    "/v1/completions": {"post": {
+      "operationId": "createCompletion",
+      "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/CompletionRequest"}}}},
+      "responses": {
+        "200": {"description": "a completion, or a stream of chunks when stream is true",
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Completion"}},
+                            "text/event-stream": {"schema": {"type": "string"}}}},
+        "400": {"$ref": "#/components/responses/Error"}, "401": {"$ref": "#/components/responses/Error"},
+        "404": {"$ref": "#/components/responses/Error"}, "413": {"$ref": "#/components/responses/Error"},
+        "503": {"$ref": "#/components/responses/Error"}}}},
+    "/v1/chat/completions": {"post": {
+      "operationId": "createChatCompletion",
+      "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ChatRequest"}}}},
+      "responses": {
+        "200": {"description": "a chat completion, or a stream of chunks when stream is true",
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ChatCompletion"}},
+                            "text/event-stream": {"schema": {"type": "string"}}}},
+        "400": {"$ref": "#/components/responses/Error"}, "401": {"$ref": "#/components/responses/Error"},
+        "404": {"$ref": "#/components/responses/Error"}, "413": {"$ref": "#/components/responses/Error"},
+        "503": {"$ref": "#/components/responses/Error"}}}},
+    "/v1/models": {"get": {"operationId": "listModels", "responses": {
+        "200": {"description": "the served model",
+                "content": {"application/json": {"schema": {"type": "object", "required": ["object", "data"],
+                  "properties": {"object": {"type": "string", "enum": ["list"]},
+                                 "data": {"type": "array", "items": {"$ref": "#/components/schemas/Model"}}}}}}},
+        "401": {"$ref": "#/components/responses/Error"}}}},
+    "/v1/models/{model}": {"get": {"operationId": "getModel",
+        "parameters": [{"name": "model", "in": "path", "required": true, "schema": {"type": "string", "minLength": 1}}],
+        "responses": {
+          "200": {"description": "the model", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Model"}}}},
+          "401": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"}}}},
+    "/tokenize": {"post": {"operationId": "tokenize",
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"type": "object",
+          "properties": {"prompt": {"type": "string"}, "add_special_tokens": {"type": "boolean"},
+                         "messages": {"$ref": "#/components/schemas/Messages"}}}}}},
+        "responses": {
+          "200": {"description": "token ids", "content": {"application/json": {"schema": {"type": "object",
+            "required": ["tokens", "count", "max_model_len"],
+            "properties": {"tokens": {"type": "array", "items": {"type": "integer"}}, "count": {"type": "integer"},
+                           "max_model_len": {"type": "integer"}}}}}},
+          "400": {"$ref": "#/components/responses/Error"}, "401": {"$ref": "#/components/responses/Error"},
+          "404": {"$ref": "#/components/responses/Error"}, "413": {"$ref": "#/components/responses/Error"}}}},
+    "/detokenize": {"post": {"operationId": "detokenize",
+        "requestBody": {"required": true, "content": {"application/json": {"schema": {"type": "object", "required": ["tokens"],
+          "properties": {"tokens": {"type": "array", "items": {"type": "integer", "minimum": 0}}}}}}},
+        "responses": {
+          "200": {"description": "text", "content": {"application/json": {"schema": {"type": "object", "required": ["prompt"],
+            "properties": {"prompt": {"type": "string"}}}}}},
+          "400": {"$ref": "#/components/responses/Error"}, "401": {"$ref": "#/components/responses/Error"},
+          "413": {"$ref": "#/components/responses/Error"}}}},
+    "/health": {"get": {"operationId": "health", "responses": {
+        "200": {"description": "serving", "content": {"application/json": {"schema": {"type": "object", "required": ["status"],
+          "properties": {"status": {"type": "string", "enum": ["ok"]}}}}}},
+        "503": {"$ref": "#/components/responses/Error"}}}},
+    "/stats": {"get": {"operationId": "stats", "responses": {
+        "200": {"description": "the engine figures the web page shows", "content": {"application/json": {"schema": {"type": "object",
+          "required": ["running", "waiting", "kv_blocks_total", "kv_blocks_used", "kv_utilization", "in_flight"],
+          "properties": {"running": {"type": "integer"}, "waiting": {"type": "integer"},
+                         "kv_blocks_total": {"type": "integer"}, "kv_blocks_used": {"type": "integer"},
+                         "kv_utilization": {"type": "number"}, "in_flight": {"type": "integer"}}}}}}}}},
+    "/metrics": {"get": {"operationId": "metrics", "responses": {
+        "200": {"description": "Prometheus text format 0.0.4", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
+    "/openapi.json": {"get": {"operationId": "openapi", "responses": {
+        "200": {"description": "this document", "content": {"application/json": {"schema": {"type": "object"}}}}}}},
+    "/": {"get": {"operationId": "webPage", "responses": {
+        "200": {"description": "the chat page", "content": {"text/html": {"schema": {"type": "string"}}}}}}}
+  },
+  "components": {
+    "responses": {
+      "Error": {"description": "an error in the OpenAI shape",
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+    },
+    "schemas": {
+      "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "object",
+        "required": ["message", "type", "param", "code"],
+        "properties": {"message": {"type": "string"}, "type": {"type": "string"},
+                       "param": {"type": "string", "nullable": true}, "code": {"type": "string", "nullable": true}}}}},
+      "Model": {"type": "object", "required": ["id", "object", "owned_by"],
+                "properties": {"id": {"type": "string"}, "object": {"type": "string", "enum": ["model"]},
+                               "created": {"type": "integer"}, "owned_by": {"type": "string"},
+                               "max_model_len": {"type": "integer"}}},
+      "Stop": {"oneOf": [{"type": "string", "minLength": 1},
+                         {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": 16}], "nullable": true},
+      "Sampling": {"type": "object", "properties": {
+        "model": {"type": "string"},
+        "max_tokens": {"type": "integer", "minimum": 1, "maximum": 8192, "nullable": true},
+        "temperature": {"type": "number", "minimum": 0, "maximum": 2, "nullable": true},
+        "top_p": {"type": "number", "exclusiveMinimum": true, "minimum": 0, "maximum": 1, "nullable": true},
+        "top_k": {"type": "integer", "minimum": -1, "nullable": true},
+        "min_p": {"type": "number", "minimum": 0, "maximum": 1, "nullable": true},
+        "seed": {"type": "integer", "nullable": true},
+        "n": {"type": "integer", "minimum": 1, "maximum": 16, "nullable": true},
+        "stop": {"$ref": "#/components/schemas/Stop"},
+        "stream": {"type": "boolean", "nullable": true},
+        "stream_options": {"type": "object", "nullable": true, "properties": {"include_usage": {"type": "boolean"}}},
+        "presence_penalty": {"type": "number", "minimum": -2, "maximum": 2, "nullable": true},
+        "frequency_penalty": {"type": "number", "minimum": -2, "maximum": 2, "nullable": true},
+        "repetition_penalty": {"type": "number", "minimum": 0.001, "maximum": 100, "nullable": true},
+        "logit_bias": {"type": "object", "nullable": true, "additionalProperties": {"type": "number", "minimum": -100, "maximum": 100}},
+        "ignore_eos": {"type": "boolean", "nullable": true},
+        "min_tokens": {"type": "integer", "minimum": 0, "nullable": true}}},
+      "CompletionRequest": {"allOf": [{"$ref": "#/components/schemas/Sampling"}, {"type": "object", "required": ["prompt"],
+        "properties": {
+          "prompt": {"oneOf": [{"type": "string", "minLength": 1},
+                               {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}},
+                               {"type": "array", "minItems": 1, "maxItems": 64, "items": {"type": "string", "minLength": 1}},
+                               {"type": "array", "minItems": 1, "maxItems": 64,
+                                "items": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}}}]},
+          "echo": {"type": "boolean", "nullable": true},
+          "logprobs": {"type": "integer", "minimum": 0, "maximum": 20, "nullable": true}}}]},
+      "Messages": {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["role"],
+        "properties": {"role": {"type": "string"},
+                       "content": {"nullable": true, "oneOf": [{"type": "string"},
+                         {"type": "array", "items": {"type": "object", "required": ["type", "text"],
+                           "properties": {"type": {"type": "string", "enum": ["text"]}, "text": {"type": "string"}}}}]}}}},
+      "ChatRequest": {"allOf": [{"$ref": "#/components/schemas/Sampling"}, {"type": "object", "required": ["messages"],
+        "properties": {
+          "messages": {"$ref": "#/components/schemas/Messages"},
+          "max_completion_tokens": {"type": "integer", "minimum": 1, "maximum": 8192, "nullable": true},
+          "logprobs": {"type": "boolean", "nullable": true},
+          "top_logprobs": {"type": "integer", "minimum": 0, "maximum": 20, "nullable": true},
+          "tools": {"type": "array", "nullable": true, "items": {"type": "object"}}}}]},
+      "Usage": {"type": "object", "required": ["prompt_tokens", "completion_tokens", "total_tokens"],
+                "properties": {"prompt_tokens": {"type": "integer"}, "completion_tokens": {"type": "integer"},
+                               "total_tokens": {"type": "integer"}}},
+      "FinishReason": {"type": "string", "enum": ["stop", "length", "abort"], "nullable": true},
+      "Completion": {"type": "object", "required": ["id", "object", "created", "model", "choices", "usage"],
+        "properties": {"id": {"type": "string"}, "object": {"type": "string", "enum": ["text_completion"]},
+                       "created": {"type": "integer"}, "model": {"type": "string"},
+                       "choices": {"type": "array", "items": {"type": "object", "required": ["index", "text", "finish_reason"],
+                         "properties": {"index": {"type": "integer"}, "text": {"type": "string"},
+                                        "logprobs": {"type": "object", "nullable": true},
+                                        "finish_reason": {"$ref": "#/components/schemas/FinishReason"}}}},
+                       "usage": {"$ref": "#/components/schemas/Usage"}}},
+      "ChatCompletion": {"type": "object", "required": ["id", "object", "created", "model", "choices", "usage"],
+        "properties": {"id": {"type": "string"}, "object": {"type": "string", "enum": ["chat.completion"]},
+                       "created": {"type": "integer"}, "model": {"type": "string"},
+                       "choices": {"type": "array", "items": {"type": "object", "required": ["index", "message", "finish_reason"],
+                         "properties": {"index": {"type": "integer"},
+                                        "message": {"type": "object", "required": ["role", "content"],
+                                          "properties": {"role": {"type": "string", "enum": ["assistant"]},
+                                                         "content": {"type": "string", "nullable": true}}},
+                                        "logprobs": {"type": "object", "nullable": true},
+                                        "finish_reason": {"$ref": "#/components/schemas/FinishReason"}}}},
+                       "usage": {"$ref": "#/components/schemas/Usage"}}}
+    }
+  }
+})json";
+
+}  // namespace
+
+std::string openapi_json(const RequestLimits& limits, const std::string& model_name) {
+  using nlohmann::json;
+  static const json base = json::parse(kSpec);
+  json spec = base;
+  json& s = spec["components"]["schemas"];
+  s["Sampling"]["properties"]["max_tokens"]["maximum"] = limits.max_tokens;
+  s["Sampling"]["properties"]["n"]["maximum"] = limits.max_n;
+  s["Stop"]["oneOf"][1]["maxItems"] = limits.max_stop;
+  s["ChatRequest"]["allOf"][1]["properties"]["max_completion_tokens"]["maximum"] = limits.max_tokens;
+  for (int i : {2, 3}) {
+    s["CompletionRequest"]["allOf"][1]["properties"]["prompt"]["oneOf"][i]["maxItems"] = limits.max_prompts;
+  }
+  s["Sampling"]["properties"]["model"]["enum"] = json::array({model_name});
+  return spec.dump(1);
+}
+
+}  // namespace pagoda::server

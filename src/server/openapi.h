@@ -1,0 +1,14 @@
+// The OpenAPI 3.0 description of pagoda serve's routes, served at /openapi.json. The limits a
+// server runs with (max_tokens, n, stop strings, prompts per request) are filled in, so the
+// description tells clients and test generators exactly what this server accepts.
+#pragma once
+
+#include <string>
+
+#include "server/openai_request.h"
+
+namespace pagoda::server {
+
+std::string openapi_json(const RequestLimits& limits, const std::string& model_name);
+
+}  // namespace pagoda::server
