@@ -9,6 +9,7 @@
 #include "bench/estimate.h"
 #include "core/error.h"
 #include "kv/kv_storage.h"
+#include "model/model_check.h"
 
 namespace pagoda::bench {
 
@@ -25,6 +26,7 @@ BenchModel load_bench_model(const std::string& path, int num_threads) {
   m.name = std::filesystem::path(path).filename().string();
   if (m.name.empty()) m.name = std::filesystem::path(path).parent_path().filename().string();
   m.file = ModelFile::open(path);
+  check_model(*m.file);
   if (m.file->has_vocab()) m.tokenizer = Tokenizer::create(m.file->vocab());
   m.model = Model::load(*m.file);
   m.backend = make_cpu_backend(num_threads);

@@ -20,4 +20,13 @@ inline std::string human_bytes(uint64_t bytes) {
   return buf;
 }
 
+// A context past what the model was trained on runs, but its output degrades: say so.
+inline void warn_past_trained_context(int64_t context, uint32_t trained) {
+  if (trained == 0 || context <= static_cast<int64_t>(trained)) return;
+  std::fprintf(stderr,
+               "warning: a context of %lld tokens is longer than the %u the model was trained "
+               "on; expect worse output past that point\n",
+               static_cast<long long>(context), trained);
+}
+
 }  // namespace pagoda::cli

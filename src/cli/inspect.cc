@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "format/gguf.h"
 #include "model/config.h"
+#include "model/model_check.h"
 #include "model/model_file.h"
 #include "tokenizer/vocab.h"
 
@@ -135,7 +136,12 @@ Action add_inspect(CLI::App& app) {
     if (model->has_vocab()) print_vocab(model->vocab());
     print_tensors(model->tensors(), c);
     if (*show_metadata && model->gguf() != nullptr) print_metadata(*model->gguf());
-    return 0;
+    const std::vector<std::string> problems = model_problems(*model);
+    if (problems.empty()) return 0;
+    std::cout << "problems:        " << problems.size() << " (run and serve refuse this file)\n";
+    for (const std::string& p : problems) std::cout << "  - " << p << "\n";
+    std::cerr << "error: " << *path << ": " << problems[0] << "\n";
+    return 1;
   };
 }
 

@@ -15,6 +15,7 @@
 #include "engine/engine.h"
 #include "kv/kv_storage.h"
 #include "model/model.h"
+#include "model/model_check.h"
 #include "model/model_file.h"
 #include "tokenizer/tokenizer.h"
 
@@ -74,6 +75,7 @@ Action add_run(CLI::App& app) {
     }
     o->sampling.validate();
     auto file = ModelFile::open(o->model);
+    check_model(*file);
     auto tokenizer = Tokenizer::create(file->vocab());
     auto model = Model::load(*file);
     auto backend = o->backend == "reference" ? make_reference_backend() : make_cpu_backend(o->threads);
@@ -84,6 +86,7 @@ Action add_run(CLI::App& app) {
       uint32_t trained = model->config().context_length;
       context = static_cast<int32_t>(trained == 0 || trained > 4096 ? 4096 : trained);
     }
+    warn_past_trained_context(context, model->config().context_length);
     const auto num_prompt = static_cast<int32_t>(prompt.size());
     if (num_prompt >= context) {
       fail("the prompt has ", num_prompt, " tokens; the context holds ", context);

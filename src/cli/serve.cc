@@ -16,6 +16,7 @@
 #include "engine/engine_thread.h"
 #include "kv/kv_storage.h"
 #include "model/model.h"
+#include "model/model_check.h"
 #include "model/model_file.h"
 #include "server/http_server.h"
 #include "template/chat_template.h"
@@ -159,6 +160,7 @@ Action add_serve(CLI::App& app) {
     static std::atomic<server::HttpServer*> running{nullptr};
     std::thread(wait_for_signal, std::ref(running)).detach();
     auto file = ModelFile::open(o->model);
+    check_model(*file);
     auto tokenizer = Tokenizer::create(file->vocab());
     auto model = Model::load(*file);
     auto backend = make_cpu_backend(o->threads);
@@ -169,6 +171,7 @@ Action add_serve(CLI::App& app) {
     }
     EngineConfig config = o->engine;
     config.max_model_len = resolve_max_model_len(*o, *model);
+    warn_past_trained_context(config.max_model_len, model->config().context_length);
     config.kv_type = parse_kv_cache_type(o->kv_type);
     if (o->kv_tokens > 0) {
       config.num_kv_cache_tokens = o->kv_tokens;

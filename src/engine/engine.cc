@@ -6,13 +6,14 @@
 #include <utility>
 
 #include "core/error.h"
+#include "core/memory.h"
 #include "engine/forward_batch.h"
 #include "engine/kv_copy.h"
 
 namespace pagoda {
 namespace {
 
-int32_t num_kv_blocks(const EngineConfig& config, const ModelConfig& model) {
+int32_t num_kv_blocks_in_budget(const EngineConfig& config, const ModelConfig& model) {
   if (config.block_size < 1) fail("engine: block size must be positive, got ", config.block_size);
   if ((config.kv_cache_bytes > 0) == (config.num_kv_cache_tokens > 0)) {
     fail("engine: give the KV cache budget either in bytes or in tokens (exactly one)");
@@ -28,6 +29,20 @@ int32_t num_kv_blocks(const EngineConfig& config, const ModelConfig& model) {
   const size_t value_bytes = config.kv_type == DType::kF16 ? 2 : sizeof(float);
   return BlockPool::num_blocks_for_budget(
       config.kv_cache_bytes, model.kv_bytes_per_token(value_bytes), config.block_size);
+}
+
+// The blocks the budget gives, refused up front when they cannot fit in memory: the kernel
+// would otherwise kill the process once the cache is touched, with no message.
+int32_t num_kv_blocks(const EngineConfig& config, const ModelConfig& model) {
+  const int32_t num_blocks = num_kv_blocks_in_budget(config, model);
+  const uint64_t bytes = static_cast<uint64_t>(num_blocks) * static_cast<uint64_t>(config.block_size) *
+                         KvStorage::slot_bytes(model, config.kv_type) * 2 * model.num_layers;
+  check_memory_available(
+      bytes,
+      str_cat("the KV cache of ", static_cast<int64_t>(num_blocks) * config.block_size, " tokens"),
+      "give a smaller context (run -c), KV budget (serve --kv-cache-gb, --kv-tokens) or "
+      "--kv-type f16");
+  return num_blocks;
 }
 
 SchedulerConfig scheduler_config(const EngineConfig& config, int32_t num_blocks) {

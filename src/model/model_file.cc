@@ -230,6 +230,7 @@ void ModelFile::open_gguf(const std::string& path) {
     vocab_ = vocab_from_gguf(*gguf_);
   } catch (const Error& e) {
     vocab_error_ = e.what();
+    vocab_unreadable_ = true;
   }
 }
 
@@ -283,6 +284,7 @@ void ModelFile::read_hf_vocab(const std::string& folder) {
     vocab_ = std::move(v);
   } catch (const Error& e) {
     vocab_error_ = e.what();
+    vocab_unreadable_ = true;
   }
 }
 

@@ -49,6 +49,8 @@ class ModelFile {
   // tokenizer could not be read; vocab() then throws an Error saying which.
   bool has_vocab() const { return vocab_.has_value(); }
   const Vocab& vocab() const;
+  // The file has a tokenizer, but it could not be read (vocab() says why).
+  bool vocab_unreadable() const { return vocab_unreadable_; }
 
   const std::vector<TensorRef>& tensors() const { return tensors_; }
   const TensorRef* find_tensor(std::string_view name) const;
@@ -70,6 +72,7 @@ class ModelFile {
   ModelConfig config_;
   std::optional<Vocab> vocab_;
   std::string vocab_error_;  // why vocab_ is empty
+  bool vocab_unreadable_ = false;
   std::vector<TensorRef> tensors_;
   std::unordered_map<std::string, size_t> tensor_index_;
   std::unique_ptr<GgufFile> gguf_;
