@@ -80,30 +80,54 @@ StepPlan Scheduler::schedule() {
 
 bool Scheduler::schedule_running(StepPlan& plan, int32_t& budget) {
   bool any_preempted = false;
-  size_t i = 0;
-  while (i < running_.size() && budget > 0) {
-    Request& r = get(running_[i]);
-    const int32_t num_new = std::min(r.num_tokens() - r.num_computed_tokens, budget);
-    PAGODA_CHECK(num_new > 0);
-    bool allocated = false;
-    for (;;) {
-      if (kv_.allocate_slots(r.id, r.num_computed_tokens, num_new)) {
-        allocated = true;
-        break;
+  // While requests wait, a prompt chunk of a running request takes at most half the budget, so
+  // one long prompt cannot hold the queue for its whole prefill.
+  const int32_t prefill_cap =
+      waiting_.empty() ? budget : std::max(kv_.block_size(), config_.max_num_batched_tokens / 2);
+  // Decodes first, then prompt chunks (each pass in admission order): a request already
+  // generating gets its token every step, whatever prompt is being computed beside it.
+  const std::vector<RequestId> order = running_;
+  for (const bool decodes : {true, false}) {
+    for (RequestId id : order) {
+      if (budget <= 0) break;
+      const Request* found = find(id);
+      if (found == nullptr || found->status != RequestStatus::kRunning || in_flight_.count(id)) {
+        continue;  // preempted this step, or already planned
       }
-      // The newest running request gives its blocks back; requests before i are already in
-      // the plan and are never the newest.
-      const RequestId victim = running_.back();
-      preempt(victim, plan);
-      any_preempted = true;
-      if (victim == r.id) break;
+      Request& r = get(id);
+      const int32_t num_wanted = r.num_tokens() - r.num_computed_tokens;
+      PAGODA_CHECK(num_wanted > 0);
+      if ((num_wanted == 1) != decodes) continue;
+      const int32_t num_new = std::min({num_wanted, budget, decodes ? 1 : prefill_cap});
+      bool allocated = false;
+      for (;;) {
+        if (kv_.allocate_slots(r.id, r.num_computed_tokens, num_new)) {
+          allocated = true;
+          break;
+        }
+        // The newest running request gives its blocks back, even one planned already (its
+        // tokens leave the plan); a request may preempt itself.
+        const RequestId victim = running_.back();
+        unplan(victim, plan, budget);
+        preempt(victim, plan);
+        any_preempted = true;
+        if (victim == r.id) break;
+      }
+      if (!allocated) continue;
+      add_to_plan(plan, r, num_new);
+      budget -= num_new;
     }
-    if (!allocated) break;
-    add_to_plan(plan, r, num_new);
-    budget -= num_new;
-    ++i;
   }
   return any_preempted;
+}
+
+void Scheduler::unplan(RequestId id, StepPlan& plan, int32_t& budget) {
+  auto it = in_flight_.find(id);
+  if (it == in_flight_.end()) return;
+  budget += it->second;
+  plan.num_scheduled_tokens -= it->second;
+  in_flight_.erase(it);
+  std::erase_if(plan.requests, [id](const ScheduledRequest& s) { return s.request_id == id; });
 }
 
 void Scheduler::schedule_waiting(StepPlan& plan, int32_t& budget) {

@@ -91,9 +91,11 @@ class Scheduler {
 
  private:
   Request& get(RequestId id);
-  // Schedules running requests in admission order, preempting from the newest when blocks run
-  // out. Returns whether anything was preempted.
+  // Schedules running requests, decodes before prompt chunks, each in admission order,
+  // preempting from the newest when blocks run out. Returns whether anything was preempted.
   bool schedule_running(StepPlan& plan, int32_t& budget);
+  // Takes a request planned this step back out of the plan (before it is preempted).
+  void unplan(RequestId id, StepPlan& plan, int32_t& budget);
   void schedule_waiting(StepPlan& plan, int32_t& budget);
   void add_to_plan(StepPlan& plan, Request& r, int32_t num_new_tokens);
   void preempt(RequestId id, StepPlan& plan);

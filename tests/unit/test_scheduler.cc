@@ -2,6 +2,10 @@
 // preemption of the newest request, abort, stop conditions, fork. Fake requests, no model.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <random>
+#include <set>
+
 #include <numeric>
 #include <vector>
 
@@ -128,16 +132,79 @@ TEST(SchedulerTest, RunningFirstThenWaitingWithWhatIsLeft) {
   EXPECT_FALSE(o.plan.requests[1].needs_sample);
   EXPECT_EQ(o.plan.num_scheduled_tokens, 16);
   EXPECT_EQ(s.find(3)->status, RequestStatus::kWaiting);
-  o = step(s);  // 1 + the last 15 of request 2's prompt: the budget is spent again
-  ASSERT_EQ(o.plan.requests.size(), 2u);
-  EXPECT_EQ(o.plan.requests[1].num_new_tokens, 15);
-  EXPECT_TRUE(o.plan.requests[1].needs_sample);
-  o = step(s);  // 1 + 1 + request 3's whole prompt
+  // Request 3 waits, so request 2's next chunk takes at most half the budget (8) and request 3
+  // is admitted with what is left.
+  o = step(s);
   ASSERT_EQ(o.plan.requests.size(), 3u);
+  EXPECT_EQ(o.plan.requests[1].request_id, 2);
+  EXPECT_EQ(o.plan.requests[1].num_new_tokens, 8);
+  EXPECT_FALSE(o.plan.requests[1].needs_sample);
   EXPECT_EQ(o.plan.requests[2].request_id, 3);
   EXPECT_EQ(o.plan.requests[2].start_position, 0);
   EXPECT_EQ(o.plan.requests[2].num_new_tokens, 5);
-  EXPECT_EQ(o.plan.num_scheduled_tokens, 7);
+  EXPECT_EQ(o.plan.num_scheduled_tokens, 14);
+  o = step(s);  // nothing waits: request 2 takes the rest of its prompt after two decodes
+  ASSERT_EQ(o.plan.requests.size(), 3u);
+  EXPECT_EQ(o.plan.requests[0].request_id, 1);
+  EXPECT_EQ(o.plan.requests[1].request_id, 3);
+  EXPECT_EQ(o.plan.requests[1].num_new_tokens, 1);
+  EXPECT_EQ(o.plan.requests[2].request_id, 2);
+  EXPECT_EQ(o.plan.requests[2].num_new_tokens, 7);
+  EXPECT_TRUE(o.plan.requests[2].needs_sample);
+}
+
+TEST(SchedulerTest, DecodesAreNotHeldBackByAnOlderLongPrompt) {
+  Scheduler s(make_config(16, 4, 64));
+  s.add_request(make_request(1, 200, 4));  // admitted first: the oldest running request
+  step(s);
+  s.add_request(make_request(2, 3, 20, 500));
+  s.add_request(make_request(3, 3, 20, 900));
+  step(s);  // (no room yet: request 1 takes the budget)
+  int64_t steps_with_both_decoding = 0;
+  while (s.find(1) != nullptr && s.find(1)->num_computed_tokens < 199) {
+    const StepOutcome o = step(s);
+    std::map<RequestId, int32_t> tokens;
+    for (const ScheduledRequest& r : o.plan.requests) tokens[r.request_id] = r.num_new_tokens;
+    ASSERT_LE(o.plan.num_scheduled_tokens, 16);
+    // Once requests 2 and 3 decode, every step gives each of them its token.
+    if (s.find(2) && s.find(2)->num_output_tokens() > 1 && s.find(3) &&
+        s.find(3)->num_output_tokens() > 1) {
+      EXPECT_EQ(tokens[2], 1);
+      EXPECT_EQ(tokens[3], 1);
+      ++steps_with_both_decoding;
+    }
+  }
+  EXPECT_GE(steps_with_both_decoding, 5);  // the prompt's chunks ran beside their decodes
+}
+
+TEST(SchedulerTest, PreemptedRequestsAreNeverInThePlan) {
+  // Tight caches with long prompts chunked beside decodes: a prompt chunk planned after the
+  // decodes may need blocks that only preempting a newer, already planned decode frees.
+  int64_t num_preempted = 0;
+  for (uint32_t seed = 1; seed <= 40; ++seed) {
+    std::mt19937 rng(seed);
+    Scheduler s(make_config(6 + static_cast<int32_t>(rng() % 10), 4, 8));
+    RequestId next_id = 1;
+    for (int i = 0; i < 400 && (s.has_unfinished() || next_id < 12); ++i) {
+      if (next_id < 12 && rng() % 3 == 0) {
+        const int num_prompt = rng() % 2 ? 2 + static_cast<int>(rng() % 3) : 12 + static_cast<int>(rng() % 12);
+        s.add_request(make_request(next_id, num_prompt, 2 + static_cast<int>(rng() % 6), TokenId(100 * next_id)));
+        ++next_id;
+      }
+      const StepOutcome o = step(s);
+      std::set<RequestId> planned;
+      int32_t total = 0;
+      for (const ScheduledRequest& r : o.plan.requests) {
+        EXPECT_TRUE(planned.insert(r.request_id).second);
+        total += r.num_new_tokens;
+      }
+      for (RequestId p : o.plan.preempted) EXPECT_EQ(planned.count(p), 0u) << "seed " << seed;
+      EXPECT_EQ(total, o.plan.num_scheduled_tokens);
+      num_preempted += static_cast<int64_t>(o.plan.preempted.size());
+    }
+    EXPECT_FALSE(s.has_unfinished()) << "seed " << seed;
+  }
+  EXPECT_GT(num_preempted, 0);  // the caches were tight enough to preempt
 }
 
 TEST(SchedulerTest, MaxNumSeqsCapsConcurrency) {
