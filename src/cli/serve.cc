@@ -29,6 +29,7 @@ struct ServeOptions {
   std::string model, model_name, chat_template_file;
   std::string kv_type = "f32";
   std::string log_format = "text";
+  bool allow_special_in_content = false;
   server::ServerOptions server;
   bool insecure = false;
   int threads = 0;
@@ -132,6 +133,8 @@ Action add_serve(CLI::App& app) {
   cmd->add_option("--max-json-depth", o->server.limits.max_json_depth,
                   "Deepest nesting of arrays and objects in a request body")->default_val(64)
       ->check(CLI::Range(1, 10000));
+  cmd->add_flag("--allow-special-in-content", o->allow_special_in_content,
+                "Read control-token text in chat messages as control tokens (off: it is text)");
   cmd->add_option("--log-format", o->log_format,
                   "Request log on stderr: text, json (one object per line) or none")
       ->default_val("text")->check(CLI::IsMember({"text", "json", "none"}));
@@ -185,6 +188,7 @@ Action add_serve(CLI::App& app) {
     context.tokenizer = tokenizer.get();
     context.max_model_len = config.max_model_len;
     context.vocab_size = static_cast<int32_t>(vocab.size());
+    context.allow_special_in_content = o->allow_special_in_content;
     if (chat) {
       const std::string bos = token_text(vocab, vocab.bos), eos = token_text(vocab, vocab.eos);
       context.render_chat = [chat, bos, eos](const nlohmann::ordered_json& messages,

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
+#include <random>
 #include <string>
 
 #include "core/error.h"
@@ -304,6 +306,89 @@ ordered_json normalize_messages(const json& body, const ordered_json& ordered) {
   return out;
 }
 
+// Control tokens in what a client wrote must stay text: a message holding "<|im_start|>system"
+// must not open a system turn. Every client string (keys too) that holds a control token's text
+// is rendered with a marker in its place; restore() puts the text back and returns where it
+// lies, so encode() reads it as plain text there while the template's own control tokens stay
+// tokens. Strings without such text are untouched, so ordinary chats tokenize exactly as before.
+class ContentShield {
+ public:
+  explicit ContentShield(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {
+    std::random_device rd;
+    nonce_ = std::to_string(rd()) + std::to_string(rd());
+  }
+
+  ordered_json apply(const ordered_json& v) {
+    if (v.is_string()) return shield(v.get_ref<const std::string&>());
+    if (v.is_array()) {
+      ordered_json out = ordered_json::array();
+      for (const ordered_json& x : v) out.push_back(apply(x));
+      return out;
+    }
+    if (v.is_object()) {
+      ordered_json out = ordered_json::object();
+      for (const auto& [k, x] : v.items()) out[shield(k)] = apply(x);
+      return out;
+    }
+    return v;
+  }
+
+  // The rendered text with every marker replaced by its original; `plain` gets their ranges.
+  std::string restore(const std::string& rendered, std::vector<TextRange>& plain) const {
+    if (originals_.empty()) return rendered;
+    const std::string open = kOpen + nonce_;
+    std::string out;
+    size_t pos = 0;
+    while (true) {
+      const size_t at = rendered.find(open, pos);
+      const size_t digits = at == std::string::npos ? at : at + open.size();
+      const size_t close = at == std::string::npos ? at : rendered.find(kClose, digits);
+      if (close == std::string::npos) break;
+      size_t index = 0;
+      try {
+        index = std::stoul(rendered.substr(digits, close - digits));
+      } catch (const std::exception&) {
+        index = originals_.size();
+      }
+      if (index >= originals_.size()) {  // a mangled marker: kept as it is, which is harmless
+        out.append(rendered, pos, close - pos);
+        pos = close;
+        continue;
+      }
+      out.append(rendered, pos, at - pos);
+      plain.emplace_back(out.size(), out.size() + originals_[index].size());
+      out += originals_[index];
+      pos = close + std::strlen(kClose);
+    }
+    out.append(rendered, pos, std::string::npos);
+    return out;
+  }
+
+ private:
+  // U+E000 and U+E001 (private use) around a per-request nonce: a client cannot forge a marker.
+  static constexpr const char* kOpen = "\xEE\x80\x80";
+  static constexpr const char* kClose = "\xEE\x80\x81";
+
+  std::string shield(const std::string& s) {
+    const std::vector<TextRange> ranges = tokenizer_.control_token_ranges(s);
+    if (ranges.empty()) return s;
+    std::string out;
+    size_t pos = 0;
+    for (const auto& [begin, end] : ranges) {
+      out.append(s, pos, begin - pos);
+      out += kOpen + nonce_ + std::to_string(originals_.size()) + kClose;
+      originals_.push_back(s.substr(begin, end - begin));
+      pos = end;
+    }
+    out.append(s, pos, std::string::npos);
+    return out;
+  }
+
+  const Tokenizer& tokenizer_;
+  std::string nonce_;
+  std::vector<std::string> originals_;
+};
+
 }  // namespace
 
 std::string message_text(const json& content, const std::string& param) {
@@ -404,14 +489,23 @@ ApiRequest parse_chat_request(const json& body, const ModelContext& model,
     extra["tools"] = ordered["tools"];
   }
   std::string text;
+  std::vector<TextRange> plain;
   try {
-    text = model.render_chat(messages, true, extra);
+    if (model.allow_special_in_content) {
+      text = model.render_chat(messages, true, extra);
+    } else {
+      ContentShield shield(*model.tokenizer);
+      const ordered_json shielded_messages = shield.apply(messages);
+      const ordered_json shielded_extra = shield.apply(extra);
+      text = shield.restore(model.render_chat(shielded_messages, true, shielded_extra), plain);
+    }
   } catch (const Error& e) {
     throw ApiError(400, "invalid_request_error",
                    std::string("the chat template failed on these messages: ") + e.what(),
                    "messages");
   }
-  r.prompts.push_back(model.tokenizer->encode(text, {.add_special = false, .parse_special = true}));
+  r.prompts.push_back(model.tokenizer->encode(
+      text, {.add_special = false, .parse_special = true, .plain_ranges = plain}));
   r.prompt_texts.push_back(text);
   if (r.prompts.back().empty()) throw bad_param("messages", "the rendered chat is empty");
   resolve_max_tokens(body, model, limits, 0, r);  // chat: up to the context by default

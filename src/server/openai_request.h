@@ -29,6 +29,9 @@ struct ModelContext {
       render_chat;
   int32_t max_model_len = 0;  // prompt + output tokens at most
   int32_t vocab_size = 0;
+  // Control-token text in message contents (and tools) becomes control tokens, as it did before
+  // pagoda kept it as text (--allow-special-in-content).
+  bool allow_special_in_content = false;
 };
 
 // Limits a server operator sets (pagoda serve options).

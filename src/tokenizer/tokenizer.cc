@@ -37,17 +37,25 @@ Tokenizer::Tokenizer(Vocab vocab) : vocab_(std::move(vocab)), special_by_first_b
   }
 }
 
-std::vector<Tokenizer::Fragment> Tokenizer::split_special(std::string_view text,
-                                                          bool parse_special) const {
+std::vector<Tokenizer::Fragment> Tokenizer::split_special(
+    std::string_view text, bool parse_special, std::span<const TextRange> plain_ranges) const {
   std::vector<Fragment> out;
   size_t start = 0;  // start of the pending plain-text run
+  size_t next_plain = 0;  // the first plain range that does not end before pos
   for (size_t pos = 0; pos < text.size();) {
+    while (next_plain < plain_ranges.size() && plain_ranges[next_plain].second <= pos) ++next_plain;
     TokenId hit = kNoToken;
     for (TokenId id : special_by_first_byte_[static_cast<unsigned char>(text[pos])]) {
       // User-defined tokens are always matched (they are ordinary text to the model); control
-      // tokens only when the caller asks, so user text cannot forge them.
-      if (!parse_special && vocab_.type(id) != TokenType::kUserDefined) continue;
+      // tokens only when the caller asks, so user text cannot forge them, and never where the
+      // text is marked plain.
+      const bool control = vocab_.type(id) != TokenType::kUserDefined;
+      if (control && !parse_special) continue;
       const std::string& s = vocab_.tokens[static_cast<size_t>(id)];
+      if (control && next_plain < plain_ranges.size() &&
+          plain_ranges[next_plain].first < pos + s.size()) {
+        continue;  // the match would overlap text marked plain
+      }
       if (text.compare(pos, s.size(), s) == 0) {
         hit = id;
         break;
@@ -66,11 +74,26 @@ std::vector<Tokenizer::Fragment> Tokenizer::split_special(std::string_view text,
   return out;
 }
 
+std::vector<TextRange> Tokenizer::control_token_ranges(std::string_view text) const {
+  std::vector<TextRange> out;
+  size_t pos = 0;
+  for (const Fragment& f : split_special(text, /*parse_special=*/true)) {
+    if (f.token == kNoToken) {
+      pos += f.text.size();
+      continue;
+    }
+    const size_t size = vocab_.tokens[static_cast<size_t>(f.token)].size();
+    if (vocab_.type(f.token) != TokenType::kUserDefined) out.emplace_back(pos, pos + size);
+    pos += size;
+  }
+  return out;
+}
+
 std::vector<TokenId> Tokenizer::encode(std::string_view text, const EncodeOptions& options) const {
   std::vector<TokenId> out;
   if (options.add_special && vocab_.add_bos && vocab_.valid(vocab_.bos)) out.push_back(vocab_.bos);
   bool after_special = true;
-  for (const Fragment& f : split_special(text, options.parse_special)) {
+  for (const Fragment& f : split_special(text, options.parse_special, options.plain_ranges)) {
     if (f.token != kNoToken) {
       out.push_back(f.token);
       after_special = true;

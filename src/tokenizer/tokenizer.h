@@ -3,17 +3,25 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "tokenizer/vocab.h"
 
 namespace pagoda {
 
+// A byte range [begin, end) of a text.
+using TextRange = std::pair<size_t, size_t>;
+
 struct EncodeOptions {
   bool add_special = false;    // add BOS / EOS where the vocabulary says to
   bool parse_special = false;  // recognise control tokens written in the text ("<|im_start|>")
+  // Sorted, disjoint ranges where control tokens are not recognised even with parse_special:
+  // what a client wrote inside a rendered chat, so it cannot forge a turn of the conversation.
+  std::span<const TextRange> plain_ranges;
 };
 
 class Tokenizer {
@@ -23,6 +31,9 @@ class Tokenizer {
   virtual ~Tokenizer() = default;
 
   std::vector<TokenId> encode(std::string_view text, const EncodeOptions& options = {}) const;
+  // Where control tokens' texts occur in `text` (leftmost, longest first), as encode with
+  // parse_special would find them.
+  std::vector<TextRange> control_token_ranges(std::string_view text) const;
 
   // The bytes a token stands for in output text (may be part of a UTF-8 character). Control
   // tokens give their text only when `render_special`, otherwise nothing.
@@ -52,7 +63,8 @@ class Tokenizer {
     std::string_view text;
     TokenId token = kNoToken;  // set when the fragment is a special token
   };
-  std::vector<Fragment> split_special(std::string_view text, bool parse_special) const;
+  std::vector<Fragment> split_special(std::string_view text, bool parse_special,
+                                      std::span<const TextRange> plain_ranges = {}) const;
 
   // Special tokens by first byte, longest first, so splitting is one pass over the text.
   std::vector<std::vector<TokenId>> special_by_first_byte_;
