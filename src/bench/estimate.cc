@@ -1,6 +1,8 @@
 #include "bench/estimate.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cstring>
 #include <map>
 
 #include "core/checked.h"
@@ -47,23 +49,50 @@ std::vector<EstimatePreset> make_presets() {
   return presets;
 }
 
+// How a type stores the layers' matrices: GGUF blocks, or one of the GPU checkpoint formats.
+enum class Packing { kGguf, kAwq4, kFp8, kInt8 };
+
 struct TypeRule {
   std::string name;
-  DType base;  // most matrices
+  DType base;  // most matrices (and the token table)
   DType more;  // output.weight (and attn_v / ffn_down of some layers when k_mix)
   bool k_mix;
+  Packing packing = Packing::kGguf;  // not kGguf: the layers' matrices; base and more are F16
 };
 
 const std::vector<TypeRule>& type_rules() {
   static const std::vector<TypeRule> rules = {
-      {"f32", DType::kF32, DType::kF32, false},     {"f16", DType::kF16, DType::kF16, false},
-      {"bf16", DType::kBF16, DType::kBF16, false},  {"q8_0", DType::kQ8_0, DType::kQ8_0, false},
-      {"q4_0", DType::kQ4_0, DType::kQ6_K, false},  {"q4_1", DType::kQ4_1, DType::kQ6_K, false},
-      {"q5_0", DType::kQ5_0, DType::kQ6_K, false},  {"q5_1", DType::kQ5_1, DType::kQ6_K, false},
-      {"q4_k", DType::kQ4_K, DType::kQ4_K, false},  {"q4_k_m", DType::kQ4_K, DType::kQ6_K, true},
-      {"q5_k_m", DType::kQ5_K, DType::kQ6_K, true}, {"q6_k", DType::kQ6_K, DType::kQ6_K, false},
+      {"f32", DType::kF32, DType::kF32, false},
+      {"f16", DType::kF16, DType::kF16, false},
+      {"bf16", DType::kBF16, DType::kBF16, false},
+      {"q8_0", DType::kQ8_0, DType::kQ8_0, false},
+      {"q4_0", DType::kQ4_0, DType::kQ6_K, false},
+      {"q4_1", DType::kQ4_1, DType::kQ6_K, false},
+      {"q5_0", DType::kQ5_0, DType::kQ6_K, false},
+      {"q5_1", DType::kQ5_1, DType::kQ6_K, false},
+      {"q4_k", DType::kQ4_K, DType::kQ4_K, false},
+      {"q4_k_m", DType::kQ4_K, DType::kQ6_K, true},
+      {"q5_k_m", DType::kQ5_K, DType::kQ6_K, true},
+      {"q6_k", DType::kQ6_K, DType::kQ6_K, false},
+      {"awq-4bit", DType::kF16, DType::kF16, false, Packing::kAwq4},
+      {"fp8", DType::kF16, DType::kF16, false, Packing::kFp8},
+      {"int8", DType::kF16, DType::kF16, false, Packing::kInt8},
   };
   return rules;
+}
+
+const char* packing_name(Packing p) {
+  switch (p) {
+    case Packing::kAwq4:
+      return "AWQ-4bit";
+    case Packing::kFp8:
+      return "FP8";
+    case Packing::kInt8:
+      return "INT8";
+    case Packing::kGguf:
+      break;
+  }
+  return "";
 }
 
 std::string join(const std::vector<std::string>& names) {
@@ -94,25 +123,75 @@ uint64_t rows_bytes(DType type, uint64_t num_rows, uint64_t num_cols, const char
   return mul(num_rows, num_cols / t.block_size * t.type_size);
 }
 
-// Sums tensors by type so the table can say what the mixture is.
+// Bytes of a layer matrix in one of the GPU checkpoint formats.
+uint64_t packed_bytes(Packing packing, uint64_t num_rows, uint64_t num_cols) {
+  if (packing == Packing::kAwq4) {
+    // Per row, each group of 128 inputs: 64 bytes of 4-bit weights, an F16 scale and a 4-bit
+    // zero point: 133 bytes per two groups.
+    const uint64_t groups = (num_cols + 127) / 128;
+    return (mul(mul(num_rows, groups), 133) + 1) / 2;
+  }
+  return mul(num_rows, add(num_cols, 4));  // FP8 / INT8: a byte each and an F32 scale per row
+}
+
+enum class TensorKind { kEmbedding, kOutput, kLayer, kTail, kVector };
+
+// Sums tensors by type so the table can say what the mixture is, and by kind for the speed
+// model.
 struct Tally {
-  std::map<DType, uint64_t> bytes_by_type;
-  uint64_t num_parameters = 0;
-  uint64_t num_bytes = 0;
-  void add_tensor(DType type, uint64_t num_elements, uint64_t num_bytes_of_tensor) {
-    num_parameters = add(num_parameters, num_elements);
-    num_bytes = add(num_bytes, num_bytes_of_tensor);
+  std::map<std::string, uint64_t> bytes_by_type;
+  std::map<std::string, uint64_t> layer_bytes_by_type;
+  WeightEstimate w;
+  void add_tensor(TensorKind kind, const std::string& type, uint64_t num_elements,
+                  uint64_t num_bytes_of_tensor) {
+    w.num_parameters = add(w.num_parameters, num_elements);
+    w.num_bytes = add(w.num_bytes, num_bytes_of_tensor);
     bytes_by_type[type] += num_bytes_of_tensor;
+    switch (kind) {
+      case TensorKind::kEmbedding:
+        w.embedding_parameters += num_elements;
+        w.embedding_bytes += num_bytes_of_tensor;
+        break;
+      case TensorKind::kOutput:
+        w.output_parameters += num_elements;
+        w.output_bytes += num_bytes_of_tensor;
+        break;
+      case TensorKind::kTail:
+        w.tail_parameters += num_elements;
+        [[fallthrough]];
+      case TensorKind::kLayer:
+        w.layer_parameters += num_elements;
+        w.layer_bytes += num_bytes_of_tensor;
+        layer_bytes_by_type[type] += num_bytes_of_tensor;
+        break;
+      case TensorKind::kVector:
+        break;
+    }
+  }
+  static std::vector<std::string> by_falling_bytes(const std::map<std::string, uint64_t>& m) {
+    std::vector<std::pair<uint64_t, std::string>> order;
+    for (const auto& [type, bytes] : m) order.emplace_back(bytes, type);
+    std::sort(order.rbegin(), order.rend());
+    std::vector<std::string> names;
+    for (const auto& [bytes, type] : order) names.push_back(type);
+    return names;
   }
   // Types by falling share of the bytes: "Q4_K + Q6_K + F32".
   std::string types() const {
-    std::vector<std::pair<uint64_t, DType>> order;
-    for (const auto& [type, bytes] : bytes_by_type) order.emplace_back(bytes, type);
-    std::sort(order.rbegin(), order.rend());
     std::string s;
-    for (const auto& [bytes, type] : order)
-      s += (s.empty() ? "" : " + ") + std::string(dtype_traits(type).name);
+    for (const auto& t : by_falling_bytes(bytes_by_type)) s += (s.empty() ? "" : " + ") + t;
     return s;
+  }
+  WeightEstimate finish(std::string type) {
+    if (w.output_parameters == 0) {  // tied: the output product reads the token table
+      w.tied = true;
+      w.output_parameters = w.embedding_parameters;
+      w.output_bytes = w.embedding_bytes;
+    }
+    const auto layer_types = by_falling_bytes(layer_bytes_by_type);
+    w.compute_type = layer_types.empty() ? "F32" : layer_types.front();
+    w.type = std::move(type);
+    return w;
   }
 };
 
@@ -142,8 +221,8 @@ const std::vector<std::string>& estimate_weight_types() {
 }
 
 const std::vector<std::string>& estimate_kv_types() {
-  static const std::vector<std::string> names = {"f32",  "f16",  "bf16", "q8_0",  "q5_1",
-                                                 "q5_0", "q4_1", "q4_0", "iq4_nl"};
+  static const std::vector<std::string> names = {"f32",  "f16",  "bf16", "q8_0",   "q5_1",
+                                                 "q5_0", "q4_1", "q4_0", "iq4_nl", "fp8"};
   return names;
 }
 
@@ -161,20 +240,28 @@ WeightEstimate estimate_weights(const ModelConfig& c, const std::string& weights
   const uint64_t q_dim = uint64_t{c.num_heads} * c.head_dim;
   const uint64_t kv_dim = uint64_t{c.num_kv_heads} * c.head_dim;
   Tally tally;
-  auto matrix = [&](DType type, uint64_t rows, uint64_t cols) {
+  auto gguf_matrix = [&](TensorKind kind, DType type, uint64_t rows, uint64_t cols) {
     const DType fitted = quant_fallback_type(type, cols);
-    tally.add_tensor(fitted, mul(rows, cols), rows_bytes(fitted, rows, cols, "weight"));
+    tally.add_tensor(kind, std::string(dtype_traits(fitted).name), mul(rows, cols),
+                     rows_bytes(fitted, rows, cols, "weight"));
   };
-  auto vec = [&](uint64_t n) { tally.add_tensor(DType::kF32, n, mul(n, 4)); };
+  auto layer_matrix = [&](TensorKind kind, DType type, uint64_t rows, uint64_t cols) {
+    if (rule->packing == Packing::kGguf) return gguf_matrix(kind, type, rows, cols);
+    tally.add_tensor(kind, packing_name(rule->packing), mul(rows, cols),
+                     packed_bytes(rule->packing, rows, cols));
+  };
+  auto vec = [&](uint64_t n) { tally.add_tensor(TensorKind::kVector, "F32", n, mul(n, 4)); };
   // The same tensor list pagoda synth writes (model/synth.cc); the tests hold the two together.
-  matrix(rule->base, vocab, hidden);  // token_embd
+  gguf_matrix(TensorKind::kEmbedding, rule->base, vocab, hidden);  // token_embd
   for (uint32_t l = 0; l < c.num_layers; ++l) {
-    const DType mixed = rule->k_mix && kquant_mix_more_bits(l, c.num_layers) ? rule->more : rule->base;
-    vec(hidden);                         // attn_norm
-    matrix(rule->base, q_dim, hidden);   // attn_q
-    matrix(rule->base, kv_dim, hidden);  // attn_k
-    matrix(mixed, kv_dim, hidden);       // attn_v
-    matrix(rule->base, hidden, q_dim);   // attn_output
+    const DType mixed =
+        rule->k_mix && kquant_mix_more_bits(l, c.num_layers) ? rule->more : rule->base;
+    const TensorKind tail = l + 1 == c.num_layers ? TensorKind::kTail : TensorKind::kLayer;
+    vec(hidden);                                                   // attn_norm
+    layer_matrix(TensorKind::kLayer, rule->base, q_dim, hidden);   // attn_q
+    layer_matrix(TensorKind::kLayer, rule->base, kv_dim, hidden);  // attn_k
+    layer_matrix(TensorKind::kLayer, mixed, kv_dim, hidden);       // attn_v
+    layer_matrix(tail, rule->base, hidden, q_dim);                 // attn_output
     if (c.architecture == "qwen2") {
       vec(q_dim);  // q, k, v biases
       vec(kv_dim);
@@ -186,27 +273,86 @@ WeightEstimate estimate_weights(const ModelConfig& c, const std::string& weights
     }
     if (c.architecture == "gemma3") vec(hidden);  // post_attention_norm
     vec(hidden);                                  // ffn_norm
-    matrix(rule->base, ffn, hidden);              // ffn_gate
-    matrix(rule->base, ffn, hidden);              // ffn_up
-    matrix(mixed, hidden, ffn);                   // ffn_down
+    layer_matrix(tail, rule->base, ffn, hidden);  // ffn_gate
+    layer_matrix(tail, rule->base, ffn, hidden);  // ffn_up
+    layer_matrix(tail, mixed, hidden, ffn);       // ffn_down
     if (c.architecture == "gemma3") vec(hidden);  // post_ffw_norm
   }
   vec(hidden);  // output_norm
-  if (!c.tie_embeddings) matrix(rule->more, vocab, hidden);
-  return {tally.num_parameters, tally.num_bytes, weights_type};
+  if (!c.tie_embeddings) gguf_matrix(TensorKind::kOutput, rule->more, vocab, hidden);
+  return tally.finish(weights_type);
 }
+
+namespace {
+
+// "blk.7.ffn_up.weight" / "model.layers.7.mlp.up_proj.weight" -> 7; -1 for other names.
+int64_t layer_of(const std::string& name) {
+  for (const char* prefix : {"blk.", "model.layers.", "layers."}) {
+    const size_t n = std::strlen(prefix);
+    if (name.compare(0, n, prefix) != 0) continue;
+    int64_t layer = 0;
+    size_t i = n;
+    for (; i < name.size() && std::isdigit(static_cast<unsigned char>(name[i])); ++i) {
+      layer = layer * 10 + (name[i] - '0');
+      if (layer > (int64_t{1} << 30)) return -1;
+    }
+    return i > n && i < name.size() && name[i] == '.' ? layer : -1;
+  }
+  return -1;
+}
+
+TensorKind kind_of(const TensorRef& t, uint32_t num_layers) {
+  if (t.name == "token_embd.weight" || t.name == "model.embed_tokens.weight") {
+    return TensorKind::kEmbedding;
+  }
+  if (t.name == "output.weight" || t.name == "lm_head.weight") return TensorKind::kOutput;
+  if (t.shape.size() < 2) return TensorKind::kVector;
+  const int64_t layer = layer_of(t.name);
+  if (num_layers > 0 && layer == int64_t{num_layers} - 1) {
+    for (const char* part : {"attn_output", "o_proj", "ffn_", "mlp."}) {
+      if (t.name.find(part) != std::string::npos) return TensorKind::kTail;
+    }
+  }
+  return TensorKind::kLayer;
+}
+
+}  // namespace
 
 WeightEstimate file_weights(const ModelFile& file) {
   Tally tally;
-  for (const auto& t : file.tensors()) tally.add_tensor(t.type, t.num_elements, t.num_bytes);
-  return {tally.num_parameters, tally.num_bytes, tally.types()};
+  for (const auto& t : file.tensors()) {
+    tally.add_tensor(kind_of(t, file.config().num_layers), std::string(dtype_traits(t.type).name),
+                     t.num_elements, t.num_bytes);
+  }
+  return tally.finish(tally.types());
 }
 
 DType parse_kv_type(const std::string& name) {
   for (const auto& known : estimate_kv_types()) {
-    if (known == name) return *dtype_from_name(name);
+    if (known == name && name != "fp8") return *dtype_from_name(name);
   }
   fail("estimate: unknown KV cache type '", name, "' (known: ", join(estimate_kv_types()), ")");
+}
+
+std::string kv_type_label(const std::string& name) {
+  if (name == "fp8") return "FP8";
+  return std::string(dtype_traits(parse_kv_type(name)).name);
+}
+
+namespace {
+uint64_t kv_row_bytes(const std::string& kv_type, uint64_t num_elements, const char* what) {
+  if (kv_type == "fp8") return num_elements;  // one byte each, one scale per tensor
+  return rows_bytes(parse_kv_type(kv_type), 1, num_elements, what);
+}
+}  // namespace
+
+uint64_t kv_bytes_per_token(const ModelConfig& c, const std::string& kv_type) {
+  const uint64_t row = uint64_t{c.num_kv_heads} * c.head_dim;
+  return mul(2 * uint64_t{c.num_layers}, kv_row_bytes(kv_type, row, "KV"));
+}
+
+uint64_t kv_bytes_per_token_without_gqa(const ModelConfig& c, const std::string& kv_type) {
+  return mul(2 * uint64_t{c.num_layers}, kv_row_bytes(kv_type, c.hidden_size, "hidden"));
 }
 
 uint64_t kv_bytes_per_token(const ModelConfig& c, DType kv_type) {
@@ -243,14 +389,13 @@ Estimate estimate_memory(const ModelConfig& config, const WeightEstimate& weight
   Estimate e;
   e.config = config;
   e.weights = weights;
-  const DType kv_type = parse_kv_type(o.kv_type);
-  e.kv_type = std::string(dtype_traits(kv_type).name);
+  e.kv_type = kv_type_label(o.kv_type);
   e.context = o.context ? o.context : config.context_length;
   if (e.context == 0) fail("estimate: the model sets no context length; give --context");
   if (o.batch == 0) fail("estimate: batch must be at least 1");
   e.batch = o.batch;
-  e.kv_bytes_per_token = kv_bytes_per_token(config, kv_type);
-  e.kv_bytes_per_token_without_gqa = kv_bytes_per_token_without_gqa(config, kv_type);
+  e.kv_bytes_per_token = kv_bytes_per_token(config, o.kv_type);
+  e.kv_bytes_per_token_without_gqa = kv_bytes_per_token_without_gqa(config, o.kv_type);
   e.kv_bytes_per_sequence = mul(e.kv_bytes_per_token, e.context);
   e.kv_bytes_total = mul(e.kv_bytes_per_sequence, e.batch);
   e.overhead_bytes = o.overhead_bytes ? *o.overhead_bytes : default_overhead_bytes(config);

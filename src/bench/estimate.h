@@ -25,15 +25,33 @@ const std::vector<EstimatePreset>& estimate_presets();
 // Throws Error listing the known names when `name` is not one.
 const EstimatePreset& find_estimate_preset(const std::string& name);
 
-// Weight types a preset can be estimated at: the types `pagoda synth` writes.
+// Weight types a preset can be estimated at: the types `pagoda synth` writes, plus the GPU
+// formats awq-4bit (4-bit, groups of 128 with an F16 scale and a 4-bit zero), fp8 and int8
+// (one byte, an F32 scale per row); those three keep the token table and the output matrix in
+// F16, as the published checkpoints do.
 const std::vector<std::string>& estimate_weight_types();
-// KV-cache element types: llama.cpp's cache types.
+// KV-cache element types: llama.cpp's cache types, and fp8 (one byte: vLLM's fp8 cache).
 const std::vector<std::string>& estimate_kv_types();
 
 struct WeightEstimate {
   uint64_t num_parameters = 0;
   uint64_t num_bytes = 0;
   std::string type;  // "q4_k_m", or the file's types ("F16", "Q4_K + Q6_K + F32")
+  // The split the speed model needs: a step looks up a few rows of the token table but reads
+  // every layer matrix and the output matrix whole, and multiplies each row by them.
+  uint64_t embedding_parameters = 0;  // the token table
+  uint64_t embedding_bytes = 0;
+  uint64_t output_parameters = 0;  // the output matrix: the token table itself when tied
+  uint64_t output_bytes = 0;
+  uint64_t layer_parameters = 0;  // the matrices of every layer
+  uint64_t layer_bytes = 0;
+  // The last layer's attention output and feed-forward matrices: pagoda runs only the rows
+  // whose logits are wanted through them (OutputRows).
+  uint64_t tail_parameters = 0;
+  bool tied = false;
+  std::string compute_type;  // the type holding most layer-matrix bytes: "Q4_K", "AWQ-4bit"
+  // Bytes a step reads: everything but an untied token table.
+  uint64_t bytes_per_step() const { return num_bytes - (tied ? 0 : embedding_bytes); }
 };
 // The tensors a GGUF file of this shape holds (pagoda synth's list: llama / qwen2 biases /
 // qwen3 and gemma3 norms), typed the way llama.cpp's quantizer types them: 1-D tensors F32;
@@ -42,16 +60,21 @@ struct WeightEstimate {
 // third layer between; rows that are no whole number of blocks fall back (Q6_K/Q5_K -> Q8_0,
 // else Q5_0 when divisible by 32, else F16). Real llama.cpp files of a K mix can differ by a
 // few percent (its rules have more special cases); the plain types are exact.
+// Throws Error for a config whose matrices are no whole number of the type's blocks.
 WeightEstimate estimate_weights(const ModelConfig& config, const std::string& weights_type);
 // Exact: the sum of the file's tensor bytes.
 WeightEstimate file_weights(const ModelFile& file);
 
-DType parse_kv_type(const std::string& name);  // throws Error listing the known types
+DType parse_kv_type(const std::string& name);  // throws Error listing the known types (not fp8)
+std::string kv_type_label(const std::string& name);  // "f16" -> "F16", "fp8" -> "FP8"
 // 2 (K and V) x layers x KV heads x head_dim elements, at the type's block size.
 uint64_t kv_bytes_per_token(const ModelConfig& config, DType kv_type);
 // The same with hidden_size in place of KV heads x head_dim: what the cache would cost without
 // grouped-query attention (the formula many calculators use).
 uint64_t kv_bytes_per_token_without_gqa(const ModelConfig& config, DType kv_type);
+// The same at a type name of estimate_kv_types() (fp8 included); throws for another name.
+uint64_t kv_bytes_per_token(const ModelConfig& config, const std::string& kv_type);
+uint64_t kv_bytes_per_token_without_gqa(const ModelConfig& config, const std::string& kv_type);
 
 // What is neither weights nor KV: F32 activations of one engine step of kStepTokens tokens
 // (residual, normed input, Q, K, V, attention output, FFN gate and up: the widest set live in

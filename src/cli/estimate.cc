@@ -1,17 +1,27 @@
-// pagoda estimate -m FILE | --preset NAME: weight and KV-cache memory, and the largest batch
-// that fits a device.
+// pagoda estimate -m FILE | --preset NAME: weight and KV-cache memory and the largest batch
+// that fits; with --hardware, the deployment: per-device fit, speed at each batch size (a
+// roofline model of the step), the largest request rate meeting a latency service level, and
+// cost. --calibrate fits the profile to `pagoda bench` reports; --table prints the seed's five
+// deployments.
 #include "bench/estimate.h"
 
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
-#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
 
+#include "bench/calibrate.h"
+#include "bench/deployment.h"
+#include "bench/estimate_report.h"
+#include "bench/seed_table.h"
+#include "bench/workload.h"
 #include "cli/commands.h"
 #include "cli/format_util.h"
 #include "core/error.h"
 #include "model/model_file.h"
+#include "tokenizer/tokenizer.h"
 
 namespace pagoda::cli {
 namespace {
@@ -26,6 +36,24 @@ struct EstimateArgs {
   double memory_gib = 0;
   double overhead_gib = -1;
   std::string json_path;
+  // The deployment.
+  std::string hardware;
+  std::vector<std::string> hw;
+  int gpus = 1;
+  std::string prompt_len = "512";
+  std::string output_len = "256";
+  std::string dataset;
+  std::string tokenizer;
+  int num_requests = 1000;
+  uint64_t seed = 0;
+  double slo_ttft_ms = 2000;
+  double slo_tpot_ms = 100;
+  double slo_percentile = 90;
+  double qps = 0;
+  int64_t max_seqs = 256;
+  int64_t max_batched_tokens = 2048;
+  std::vector<std::string> calibrate;
+  bool table = false;
 };
 
 uint64_t gib_to_bytes(double gib, const char* option) {
@@ -34,12 +62,14 @@ uint64_t gib_to_bytes(double gib, const char* option) {
 }
 
 std::string element_size_text(const std::string& type_name) {
+  if (type_name == "FP8") return "1 byte";
   const auto& t = dtype_traits(*dtype_from_name(type_name));
   if (t.block_size == 1) return std::to_string(t.type_size) + " bytes";
   return std::to_string(t.type_size) + "/" + std::to_string(t.block_size) + " bytes";
 }
 
-void print_table(const Estimate& e, const std::string& model_name, bool is_preset) {
+void print_table(const Estimate& e, const std::string& model_name, bool is_preset,
+                 bool per_device) {
   const ModelConfig& c = e.config;
   auto row = [](const char* label, const std::string& value, const std::string& note) {
     std::printf("%-17s %11s  %s\n", label, value.c_str(), note.c_str());
@@ -78,16 +108,16 @@ void print_table(const Estimate& e, const std::string& model_name, bool is_prese
           std::to_string(kLogitRows) + " sequences");
   row("total:", human_bytes(e.total_bytes),
       "weights + KV total + overhead = " + std::to_string(e.total_bytes) + " bytes");
-  if (e.memory_bytes) {
+  if (e.memory_bytes && !per_device) {
     row("memory:", human_bytes(*e.memory_bytes),
         std::string(*e.fits ? "fits" : "does NOT fit") + "; largest batch of " +
             std::to_string(e.context) + "-token sequences: " + std::to_string(*e.max_batch));
   }
 }
 
-nlohmann::json to_json(const Estimate& e, const std::string& model_name, bool is_preset) {
+EstimateJson to_json(const Estimate& e, const std::string& model_name, bool is_preset) {
   const ModelConfig& c = e.config;
-  auto optional = [](const auto& v) { return v ? nlohmann::json(*v) : nlohmann::json(nullptr); };
+  auto optional = [](const auto& v) { return v ? EstimateJson(*v) : EstimateJson(nullptr); };
   return {
       {"model", model_name},
       {"source", is_preset ? "preset" : "file"},
@@ -101,6 +131,7 @@ nlohmann::json to_json(const Estimate& e, const std::string& model_name, bool is
       {"weights_type", e.weights.type},
       {"num_parameters", e.weights.num_parameters},
       {"weight_bytes", e.weights.num_bytes},
+      {"compute_type", e.weights.compute_type},
       {"kv_type", e.kv_type},
       {"context", e.context},
       {"batch", e.batch},
@@ -122,12 +153,191 @@ std::string joined(const std::vector<std::string>& names) {
   return s;
 }
 
+std::string read_text(const std::string& path, const char* option) {
+  std::ifstream in(path);
+  if (!in) fail(option, " ", path, ": cannot read");
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// The workload's (prompt, output) lengths and a line describing it.
+std::pair<std::vector<std::pair<int64_t, int64_t>>, std::string> workload_lengths(
+    const EstimateArgs& a, const CLI::App& cmd, const ModelFile* model_file) {
+  std::vector<std::pair<int64_t, int64_t>> lengths;
+  const bool fixed_output = cmd.get_option("--output-len")->count() > 0;
+  if (!a.dataset.empty()) {
+    std::unique_ptr<ModelFile> tokenizer_file;
+    const ModelFile* source = model_file;
+    if (!a.tokenizer.empty()) {
+      tokenizer_file = ModelFile::open(a.tokenizer);
+      source = tokenizer_file.get();
+    }
+    if (!source) fail("--dataset: give -m FILE or --tokenizer FILE to count its tokens");
+    if (!source->has_vocab()) fail("--dataset: ", source->path(), " has no tokenizer");
+    const auto tokenizer = Tokenizer::create(source->vocab());
+    const int32_t output =
+        fixed_output ? bench::parse_length_range(a.output_len, "--output-len").min : 0;
+    const auto d = bench::sharegpt_requests(a.dataset, *tokenizer, a.num_requests, {}, output);
+    if (d.requests.empty()) fail("--dataset ", a.dataset, ": no usable conversation");
+    for (const auto& r : d.requests) {
+      lengths.emplace_back(static_cast<int64_t>(r.prompt.size()), r.output_len);
+    }
+    return {lengths,
+            "dataset " + a.dataset + " (" + std::to_string(lengths.size()) + " conversations)"};
+  }
+  const auto prompt = bench::parse_length_range(a.prompt_len, "--prompt-len");
+  const auto output = bench::parse_length_range(a.output_len, "--output-len");
+  std::mt19937_64 rng(a.seed);
+  for (int i = 0; i < a.num_requests; ++i) {
+    const int64_t p = std::uniform_int_distribution<int64_t>(prompt.min, prompt.max)(rng);
+    const int64_t o = std::uniform_int_distribution<int64_t>(output.min, output.max)(rng);
+    lengths.emplace_back(p, o);
+  }
+  return {lengths, "prompt " + prompt.to_string() + ", output " + output.to_string() + " tokens, " +
+                       std::to_string(a.num_requests) + " requests"};
+}
+
+HardwareProfile resolve_hardware(const EstimateArgs& a, const std::string& probe_type) {
+  const std::string name = a.hardware.empty() ? "this" : a.hardware;
+  if (name == "this") {
+    ProbeOptions p;
+    p.weight_type = probe_type;
+    std::fprintf(stderr, "probing this machine (bandwidth, F16 and %s products)...\n",
+                 probe_type.c_str());
+    return probe_this_machine(p);
+  }
+  if (name.size() > 5 && name.substr(name.size() - 5) == ".json") {
+    return hardware_from_json(read_text(name, "--hardware"), name);
+  }
+  return find_hardware_preset(name);
+}
+
+// The weight type whose product the probe times: the model's, when pagoda multiplies it.
+std::string probe_type_for(const std::string& compute_type) {
+  const auto t = dtype_from_name(compute_type);
+  if (t && *t != DType::kF32 && *t != DType::kF16 && *t != DType::kBF16) return compute_type;
+  return compute_type == "INT8" || compute_type == "FP8" ? "Q8_0" : "Q4_0";
+}
+
+void write_json(const EstimateJson& json, const std::string& path) {
+  if (path.empty() || path == "-") return;
+  std::ofstream out(path);
+  out << json.dump(2) << "\n";
+  if (!out) fail(path, ": cannot write");
+}
+
+DeploymentOptions deployment_options(const EstimateArgs& a, const CLI::App& cmd,
+                                     std::vector<std::pair<int64_t, int64_t>> lengths,
+                                     std::optional<uint64_t> overhead) {
+  DeploymentOptions d;
+  d.num_devices = a.gpus;
+  d.seq_len = a.context;
+  d.lengths = std::move(lengths);
+  d.max_num_seqs = a.max_seqs;
+  d.max_num_batched_tokens = a.max_batched_tokens;
+  d.overhead_bytes = overhead;
+  d.slo.ttft_s = a.slo_ttft_ms * 1e-3;
+  d.slo.tpot_s = a.slo_tpot_ms * 1e-3;
+  d.slo.percentile = a.slo_percentile;
+  if (cmd.get_option("--qps")->count()) d.target_qps = a.qps;
+  return d;
+}
+
+int run_table(const EstimateArgs& a, const CLI::App& cmd, const HardwareProfile* calibrated_this) {
+  for (const char* option : {"--model", "--preset", "--hardware", "--hw", "--gpus",
+                             "--weights-type", "--kv-type", "--memory-gb", "--batch"}) {
+    if (cmd.get_option(option)->count()) {
+      fail("--table: ", option, " does not apply (each row names its own model and hardware)");
+    }
+  }
+  auto [lengths, workload] = workload_lengths(a, cmd, nullptr);
+  SeedTableOptions o;
+  o.deployment = deployment_options(a, cmd, std::move(lengths), std::nullopt);
+  if (calibrated_this) {
+    o.this_machine = *calibrated_this;
+  } else {
+    ProbeOptions p;
+    std::fprintf(stderr, "probing this machine for the CPU row (bandwidth, F16 and Q4_0)...\n");
+    o.this_machine = probe_this_machine(p);
+  }
+  const auto rows = seed_table(o);
+  EstimateJson json_rows = EstimateJson::array();
+  std::string text = "The seed's deployments, each for " + workload + "; SLO " +
+                     strf("p%g TTFT <= %g ms, p%g TPOT <= %g ms\n\n", a.slo_percentile,
+                          a.slo_ttft_ms, a.slo_percentile, a.slo_tpot_ms);
+  int index = 1;
+  for (const SeedRowResult& r : rows) {
+    const Deployment& d = r.deployment;
+    text += strf("%d. %s  (%s, %s, %s x %d, K/V %s)\n", index++, r.row.deployment.c_str(),
+                 r.row.preset.c_str(), r.row.weights_type.c_str(), r.row.hardware.c_str(),
+                 r.row.num_devices, r.row.kv_type.c_str());
+    text += "   seed:    " +
+            (r.row.seed_figure.empty() ? std::string("(no figure quoted)") : r.row.seed_figure) +
+            "\n";
+    std::string ours;
+    if (!d.memory.fits) {
+      ours = strf("does NOT fit (weights %.1f GiB per device of %.1f GiB usable)",
+                  d.memory.weight_bytes / 1073741824.0, d.memory.usable_bytes / 1073741824.0);
+    } else {
+      const BatchPoint& b1 = d.batches.front();
+      ours = strf(
+          "fits: weights %.1f GiB per device, %llu sequences of %llu tokens; batch 1: "
+          "%.0f tokens/s, TTFT %.0f ms",
+          d.memory.weight_bytes / 1073741824.0, static_cast<unsigned long long>(d.memory.max_batch),
+          static_cast<unsigned long long>(d.seq_len), b1.decode_tokens_per_s, b1.ttft_mean_s * 1e3);
+      if (d.capacity) {
+        ours += strf("\n            %.3g QPS within the SLO (%.3g at any latency)",
+                     d.capacity->max_qps, d.capacity->saturated_qps);
+        if (d.capacity->max_qps > 0 && d.profile.get("price_per_hour") > 0) {
+          ours += strf(", $%.0f/month, $%.3g per million output tokens", d.usd_per_month,
+                       d.cost.usd_per_million_output);
+        }
+      }
+    }
+    text += "   pagoda:  " + ours + "\n";
+    for (const std::string& n : r.notes) text += "   note:    " + n + "\n";
+    text += "\n";
+    EstimateJson row = deployment_json(d, o.deployment);
+    row["deployment"] = r.row.deployment;
+    row["preset"] = r.row.preset;
+    row["weights_type"] = r.row.weights_type;
+    row["kv_type"] = r.row.kv_type;
+    row["hardware"] = hardware_json(d.profile, d.num_devices, d.rates);
+    row["seed_figure"] =
+        r.row.seed_figure.empty() ? EstimateJson(nullptr) : EstimateJson(r.row.seed_figure);
+    row["weight_bytes"] = r.cost.weights.num_bytes;
+    row["notes"] = r.notes;
+    json_rows.push_back(std::move(row));
+  }
+  const EstimateJson json = {{"table", json_rows}};
+  if (a.json_path == "-") {
+    std::cout << json.dump(2) << "\n";
+    return 0;
+  }
+  std::fputs(text.c_str(), stdout);
+  write_json(json, a.json_path);
+  return 0;
+}
+
+void check_args(const EstimateArgs& a) {
+  if (a.gpus < 1 || a.gpus > 1024) fail("--gpus must be 1 to 1024");
+  if (a.num_requests < 1 || a.num_requests > 100000) fail("--num-requests must be 1 to 100000");
+  if (!(a.slo_ttft_ms > 0)) fail("--slo-ttft-ms must be more than 0");
+  if (!(a.slo_tpot_ms > 0)) fail("--slo-tpot-ms must be more than 0");
+  if (!(a.slo_percentile >= 0 && a.slo_percentile <= 100)) fail("--slo-percentile must be 0-100");
+  if (!(a.qps >= 0) || !std::isfinite(a.qps)) fail("--qps must be a rate of 0 or more");
+  if (a.max_seqs < 1) fail("--max-seqs must be at least 1");
+  if (a.max_batched_tokens < 1) fail("--max-batched-tokens must be at least 1");
+}
+
 }  // namespace
 
 Action add_estimate(CLI::App& app) {
   auto a = std::make_shared<EstimateArgs>();
   auto* cmd = app.add_subcommand(
-      "estimate", "Weight and KV-cache memory of a model, and the largest batch that fits");
+      "estimate",
+      "Memory of a model and, with --hardware, its speed, capacity and cost on that hardware");
   std::vector<std::string> presets;
   for (const auto& p : estimate_presets()) presets.push_back(p.name);
   auto* model = cmd->add_option("-m,--model", a->model_path,
@@ -141,23 +351,79 @@ Action add_estimate(CLI::App& app) {
                       "synth writes it: within a few percent of llama.cpp's files");
   cmd->add_option(
          "--kv-type", a->kv_type,
-         "KV cache element type (pagoda's CPU cache is F32 today): " + joined(estimate_kv_types()))
+         "KV cache element type (pagoda's CPU cache is F32 or F16): " + joined(estimate_kv_types()))
       ->default_val("f16");
-  cmd->add_option("--context", a->context, "Tokens per sequence (default: the model's context)");
+  cmd->add_option("--context", a->context,
+                  "Tokens per sequence (default: the model's context; with --hardware the "
+                  "workload's longest request)");
   cmd->add_option("--batch", a->batch, "Sequences held at once")->default_val(1);
   cmd->add_option("--memory-gb", a->memory_gib,
-                  "Device memory in GiB (2^30 bytes): says whether it fits and the largest batch");
+                  "Device memory in GiB (2^30 bytes): says whether it fits and the largest batch; "
+                  "with --hardware it replaces the profile's memory");
   cmd->add_option("--overhead-gb", a->overhead_gib,
                   "Memory that is neither weights nor KV, in GiB (default: F32 activations of a " +
                       std::to_string(kStepTokens) + "-token step + logits of " +
                       std::to_string(kLogitRows) + " sequences)");
   cmd->add_option("--json", a->json_path,
                   "Also write the numbers as JSON to PATH ('-': stdout only)");
+  cmd->add_option("--hardware", a->hardware,
+                  "Hardware profile: " + joined(hardware_preset_names()) +
+                      " (measured now), or a JSON file of figures (docs/BENCHMARKS.md)");
+  cmd->add_option("--hw", a->hw,
+                  "Override one figure of the profile, KEY=VALUE (repeatable): memory_gib, "
+                  "bandwidth_gbs, bandwidth_efficiency, f16_tflops, int8_tops, fp8_tflops, "
+                  "f32_tflops, compute_efficiency, link_gbs, link_latency_us, step_overhead_ms, "
+                  "price_per_hour, memory_utilization");
+  cmd->add_option("--gpus", a->gpus, "Devices splitting the model (tensor parallel)")
+      ->default_val(1);
+  cmd->add_option("--prompt-len", a->prompt_len, "Workload prompt tokens: N or MIN:MAX (uniform)")
+      ->default_val("512");
+  cmd->add_option("--output-len", a->output_len,
+                  "Workload output tokens: N or MIN:MAX (with --dataset: N replaces the replies)")
+      ->default_val("256");
+  cmd->add_option("--dataset", a->dataset,
+                  "ShareGPT-style JSON file for the workload (tokens counted with -m's tokenizer "
+                  "or --tokenizer's)");
+  cmd->add_option("--tokenizer", a->tokenizer, "Model file whose tokenizer counts --dataset");
+  cmd->add_option("--num-requests", a->num_requests, "Requests in the simulated workload")
+      ->default_val(1000);
+  cmd->add_option("--seed", a->seed, "Seed of the random lengths")->default_val(0);
+  cmd->add_option("--slo-ttft-ms", a->slo_ttft_ms, "Service level: time to first token, ms")
+      ->default_val(2000);
+  cmd->add_option("--slo-tpot-ms", a->slo_tpot_ms, "Service level: time per output token, ms")
+      ->default_val(100);
+  cmd->add_option("--slo-percentile", a->slo_percentile,
+                  "Percentile of requests the service level holds for")
+      ->default_val(90);
+  cmd->add_option("--qps", a->qps, "Target requests/s: replicas and monthly cost to serve it");
+  cmd->add_option("--max-seqs", a->max_seqs, "Sequences a step may hold")->default_val(256);
+  cmd->add_option("--max-batched-tokens", a->max_batched_tokens, "Token budget of a step")
+      ->default_val(2048);
+  cmd->add_option("--calibrate", a->calibrate,
+                  "`pagoda bench latency|throughput --json` report measured on the hardware "
+                  "(repeatable): fit its bandwidth, compute and step overhead (default hardware: "
+                  "this)");
+  cmd->add_flag("--table", a->table,
+                "The seed's five deployments with pagoda's figures beside the seed's");
   return [a, cmd] {
+    check_args(*a);
+    if (a->table) {
+      std::optional<HardwareProfile> calibrated;
+      if (!a->calibrate.empty()) {
+        std::vector<CalibrationRun> runs;
+        for (const auto& path : a->calibrate) runs.push_back(read_calibration_run(path));
+        ProbeOptions p;
+        p.weight_type = probe_type_for(runs[0].cost.weights.compute_type);
+        const HardwareProfile here = probe_this_machine(p);
+        calibrated = apply_calibration(here, calibrate(runs, here));
+      }
+      return run_table(*a, *cmd, calibrated ? &*calibrated : nullptr);
+    }
     if (a->model_path.empty() && a->preset.empty()) fail("estimate: give -m FILE or --preset NAME");
     ModelConfig config;
     WeightEstimate weights;
     std::string name;
+    std::unique_ptr<ModelFile> file;
     const bool is_preset = !a->preset.empty();
     if (is_preset) {
       const EstimatePreset& p = find_estimate_preset(a->preset);
@@ -168,33 +434,84 @@ Action add_estimate(CLI::App& app) {
       if (!a->weights_type.empty()) {
         fail("estimate: --weights-type is for presets; a file's weights are counted as stored");
       }
-      auto file = ModelFile::open(a->model_path);
+      file = ModelFile::open(a->model_path);
       config = file->config();
       weights = file_weights(*file);
       name = a->model_path;
+    }
+    const bool deployment = !a->hardware.empty() || !a->calibrate.empty() || !a->hw.empty();
+    for (const char* option : {"--gpus", "--prompt-len", "--output-len", "--dataset", "--qps",
+                               "--slo-ttft-ms", "--slo-tpot-ms", "--max-seqs"}) {
+      if (!deployment && cmd->get_option(option)->count()) {
+        fail(option, ": give --hardware NAME (or --calibrate FILE) to estimate speed and cost");
+      }
     }
     EstimateOptions o;
     o.kv_type = a->kv_type;
     o.context = a->context;
     o.batch = a->batch;
-    if (cmd->count("--memory-gb")) {
-      o.memory_bytes = gib_to_bytes(a->memory_gib, "--memory-gb");
-      if (*o.memory_bytes == 0) fail("--memory-gb must be more than 0");
-    }
-    if (cmd->count("--overhead-gb"))
+    if (cmd->count("--overhead-gb")) {
       o.overhead_bytes = gib_to_bytes(a->overhead_gib, "--overhead-gb");
-    const Estimate e = estimate_memory(config, weights, o);
-    const nlohmann::json json = to_json(e, name, is_preset);
+    }
+    if (cmd->count("--memory-gb")) {
+      if (!(a->memory_gib > 0)) fail("--memory-gb must be more than 0");
+      if (!deployment) o.memory_bytes = gib_to_bytes(a->memory_gib, "--memory-gb");
+    }
+    if (!deployment) {
+      const Estimate e = estimate_memory(config, weights, o);
+      const EstimateJson json = to_json(e, name, is_preset);
+      if (a->json_path == "-") {
+        std::cout << json.dump(2) << "\n";
+        return 0;
+      }
+      print_table(e, name, is_preset, false);
+      write_json(json, a->json_path);
+      return 0;
+    }
+
+    // The deployment: workload, hardware (calibrated), per-device fit, speed, capacity, cost.
+    auto [lengths, workload] = workload_lengths(*a, *cmd, file.get());
+    int64_t longest = 0;
+    for (const auto& [p, q] : lengths) longest = std::max(longest, p + q);
+    if (!a->context) o.context = static_cast<uint64_t>(longest);
+    Estimate e = estimate_memory(config, weights, o);
+    ModelCost cost{config, weights, e.kv_bytes_per_token};
+
+    std::optional<Calibration> calibration;
+    std::vector<CalibrationRun> runs;
+    for (const auto& path : a->calibrate) runs.push_back(read_calibration_run(path));
+    HardwareProfile profile = resolve_hardware(
+        *a,
+        probe_type_for(runs.empty() ? weights.compute_type : runs[0].cost.weights.compute_type));
+    if (cmd->count("--memory-gb")) profile.set("memory_gib", a->memory_gib, "--memory-gb");
+    for (const auto& assignment : a->hw) apply_hardware_override(profile, assignment);
+    if (!runs.empty()) {
+      calibration = calibrate(runs, profile);
+      profile = apply_calibration(profile, *calibration);
+    }
+    DeploymentOptions d_opts = deployment_options(*a, *cmd, lengths, o.overhead_bytes);
+    d_opts.seq_len = e.context;
+    const Deployment d = estimate_deployment(cost, profile, d_opts);
+    e.memory_bytes = d.memory.usable_bytes;
+    e.max_batch = d.memory.max_batch;
+    e.fits = d.memory.fits && e.batch <= d.memory.max_batch;
+
+    EstimateJson json = to_json(e, name, is_preset);
+    json["hardware"] = hardware_json(profile, d.num_devices, d.rates);
+    json["workload"] = workload;
+    const EstimateJson deployment_part = deployment_json(d, d_opts);
+    for (const auto& [key, value] : deployment_part.items()) json[key] = value;
+    json["calibration"] =
+        calibration ? calibration_json(*calibration, profile) : EstimateJson(nullptr);
     if (a->json_path == "-") {
       std::cout << json.dump(2) << "\n";
       return 0;
     }
-    print_table(e, name, is_preset);
-    if (!a->json_path.empty()) {
-      std::ofstream out(a->json_path);
-      out << json.dump(2) << "\n";
-      if (!out) fail(a->json_path, ": cannot write");
-    }
+    print_table(e, name, is_preset, true);
+    std::fputs(hardware_text(profile, d.num_devices, weights.compute_type).c_str(), stdout);
+    if (calibration) std::fputs(calibration_text(*calibration, profile).c_str(), stdout);
+    std::fputs(deployment_text(d, d_opts, workload).c_str(), stdout);
+    write_json(json, a->json_path);
     return 0;
   };
 }

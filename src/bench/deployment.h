@@ -1,0 +1,54 @@
+// The deployment question for one model on one hardware profile: how much fits on each
+// device, how fast a step runs at each batch size, the largest request rate that meets a
+// latency service level for a workload, and what a token and a month cost. `pagoda estimate`
+// prints it; --table asks it for each of the seed's five deployments.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bench/hardware.h"
+#include "bench/roofline.h"
+#include "bench/serving_sim.h"
+
+namespace pagoda {
+
+inline constexpr double kHoursPerMonth = 730;  // 365 x 24 / 12
+
+struct DeploymentOptions {
+  int num_devices = 1;
+  uint64_t seq_len = 0;  // tokens a sequence holds for the fit; 0: the longest request
+  std::vector<std::pair<int64_t, int64_t>> lengths;  // the workload: (prompt, output) each
+  int64_t max_num_seqs = 256;
+  int64_t max_num_batched_tokens = 2048;
+  std::optional<uint64_t> overhead_bytes;  // nullopt: default_overhead_bytes
+  ServiceLevel slo;
+  std::optional<double> target_qps;
+  bool capacity = true;  // false: only the fit and the speed table
+};
+
+struct Deployment {
+  HardwareProfile profile;
+  int num_devices = 1;
+  DeviceRates rates;
+  DeviceMemory memory;
+  uint64_t seq_len = 0;
+  double mean_prompt_len = 0;
+  double mean_output_len = 0;
+  std::vector<BatchPoint> batches;         // at the mean prompt and output lengths
+  std::optional<CapacityResult> capacity;  // when it fits and capacity was asked
+  CostFigures cost;                        // at capacity->max_qps
+  double usd_per_month = 0;                // one replica, all the time
+  // For target_qps: replicas of num_devices devices, and their month.
+  int64_t target_replicas = 0;
+  double target_usd_per_month = 0;
+};
+
+// Throws Error for an empty workload, or several devices on a profile without a link.
+Deployment estimate_deployment(const ModelCost& cost, const HardwareProfile& profile,
+                               const DeploymentOptions& options);
+
+}  // namespace pagoda
