@@ -359,7 +359,16 @@ Calibration calibrate(const std::vector<CalibrationRun>& runs, const HardwarePro
   c.overhead_measured = measured_flags[2];
   // Fit again with the figures the runs cannot see held at the profile's values (else the
   // prior's pull would share the misfit out among all three).
+  auto rms_error = [&](const Point& at) {
+    const std::vector<double> predicted = log_predictions(runs, profile, at);
+    double sum = 0;
+    for (size_t i = 0; i < measured.size(); ++i) {
+      sum += (predicted[i] - measured[i]) * (predicted[i] - measured[i]);
+    }
+    return std::sqrt(sum / static_cast<double>(measured.size()));
+  };
   if (measured_flags != all) {
+    const Point free_fit = x;
     Point held = x;
     for (int d = 0; d < 3; ++d) {
       if (!measured_flags[d]) held[d] = prior[d];
@@ -367,6 +376,11 @@ Calibration calibrate(const std::vector<CalibrationRun>& runs, const HardwarePro
     pull = 1e-8;
     x = minimize(objective, held, measured_flags);
     x = minimize(objective, x, measured_flags);
+    if (rms_error(x) > rms_error(free_fit) + 0.005) {
+      x = free_fit;
+      c.underdetermined = true;
+      c.bandwidth_measured = c.compute_measured = c.overhead_measured = true;
+    }
   }
   c.scale = scale_of(x);
 

@@ -75,6 +75,9 @@ struct Calibration {
   bool bandwidth_measured = false;
   bool compute_measured = false;
   bool overhead_measured = false;
+  // Fewer figures than the parameters they need: holding the undetermined ones at the profile's
+  // values could not reproduce the runs, so all three moved and are not told apart.
+  bool underdetermined = false;
   std::vector<CalibrationFigure> figures;
 };
 // Throws Error when the runs hold no measured figure.

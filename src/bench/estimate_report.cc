@@ -232,6 +232,10 @@ std::string calibration_text(const Calibration& c, const HardwareProfile& p) {
   auto status = [](bool measured) { return measured ? "measured (fit)" : "modelled (kept)"; };
   std::string s =
       "calibration:      fit to the runs' mean TTFT, decode time per token and wall time\n";
+  if (c.underdetermined) {
+    s += "  (fewer figures than parameters, and holding one at the profile's value misses them:\n"
+         "   all three moved, and the runs do not tell them apart)\n";
+  }
   s += strf("  bandwidth         x %.3f  -> bandwidth_efficiency %.3f   %s\n", c.scale.bandwidth,
             p.get("bandwidth_efficiency"), status(c.bandwidth_measured));
   s += strf("  compute           x %.3f  -> compute_efficiency %.3f     %s\n", c.scale.compute,
@@ -268,6 +272,7 @@ EstimateJson calibration_json(const Calibration& c, const HardwareProfile& p) {
           {"bandwidth", c.bandwidth_measured ? "measured" : "modelled"},
           {"compute", c.compute_measured ? "measured" : "modelled"},
           {"overheads", c.overhead_measured ? "measured" : "modelled"},
+          {"underdetermined", c.underdetermined},
           {"bandwidth_efficiency", p.get("bandwidth_efficiency")},
           {"compute_efficiency", p.get("compute_efficiency")},
           {"figures", figures}};

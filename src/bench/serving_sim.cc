@@ -249,7 +249,8 @@ CapacityResult find_capacity(const std::vector<std::pair<int64_t, int64_t>>& len
   const SimResult saturated = simulate(requests_at(0), engine, cost, rates);
   c.saturated_qps = static_cast<double>(lengths.size()) / saturated.end_s;
 
-  double lo = c.saturated_qps * 1e-3, hi = c.saturated_qps * 1.5;
+  // No rate above the saturated one can be sustained: its queue only grows.
+  double lo = c.saturated_qps * 1e-3, hi = c.saturated_qps;
   Trial best = trial(lo);
   if (!best.ttft_ok || !best.tpot_ok) {
     c.limit = "nothing meets";
@@ -260,6 +261,7 @@ CapacityResult find_capacity(const std::vector<std::pair<int64_t, int64_t>>& len
   if (top.ttft_ok && top.tpot_ok) {
     best = top;
     lo = hi;
+    c.limit = "throughput";
   } else {
     while (hi / lo > 1.01) {
       const double mid = std::sqrt(lo * hi);

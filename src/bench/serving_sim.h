@@ -93,7 +93,9 @@ struct CapacityResult {
   double saturated_qps = 0;  // every request at once: the most it serves at any latency
   double alone_ttft_s = 0;   // one request on an idle server
   double alone_tpot_s = 0;
-  const char* limit = "";  // what stops a higher rate: "TTFT", "TPOT" or "nothing meets"
+  // What stops a higher rate: "TTFT", "TPOT", "throughput" (the saturated rate meets the
+  // service level) or "nothing meets".
+  const char* limit = "";
 };
 // `lengths`: (prompt, output) per request; arrivals are Poisson (a fixed seed), scaled to
 // each rate tried; the rate is found by bisection to within 1 %.

@@ -100,3 +100,277 @@ def test_weights_type_is_for_presets_only(pagoda_bin, shared_dir):
     model = shared_dir / "models" / "stories260K.gguf"
     r = estimate(pagoda_bin, "-m", model, "--weights-type", "q4_0")
     assert r.returncode == 1 and b"--weights-type is for presets" in r.stderr
+
+
+# --- the deployment: hardware, speed, capacity, cost, calibration, the seed's table ---------
+
+def estimate_json(pagoda_bin, *args):
+    r = estimate(pagoda_bin, *args, "--json", "-")
+    assert r.returncode == 0, r.stderr.decode()
+    return json.loads(r.stdout)
+
+
+LLAMA2_7B_LAYER_PARAMS = 32 * (4 * 4096 * 4096 + 3 * 4096 * 11008)
+LLAMA3_70B_LAYER_PARAMS = 80 * (2 * 8192 * 8192 + 2 * 1024 * 8192 + 3 * 28672 * 8192)
+
+
+def test_decode_at_batch_one_from_the_spec_sheet(pagoda_bin):
+    j = estimate_json(pagoda_bin, "--preset", "llama-2-7b", "--hardware", "a100-80gb",
+                      "--prompt-len", 512, "--output-len", 256)
+    # By hand: an A100 80 GB moves 2039 GB/s x 0.8 and multiplies 312 TFLOP/s x 0.6; a step
+    # costs 1 ms + 20 us a layer. Decode reads every matrix but the token table (32000 x 4096
+    # F16) and the K/V of 512 + 256 / 2 tokens (524288 bytes each).
+    bandwidth, flops = 2039e9 * 0.8, 312e12 * 0.6
+    weights = j["weight_bytes"] - 32000 * 4096 * 2
+    products = 2 * (LLAMA2_7B_LAYER_PARAMS + 32000 * 4096)
+    attention = 4 * 128 * 32 * 32 * 640
+    step = (1e-3 + 32 * 20e-6 + max(weights / bandwidth, products / flops)
+            + max(640 * 524288 / bandwidth, attention / flops))
+    b1 = j["speed"]["batches"][0]
+    assert b1["batch"] == 1 and b1["decode_bound"] == "memory"
+    assert abs(b1["decode_step_ms"] / (step * 1e3) - 1) < 1e-9
+    assert abs(b1["decode_tokens_per_s"] * step - 1) < 1e-9
+    # Prefill of one 512-token prompt is bound by flops: all layers for 512 rows but the last
+    # layer's o and FFN (and the output matrix) for the one that samples.
+    tail = 4096 * 4096 + 3 * 4096 * 11008
+    prefill_products = 2 * (LLAMA2_7B_LAYER_PARAMS * 512 - tail * 511 + 32000 * 4096)
+    prefill_attention = 4 * 128 * 32 * 32 * (512 * 513 // 2)
+    ttft = (1e-3 + 32 * 20e-6 + prefill_products / flops
+            + max(512 * 524288 / bandwidth, prefill_attention / flops))
+    assert abs(b1["ttft_ms"] / (ttft * 1e3) - 1) < 1e-9
+    assert abs(b1["prefill_tokens_per_s"] * ttft / 512 - 1) < 1e-9
+    assert j["speed"]["ttft_ms"] == b1["ttft_ms"]
+    # Throughput grows with the batch up to the largest that fits; the last row is that batch.
+    sizes = [b["batch"] for b in j["speed"]["batches"]]
+    assert sizes[:4] == [1, 2, 4, 8] and sizes[-1] == j["per_device"]["max_batch"]
+    rates = [b["decode_tokens_per_s"] for b in j["speed"]["batches"]]
+    assert rates == sorted(rates)
+    for b in j["speed"]["batches"]:
+        assert set(b) >= {"decode_tokens_per_s", "prefill_tokens_per_s", "tpot_ms", "ttft_ms"}
+
+
+def test_two_gpus_split_the_model_and_pay_for_all_reduces(pagoda_bin):
+    j = estimate_json(pagoda_bin, "--preset", "llama-3-70b", "--weights-type", "awq-4bit",
+                      "--hardware", "a100-80gb", "--gpus", 2, "--context", 4096)
+    d = j["per_device"]
+    assert d["weight_bytes"] == (j["weight_bytes"] + 1) // 2
+    assert d["kv_bytes_per_token"] == 327680 // 2  # 8 K/V heads, 4 on each
+    assert d["seq_len"] == 4096 and j["context"] == 4096
+    usable = int(80 * 2**30 * 0.9)
+    assert d["usable_bytes"] == usable
+    assert d["kv_capacity_tokens"] == (usable - d["weight_bytes"] - d["overhead_bytes"]) // 163840
+    assert d["max_batch"] == d["kv_capacity_tokens"] // 4096 == j["max_batch"]
+    assert j["hardware"]["num_devices"] == 2
+    # Batch 1 by hand: half of every matrix (AWQ layers, F16 output) and half the K/V on each
+    # device, plus 2 all-reduces a layer of 8192 F16 values: 2 x 1/2 of them over 300 GB/s and
+    # 2 hops of 10 us.
+    bandwidth, flops = 2039e9 * 0.8, 312e12 * 0.6
+    weights = (j["weight_bytes"] - 128256 * 8192 * 2) / 2
+    products = 2 * (LLAMA3_70B_LAYER_PARAMS + 128256 * 8192) / 2
+    context = 512 + 128
+    attention = 4 * 128 * 64 * 80 * context / 2
+    comm = 2 * 80 * (8192 * 2 / 300e9 + 2 * 10e-6)
+    step = (1e-3 + 80 * 20e-6 + max(weights / bandwidth, products / flops)
+            + max(context * 327680 / 2 / bandwidth, attention / flops) + comm)
+    assert abs(j["speed"]["batches"][0]["decode_step_ms"] / (step * 1e3) - 1) < 1e-9
+    # One device holds the 37 GiB of weights too, with less room for K/V.
+    one = estimate_json(pagoda_bin, "--preset", "llama-3-70b", "--weights-type", "awq-4bit",
+                        "--hardware", "a100-80gb", "--context", 4096)
+    assert one["per_device"]["fits"] and one["per_device"]["max_batch"] < d["max_batch"] / 2
+
+
+def test_capacity_and_cost(pagoda_bin):
+    j = estimate_json(pagoda_bin, "--preset", "llama-3-8b", "--weights-type", "fp8", "--hardware",
+                      "h100", "--prompt-len", 1000, "--output-len", 200, "--num-requests", 300,
+                      "--qps", 50)
+    c, cost = j["capacity"], j["cost"]
+    assert c["num_requests"] == 300 and c["mean_prompt_len"] == 1000
+    assert c["slo"] == {"percentile": 90, "ttft_ms": 2000, "tpot_ms": 100}
+    assert 0 < c["max_qps"] <= c["saturated_qps"]
+    assert c["ttft_ms_at_max"] <= 2000 and c["tpot_ms_at_max"] <= 100
+    assert c["limited_by"] in ("TTFT", "TPOT", "throughput")
+    assert abs(c["input_tokens_per_s"] - c["max_qps"] * 1000) < 1e-6 * c["input_tokens_per_s"]
+    assert abs(c["output_tokens_per_s"] - c["max_qps"] * 200) < 1e-6 * c["output_tokens_per_s"]
+    # An H100 at $2.90 an hour; 730 hours a month; input and output share the hour by busy time.
+    assert cost["usd_per_hour"] == 2.90
+    assert abs(cost["usd_per_month"] - 2.90 * 730) < 1e-9
+    per_s = 2.90 / 3600
+    total = per_s / (c["max_qps"] * 1200) * 1e6
+    assert abs(cost["usd_per_million_tokens"] / total - 1) < 1e-9
+    out = per_s * (1 - c["prefill_share"]) / (c["max_qps"] * 200) * 1e6
+    assert abs(cost["usd_per_million_output_tokens"] / out - 1) < 1e-9
+    inp = per_s * c["prefill_share"] / (c["max_qps"] * 1000) * 1e6
+    assert abs(cost["usd_per_million_input_tokens"] / inp - 1) < 1e-9
+    replicas = -(-50 // c["max_qps"])
+    assert cost["target_replicas"] == replicas and cost["target_devices"] == replicas
+    assert abs(cost["target_usd_per_month"] - replicas * 2.90 * 730) < 1e-6
+
+
+def test_a_tighter_service_level_serves_fewer_requests(pagoda_bin):
+    loose = estimate_json(pagoda_bin, "--preset", "llama-3-8b", "--weights-type", "awq-4bit",
+                          "--hardware", "l4", "--num-requests", 200)
+    tight = estimate_json(pagoda_bin, "--preset", "llama-3-8b", "--weights-type", "awq-4bit",
+                          "--hardware", "l4", "--num-requests", 200, "--slo-tpot-ms", 40)
+    assert 0 < tight["capacity"]["max_qps"] < loose["capacity"]["max_qps"]
+    never = estimate_json(pagoda_bin, "--preset", "llama-3-8b", "--weights-type", "awq-4bit",
+                          "--hardware", "l4", "--num-requests", 200, "--slo-ttft-ms", 1)
+    assert never["capacity"]["max_qps"] == 0 and never["capacity"]["limited_by"] == "nothing meets"
+    assert never["cost"]["usd_per_million_tokens"] is None
+
+
+def test_quantization_and_kv_type_change_the_fit(pagoda_bin):
+    def fit(*args):
+        return estimate_json(pagoda_bin, "--preset", "llama-3-70b", "--hardware", "h100",
+                             "--context", 4096, *args)["per_device"]
+    assert not fit()["fits"]  # 141 GB of F16 weights
+    fp8, awq = fit("--weights-type", "fp8"), fit("--weights-type", "awq-4bit")
+    assert fp8["fits"] and awq["max_batch"] > fp8["max_batch"]
+    fp8_cache = fit("--weights-type", "fp8", "--kv-type", "fp8")
+    assert fp8_cache["kv_bytes_per_token"] == fp8["kv_bytes_per_token"] // 2 == 163840
+    assert fp8_cache["kv_capacity_tokens"] in (2 * fp8["kv_capacity_tokens"],
+                                               2 * fp8["kv_capacity_tokens"] + 1)
+
+
+def test_hardware_file_and_overrides(pagoda_bin, tmp_path):
+    hw = tmp_path / "my-gpu.json"
+    hw.write_text(json.dumps({"base": "h100", "name": "rented-h100", "price_per_hour": 5.0}))
+    j = estimate_json(pagoda_bin, "--preset", "llama-3-8b", "--hardware", hw, "--hw",
+                      "bandwidth_gbs=1000", "--memory-gb", 40)
+    h = j["hardware"]
+    assert h["name"] == "rented-h100"
+    assert h["figures"]["price_per_hour"] == 5.0 and h["sources"]["price_per_hour"].startswith("file")
+    assert h["figures"]["bandwidth_gbs"] == 1000 and h["sources"]["bandwidth_gbs"] == "--hw"
+    assert h["figures"]["memory_gib"] == 40 and h["sources"]["memory_gib"] == "--memory-gb"
+    assert h["figures"]["f16_tflops"] == 989 and h["sources"]["f16_tflops"] == "spec sheet"
+    assert abs(h["effective"]["bandwidth_gbs"] - 800) < 1e-9
+    assert j["per_device"]["usable_bytes"] == int(40 * 2**30 * 0.9)
+
+
+def test_cpu_box_by_cores_and_channels(pagoda_bin):
+    j = estimate_json(pagoda_bin, "--preset", "llama-2-7b", "--weights-type", "q4_0",
+                      "--hardware", "cpu-16c-8ch-128gb", "--num-requests", 50)
+    h = j["hardware"]
+    assert h["kind"] == "cpu" and h["figures"]["memory_gib"] == 128
+    assert h["figures"]["bandwidth_gbs"] == 8 * 38.4
+    # Q4_0 products run on the 8-bit integer figure; attention in F32 on a CPU.
+    assert abs(h["effective"]["matmul_tflops"] - 16 * 2.5e9 * 32 * 4 / 1e12 * 0.5) < 1e-9
+    assert abs(h["effective"]["attention_tflops"] - 16 * 2.5e9 * 32 / 1e12 * 0.5) < 1e-9
+
+
+def one_line_error(r, *needles):
+    assert r.returncode == 1
+    err = r.stderr.decode().strip()
+    assert len(err.splitlines()) == 1, err
+    for n in needles:
+        assert n in err, err
+
+
+def test_user_errors_are_one_line(pagoda_bin, tmp_path):
+    one_line_error(estimate(pagoda_bin, "--preset", "llama-3-8b", "--hardware", "tpu"),
+                   "--hardware", "unknown hardware 'tpu'", "a100-80gb")
+    one_line_error(estimate(pagoda_bin, "--preset", "llama-3-8b", "--hardware", "h100", "--hw",
+                            "bandwidth=3"), "unknown hardware figure 'bandwidth'")
+    one_line_error(estimate(pagoda_bin, "--preset", "llama-3-8b", "--hardware", "h100", "--hw",
+                            "price_per_hour=-1"), "price_per_hour = -1 is out of range")
+    one_line_error(estimate(pagoda_bin, "--preset", "llama-3-8b", "--hardware", "cpu-8c-2ch",
+                            "--gpus", 2), "--gpus 2", "link_gbs")
+    one_line_error(estimate(pagoda_bin, "--preset", "llama-3-8b", "--prompt-len", 100),
+                   "--prompt-len", "--hardware")
+    one_line_error(estimate(pagoda_bin, "--preset", "llama-3-8b", "--hardware", "h100",
+                            "--prompt-len", "0"), "--prompt-len")
+    one_line_error(estimate(pagoda_bin, "--table", "--preset", "llama-3-8b"), "--table",
+                   "--preset")
+    one_line_error(estimate(pagoda_bin, "--preset", "llama-3-8b", "--hardware", "h100",
+                            "--dataset", tmp_path / "none.json"), "--dataset", "--tokenizer")
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"benchmark": "quality", "model_path": "x"}')
+    one_line_error(estimate(pagoda_bin, "--preset", "llama-3-8b", "--calibrate", bad),
+                   "--calibrate", "bad.json", "model_path x")
+    hw = tmp_path / "hw.json"
+    hw.write_text('{"kind": "gpu", "bandwidth_gbs": 100}')
+    one_line_error(estimate(pagoda_bin, "--preset", "llama-3-8b", "--hardware", hw),
+                   "hw.json", "memory_gib: missing")
+
+
+def test_the_seeds_table(pagoda_bin):
+    r = estimate(pagoda_bin, "--table", "--num-requests", 200, "--json", "-")
+    assert r.returncode == 0, r.stderr.decode()
+    rows = json.loads(r.stdout)["table"]
+    assert [row["deployment"] for row in rows] == [
+        "7B AWQ-4bit on one A10 24 GB", "13B on an A100 40 GB", "70B AWQ-4bit on 2 x A100 80 GB",
+        "70B FP8 on one H100", "7B GGUF Q4 on a 32 GB CPU box"]
+    a10, _, two_a100, _, cpu = rows
+    assert a10["seed_figure"].startswith("10-20 QPS")
+    # The seed's $200 a month against the A10's list price: 0.86 x 730 = $628.
+    assert abs(a10["cost"]["usd_per_month"] - 0.86 * 730) < 1e-6
+    assert any("$200/month is $0.27/h" in n for n in a10["notes"])
+    # 70B at 4 bits is 37 GiB: one 80 GB A100 holds it; the note says what the second buys.
+    assert two_a100["hardware"]["num_devices"] == 2
+    assert any("one a100-80gb already holds it" in n for n in two_a100["notes"])
+    assert cpu["hardware"]["kind"] == "cpu"
+    assert any("this machine" in n and "scaled by bandwidth" in n for n in cpu["notes"])
+    for row in rows:
+        assert row["speed"]["batches"][0]["decode_tokens_per_s"] > 0
+    text = estimate(pagoda_bin, "--table", "--num-requests", 200)
+    assert text.returncode == 0
+    out = text.stdout.decode()
+    assert out.count("   seed:    ") == 5 and "note:" in out
+
+
+def test_calibrate_on_a_real_bench_report(pagoda_bin, shared_dir, tmp_path):
+    model = shared_dir / "models" / "stories260K.gguf"
+    report = tmp_path / "latency.json"
+    r = subprocess.run([str(pagoda_bin), "bench", "latency", "-m", str(model), "--prompt-len",
+                        "64", "--output-len", "16", "--runs", "2", "--no-progress", "--json",
+                        str(report)], capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr.decode()
+    j = estimate_json(pagoda_bin, "-m", model, "--calibrate", report, "--hardware",
+                      "cpu-2c-1ch-8gb", "--kv-type", "f32", "--prompt-len", 64, "--output-len",
+                      16, "--num-requests", 50)
+    cal = j["calibration"]
+    measured = json.loads(report.read_text())
+    figures = {f["figure"]: f for f in cal["figures"]}
+    assert set(figures) == {"TTFT", "decode per token"}
+    assert abs(figures["TTFT"]["measured_ms"] - measured["ttft_ms"]["mean"]) < 1e-9
+    # Two figures, three parameters: the fit reproduces both; a parameter it could not separate
+    # is reported as modelled (or all three as moved together), and the profile's sources say
+    # which figures changed.
+    for f in figures.values():
+        assert abs(f["predicted_after_ms"] / f["measured_ms"] - 1) < 0.02
+    states = [cal["bandwidth"], cal["compute"], cal["overheads"]]
+    assert cal["underdetermined"] or "modelled" in states
+    sources = j["hardware"]["sources"]
+    for state, key in zip(states, ["bandwidth_efficiency", "compute_efficiency",
+                                   "step_overhead_ms"]):
+        assert sources[key] == ("calibrated" if state == "measured" else "modelled"), key
+
+
+def test_dataset_workload(pagoda_bin, shared_dir, tmp_path):
+    model = shared_dir / "models" / "stories260K.gguf"
+    data = tmp_path / "sharegpt.json"
+    story = "Once upon a time there was a little girl who liked to play in the park. " * 3
+    data.write_text(json.dumps([
+        {"conversations": [{"from": "human", "value": story},
+                           {"from": "gpt", "value": story + story}]},
+        {"conversations": [{"from": "gpt", "value": "skipped"}]},
+        {"conversations": [{"from": "human", "value": story + story},
+                           {"from": "gpt", "value": story}]},
+    ]))
+    j = estimate_json(pagoda_bin, "-m", model, "--hardware", "cpu-4c-2ch", "--dataset", data)
+    assert j["workload"].startswith("dataset") and j["capacity"]["num_requests"] == 2
+    # Its first prompt and reply as the file's tokenizer counts them (with BOS).
+    tok = subprocess.run([str(pagoda_bin), "tokenize", "-m", str(model), "--bos", story],
+                         capture_output=True, timeout=60)
+    n = len(tok.stdout.split())
+    assert abs(j["capacity"]["mean_prompt_len"] - 1.5 * n) <= 2
+
+
+def test_readme_question(pagoda_bin):
+    # How many concurrent 4K-token chats does Llama-3-70B at 4-bit serve on two A100 80 GB, and
+    # at what cost per million tokens.
+    r = estimate(pagoda_bin, "--preset", "llama-3-70b", "--weights-type", "awq-4bit",
+                 "--hardware", "a100-80gb", "--gpus", 2, "--prompt-len", 3584, "--output-len", 512)
+    assert r.returncode == 0, r.stderr.decode()
+    text = r.stdout.decode()
+    assert re.search(r"largest batch of 4096-token sequences: \d+", text)
+    assert re.search(r"per million tokens: +\$[\d.]+ input, \$[\d.]+ output", text)
