@@ -194,9 +194,22 @@ void HttpServer::route(const HttpRequest& req, const std::shared_ptr<Exchange>& 
     }
     if (p == "/stats") return ex->respond(json_response(200, stats_json()));
     if (p == "/openapi.json")
-      return ex->respond({200, "application/json", openapi_json(options_.limits, model_.name), {}});
+      return ex->respond({200, "application/json", openapi_json(options_.limits, model_), {}});
     if (p == "/")
       return ex->respond({200, "text/html; charset=utf-8", std::string(web_page_html()), {}});
+  }
+  static const std::set<std::string> post_routes = {"/v1/completions", "/v1/chat/completions",
+                                                    "/tokenize", "/detokenize"};
+  static const std::set<std::string> get_routes = {"/v1/models", "/health", "/metrics", "/stats",
+                                                   "/openapi.json", "/"};
+  const bool is_post_route = post_routes.count(p) > 0;
+  if (is_post_route || get_routes.count(p) || p.rfind("/v1/models/", 0) == 0) {
+    const std::string allow = is_post_route ? "POST" : "GET, HEAD";
+    HttpResponse r = error_response(ApiError(405, "invalid_request_error",
+                                             req.method + " is not allowed on " + p + "; use " + allow,
+                                             "", "method_not_allowed"));
+    r.headers.emplace_back("Allow", allow);
+    return ex->respond(std::move(r));
   }
   throw ApiError(404, "invalid_request_error", "no route " + req.method + " " + p, "", "not_found");
 }
@@ -205,6 +218,16 @@ HttpResponse HttpServer::tokenize(const HttpRequest& req) {
   const json body = parse_json_body(req.body, options_.limits.max_json_depth);
   if (!body.is_object()) throw bad_param("prompt", "the request body must be a JSON object");
   std::vector<TokenId> ids;
+  if (auto it = body.find("prompt"); it != body.end() && !it->is_string()) {
+    throw bad_param("prompt", "'prompt' must be a string");
+  }
+  bool add_special = true;
+  if (auto a = body.find("add_special_tokens"); a != body.end()) {
+    if (!a->is_boolean()) {
+      throw bad_param("add_special_tokens", "'add_special_tokens' must be a boolean");
+    }
+    add_special = a->get<bool>();
+  }
   if (body.contains("messages")) {
     json chat = body;
     chat["max_tokens"] = 1;
@@ -214,12 +237,6 @@ HttpResponse HttpServer::tokenize(const HttpRequest& req) {
     const auto it = body.find("prompt");
     if (it == body.end() || !it->is_string()) {
       throw bad_param("prompt", "'prompt' must be a string (or give 'messages')");
-    }
-    bool add_special = true;
-    if (auto a = body.find("add_special_tokens"); a != body.end()) {
-      if (!a->is_boolean())
-        throw bad_param("add_special_tokens", "'add_special_tokens' must be a boolean");
-      add_special = a->get<bool>();
     }
     ids = model_.tokenizer->encode(it->get<std::string>(),
                                    {.add_special = add_special, .parse_special = true});

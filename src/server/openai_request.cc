@@ -140,8 +140,10 @@ void parse_common(const json& body, const ModelContext& model, const RequestLimi
   check_model(body, model, r);
   SamplingParams& s = r.sampling;
   s.temperature = static_cast<float>(number_field(body, "temperature", 1.0, 0.0, 2.0));
-  s.top_p = static_cast<float>(number_field(body, "top_p", 1.0, 0.0, 1.0));
-  if (s.top_p <= 0.0f) throw bad_param("top_p", "'top_p' must be in (0, 1]");
+  const double top_p = number_field(body, "top_p", 1.0, 0.0, 1.0);
+  if (top_p <= 0.0) throw bad_param("top_p", "'top_p' must be in (0, 1]");
+  // A positive value below float's range still means "the most likely token".
+  s.top_p = std::max(static_cast<float>(top_p), std::numeric_limits<float>::min());
   s.top_k = static_cast<int>(int_field(body, "top_k", 0, -1, 1 << 30));
   if (s.top_k < 0) s.top_k = 0;  // vLLM's -1 means off
   s.min_p = static_cast<float>(number_field(body, "min_p", 0.0, 0.0, 1.0));
@@ -486,6 +488,9 @@ ApiRequest parse_chat_request(const json& body, const ModelContext& model,
   ordered_json extra = ordered_json::object();
   if (const json* tools = field(body, "tools")) {
     if (!tools->is_array()) throw bad_param("tools", "'tools' must be a list");
+    for (const json& t : *tools) {
+      if (!t.is_object()) throw bad_param("tools", "'tools' must be a list of objects");
+    }
     extra["tools"] = ordered["tools"];
   }
   std::string text;

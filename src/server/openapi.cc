@@ -18,7 +18,7 @@ constexpr const char* kSpec = R"json({
       "responses": {
         "200": {"description": "a completion, or a stream of chunks when stream is true",
                 "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Completion"}},
-                            "text/event-stream": {"schema": {"type": "string"}}}},
+                            "text/event-stream": {"schema": {"type": "object", "properties": {"data": {"type": "string"}}}}}},
         "400": {"$ref": "#/components/responses/Error"}, "401": {"$ref": "#/components/responses/Error"},
         "404": {"$ref": "#/components/responses/Error"}, "413": {"$ref": "#/components/responses/Error"},
         "503": {"$ref": "#/components/responses/Error"}}}},
@@ -28,7 +28,7 @@ constexpr const char* kSpec = R"json({
       "responses": {
         "200": {"description": "a chat completion, or a stream of chunks when stream is true",
                 "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ChatCompletion"}},
-                            "text/event-stream": {"schema": {"type": "string"}}}},
+                            "text/event-stream": {"schema": {"type": "object", "properties": {"data": {"type": "string"}}}}}},
         "400": {"$ref": "#/components/responses/Error"}, "401": {"$ref": "#/components/responses/Error"},
         "404": {"$ref": "#/components/responses/Error"}, "413": {"$ref": "#/components/responses/Error"},
         "503": {"$ref": "#/components/responses/Error"}}}},
@@ -45,6 +45,7 @@ constexpr const char* kSpec = R"json({
           "401": {"$ref": "#/components/responses/Error"}, "404": {"$ref": "#/components/responses/Error"}}}},
     "/tokenize": {"post": {"operationId": "tokenize",
         "requestBody": {"required": true, "content": {"application/json": {"schema": {"type": "object",
+          "anyOf": [{"required": ["prompt"]}, {"required": ["messages"]}],
           "properties": {"prompt": {"type": "string"}, "add_special_tokens": {"type": "boolean"},
                          "messages": {"$ref": "#/components/schemas/Messages"}}}}}},
         "responses": {
@@ -56,7 +57,7 @@ constexpr const char* kSpec = R"json({
           "404": {"$ref": "#/components/responses/Error"}, "413": {"$ref": "#/components/responses/Error"}}}},
     "/detokenize": {"post": {"operationId": "detokenize",
         "requestBody": {"required": true, "content": {"application/json": {"schema": {"type": "object", "required": ["tokens"],
-          "properties": {"tokens": {"type": "array", "items": {"type": "integer", "minimum": 0}}}}}}},
+          "properties": {"tokens": {"type": "array", "items": {"type": "integer", "minimum": 0, "maximum": 0}}}}}}},
         "responses": {
           "200": {"description": "text", "content": {"application/json": {"schema": {"type": "object", "required": ["prompt"],
             "properties": {"prompt": {"type": "string"}}}}}},
@@ -95,7 +96,11 @@ constexpr const char* kSpec = R"json({
                                "max_model_len": {"type": "integer"}}},
       "Stop": {"oneOf": [{"type": "string", "minLength": 1},
                          {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": 16}], "nullable": true},
-      "Sampling": {"type": "object", "properties": {
+      "Sampling": {"type": "object",
+        "anyOf": [{"not": {"required": ["stream_options"]}},
+                  {"required": ["stream"], "properties": {"stream": {"type": "boolean", "enum": [true]}}},
+                  {"properties": {"stream_options": {"type": "object", "nullable": true, "enum": [null]}}}],
+        "properties": {
         "model": {"type": "string"},
         "max_tokens": {"type": "integer", "minimum": 1, "maximum": 8192, "nullable": true},
         "temperature": {"type": "number", "minimum": 0, "maximum": 2, "nullable": true},
@@ -122,7 +127,7 @@ constexpr const char* kSpec = R"json({
                                 "items": {"type": "array", "minItems": 1, "items": {"type": "integer", "minimum": 0}}}]},
           "echo": {"type": "boolean", "nullable": true},
           "logprobs": {"type": "integer", "minimum": 0, "maximum": 20, "nullable": true}}}]},
-      "Messages": {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["role"],
+      "Messages": {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["role", "content"],
         "properties": {"role": {"type": "string"},
                        "content": {"nullable": true, "oneOf": [{"type": "string"},
                          {"type": "array", "items": {"type": "object", "required": ["type", "text"],
@@ -163,7 +168,7 @@ constexpr const char* kSpec = R"json({
 
 }  // namespace
 
-std::string openapi_json(const RequestLimits& limits, const std::string& model_name) {
+std::string openapi_json(const RequestLimits& limits, const ModelContext& model) {
   using nlohmann::json;
   static const json base = json::parse(kSpec);
   json spec = base;
@@ -175,7 +180,9 @@ std::string openapi_json(const RequestLimits& limits, const std::string& model_n
   for (int i : {2, 3}) {
     s["CompletionRequest"]["allOf"][1]["properties"]["prompt"]["oneOf"][i]["maxItems"] = limits.max_prompts;
   }
-  s["Sampling"]["properties"]["model"]["enum"] = json::array({model_name});
+  s["Sampling"]["properties"]["model"]["enum"] = json::array({model.name});
+  spec["paths"]["/detokenize"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+      ["properties"]["tokens"]["items"]["maximum"] = model.vocab_size - 1;
   return spec.dump(1);
 }
 

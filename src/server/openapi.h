@@ -9,6 +9,6 @@
 
 namespace pagoda::server {
 
-std::string openapi_json(const RequestLimits& limits, const std::string& model_name);
+std::string openapi_json(const RequestLimits& limits, const ModelContext& model);
 
 }  // namespace pagoda::server
