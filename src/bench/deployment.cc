@@ -46,6 +46,9 @@ Deployment estimate_deployment(const ModelCost& cost, const HardwareProfile& pro
   d.capacity = find_capacity(o.lengths, engine, cost, d.rates, o.slo);
   d.cost = cost_per_token(profile.get("price_per_hour") * o.num_devices, d.capacity->max_qps,
                           d.mean_prompt_len, d.mean_output_len, d.capacity->prefill_share);
+  d.saturated_cost =
+      cost_per_token(profile.get("price_per_hour") * o.num_devices, d.capacity->saturated_qps,
+                     d.mean_prompt_len, d.mean_output_len, d.capacity->saturated_prefill_share);
   if (o.target_qps && d.capacity->max_qps > 0) {
     d.target_replicas = static_cast<int64_t>(std::ceil(*o.target_qps / d.capacity->max_qps - 1e-9));
     d.target_usd_per_month = static_cast<double>(d.target_replicas) * d.usd_per_month;

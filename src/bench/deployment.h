@@ -41,6 +41,7 @@ struct Deployment {
   std::vector<BatchPoint> batches;         // at the mean prompt and output lengths
   std::optional<CapacityResult> capacity;  // when it fits and capacity was asked
   CostFigures cost;                        // at capacity->max_qps
+  CostFigures saturated_cost;              // at capacity->saturated_qps, whatever the latency
   double usd_per_month = 0;                // one replica, all the time
   // For target_qps: replicas of num_devices devices, and their month.
   int64_t target_replicas = 0;

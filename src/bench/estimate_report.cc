@@ -121,8 +121,18 @@ std::string deployment_text(const Deployment& d, const DeploymentOptions& o,
   s += strf("  one request alone:   TTFT %.1f ms, TPOT %.2f ms\n", c.alone_ttft_s * 1e3,
             c.alone_tpot_s * 1e3);
   s += strf("  saturated:           %.3g requests/s at any latency\n", c.saturated_qps);
+  const double price = d.profile.get("price_per_hour") * d.num_devices;
+  auto per_million = [](const CostFigures& f) {
+    return strf("%s input, %s output, %s both together", money(f.usd_per_million_input).c_str(),
+                money(f.usd_per_million_output).c_str(), money(f.usd_per_million_tokens).c_str());
+  };
   if (c.max_qps <= 0) {
     s += "  within the SLO:      no rate (even a lone request misses it)\n";
+    if (price > 0) {
+      s += strf("cost:             %s/h for %d device%s = %s/month\n", money(price).c_str(),
+                d.num_devices, d.num_devices > 1 ? "s" : "", money(d.usd_per_month).c_str());
+      s += "  per million tokens, saturated: " + per_million(d.saturated_cost) + "\n";
+    }
     return s;
   }
   s += strf(
@@ -132,17 +142,14 @@ std::string deployment_text(const Deployment& d, const DeploymentOptions& o,
       c.mean_concurrency_at_max);
   s += strf("  tokens/s:            %.0f input + %.0f output (prompt %.0f%% of the busy time)\n",
             c.input_tokens_per_s, c.output_tokens_per_s, c.prefill_share * 100);
-  const double price = d.profile.get("price_per_hour") * d.num_devices;
   if (price <= 0) {
     s += "cost:             no price (give --hw price_per_hour=USD)\n";
     return s;
   }
   s += strf("cost:             %s/h for %d device%s = %s/month\n", money(price).c_str(),
             d.num_devices, d.num_devices > 1 ? "s" : "", money(d.usd_per_month).c_str());
-  s += strf("  per million tokens:  %s input, %s output, %s both together\n",
-            money(d.cost.usd_per_million_input).c_str(),
-            money(d.cost.usd_per_million_output).c_str(),
-            money(d.cost.usd_per_million_tokens).c_str());
+  s += "  per million tokens:  " + per_million(d.cost) + " (within the SLO)\n";
+  s += "                       " + per_million(d.saturated_cost) + " (saturated)\n";
   if (o.target_qps && d.target_replicas > 0) {
     s += strf("  for %g requests/s:   %lld replica%s (%lld devices): %s/month\n", *o.target_qps,
               static_cast<long long>(d.target_replicas), d.target_replicas > 1 ? "s" : "",
@@ -205,10 +212,13 @@ EstimateJson deployment_json(const Deployment& d, const DeploymentOptions& o) {
                    {"output_tokens_per_s", c.output_tokens_per_s},
                    {"prefill_share", c.prefill_share},
                    {"saturated_qps", c.saturated_qps},
+                   {"saturated_prefill_share", c.saturated_prefill_share},
                    {"alone_ttft_ms", c.alone_ttft_s * 1e3},
                    {"alone_tpot_ms", number_or_null(c.alone_tpot_s * 1e3)}};
   const double price = d.profile.get("price_per_hour") * d.num_devices;
   const bool priced = price > 0 && c.max_qps > 0;
+  const bool priced_saturated = price > 0 && c.saturated_qps > 0;
+  auto maybe = [](bool ok, double v) { return ok ? EstimateJson(v) : EstimateJson(nullptr); };
   j["cost"] = {
       {"usd_per_hour", price},
       {"usd_per_month", d.usd_per_month},
@@ -217,6 +227,12 @@ EstimateJson deployment_json(const Deployment& d, const DeploymentOptions& o) {
       {"usd_per_million_output_tokens",
        priced ? EstimateJson(d.cost.usd_per_million_output) : nullptr},
       {"usd_per_million_tokens", priced ? EstimateJson(d.cost.usd_per_million_tokens) : nullptr},
+      {"saturated_usd_per_million_input_tokens",
+       maybe(priced_saturated, d.saturated_cost.usd_per_million_input)},
+      {"saturated_usd_per_million_output_tokens",
+       maybe(priced_saturated, d.saturated_cost.usd_per_million_output)},
+      {"saturated_usd_per_million_tokens",
+       maybe(priced_saturated, d.saturated_cost.usd_per_million_tokens)},
       {"target_qps", o.target_qps ? EstimateJson(*o.target_qps) : nullptr},
       {"target_replicas",
        o.target_qps && d.target_replicas ? EstimateJson(d.target_replicas) : nullptr},

@@ -58,11 +58,11 @@ struct ProbeOptions {
   int num_threads = 0;               // 0: every core
   double seconds_per_test = 0.2;     // each of the three tests runs about this long
 };
-// Times a streaming read (bandwidth), an F16-weight product (the F32 multiply-add rate, F16
-// and F32 figures) and a product with `weight_type` weights over 256 tokens (the INT8 figure,
-// since pagoda's quantized products multiply 8-bit integers), and a near-empty call (13 of
-// which make a layer's fixed overhead); memory is MemTotal. Takes about 3.5 x
-// seconds_per_test plus packing.
+// Times an F16-weight product (the F32 multiply-add rate: the F16 and F32 figures), a product
+// with `weight_type` weights over 256 tokens (the INT8 figure, since pagoda's quantized
+// products multiply 8-bit integers), a one-token product over 256 MiB of them (the
+// bandwidth) and a near-empty call (13 of which make a layer's fixed
+// overhead); memory is MemTotal. Takes about 3.5 x seconds_per_test plus packing 256 MiB.
 HardwareProfile probe_this_machine(const ProbeOptions& options);
 
 // The compute figure a weight type multiplies at on a device: "f32_tflops", "f16_tflops",

@@ -17,6 +17,7 @@ DeviceRates device_rates(const HardwareProfile& p, const std::string& compute_ty
   r.attention_flops = p.get(attention_compute_key(p)) * 1e12 * efficiency;
   r.step_overhead_s = p.get("step_overhead_ms") * 1e-3;
   r.layer_overhead_s = p.get("layer_overhead_us") * 1e-6;
+  r.overlap = p.get("overlap");
   r.num_devices = num_devices;
   r.link_bandwidth = p.get("link_gbs") * 1e9;
   r.link_latency_s = p.get("link_latency_us") * 1e-6;
@@ -55,6 +56,12 @@ uint32_t kv_heads_per_device(const ModelConfig& c, int num_devices) {
   return std::max(1u, (c.num_kv_heads + n - 1) / n);
 }
 
+namespace {
+double phase_time(double memory_s, double compute_s, double overlap) {
+  return memory_s + compute_s - overlap * std::min(memory_s, compute_s);
+}
+}  // namespace
+
 StepTime step_time(const ModelCost& cost, const DeviceRates& r, const StepLoad& load) {
   const double devices = r.num_devices;
   const ModelConfig& c = cost.config;
@@ -63,14 +70,14 @@ StepTime step_time(const ModelCost& cost, const DeviceRates& r, const StepLoad& 
   const double weight_bytes = static_cast<double>(cost.weights.bytes_per_step()) / devices;
   const double mm_flops = matmul_flops(cost, load.num_tokens, load.num_logit_rows) / devices;
   const double mm_memory_s = weight_bytes / r.bandwidth, mm_compute_s = mm_flops / r.matmul_flops;
-  t.matmul_s = std::max(mm_memory_s, mm_compute_s);
+  t.matmul_s = phase_time(mm_memory_s, mm_compute_s, r.overlap);
   t.matmul_compute_bound = mm_compute_s > mm_memory_s;
   const double kv_share =
       c.num_kv_heads ? static_cast<double>(kv_heads_per_device(c, r.num_devices)) / c.num_kv_heads
                      : 1.0;
   const double att_memory_s = load.kv_bytes * kv_share / r.bandwidth;
   const double att_compute_s = load.attention_flops / devices / r.attention_flops;
-  t.attention_s = std::max(att_memory_s, att_compute_s);
+  t.attention_s = phase_time(att_memory_s, att_compute_s, r.overlap);
   t.attention_compute_bound = att_compute_s > att_memory_s;
   if (r.num_devices > 1) {
     // Two ring all-reduces per layer (after attention and after the feed-forward block) of the

@@ -1,7 +1,9 @@
 // The roofline model of one engine step: every weight matrix is read once per step and
 // multiplies every scheduled row; attention reads each sequence's K/V and multiplies its
 // queries by them. Each of the two phases takes the longer of its bytes over the bandwidth and
-// its flops over the compute rate (they run one after the other, so their times add); fixed
+// its flops over the compute rate, plus the part of the shorter that does not hide under it
+// (the profile's overlap: 1 on GPUs, a roofline; 0 on CPUs, whose cores issue both the loads
+// and the multiply-adds, so the times add). The phases run one after the other; fixed
 // overheads per step and per layer and, across devices, two all-reduces per layer come on top.
 // Decode is then bound by bytes (weights once per step plus each sequence's KV), prefill by flops.
 #pragma once
@@ -31,6 +33,7 @@ struct DeviceRates {
   double attention_flops = 0;  // flop/s of attention
   double step_overhead_s = 0;
   double layer_overhead_s = 0;  // per layer per step
+  double overlap = 1;           // of the shorter of memory and compute time, hidden
   int num_devices = 1;
   double link_bandwidth = 0;  // bytes/s, one direction
   double link_latency_s = 0;  // per hop of a ring all-reduce

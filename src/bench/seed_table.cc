@@ -104,7 +104,7 @@ std::vector<std::string> notes_for(const SeedRowResult& r, const SeedTableOption
     const double tok_s = 1 / step_time(r.cost, rates, one).total_s;
     const double scale = d.rates.bandwidth / rates.bandwidth;
     notes.push_back(
-        strf("this machine (%s, %.1f GB/s effective) would decode it at %.1f tokens/s "
+        strf("%s (%.1f GB/s effective) would decode it at %.1f tokens/s "
              "alone; scaled by bandwidth to the box's %.1f GB/s: %.1f tokens/s",
              here.description.c_str(), rates.bandwidth / 1e9, tok_s, d.rates.bandwidth / 1e9,
              tok_s * scale));

@@ -248,6 +248,7 @@ CapacityResult find_capacity(const std::vector<std::pair<int64_t, int64_t>>& len
   c.alone_tpot_s = alone.requests[0].tpot_s();
   const SimResult saturated = simulate(requests_at(0), engine, cost, rates);
   c.saturated_qps = static_cast<double>(lengths.size()) / saturated.end_s;
+  c.saturated_prefill_share = saturated.busy_s > 0 ? saturated.prefill_s / saturated.busy_s : 0;
 
   // No rate above the saturated one can be sustained: its queue only grows.
   double lo = c.saturated_qps * 1e-3, hi = c.saturated_qps;

@@ -91,7 +91,8 @@ struct CapacityResult {
   double output_tokens_per_s = 0;
   double prefill_share = 0;  // of the busy time, at max_qps
   double saturated_qps = 0;  // every request at once: the most it serves at any latency
-  double alone_ttft_s = 0;   // one request on an idle server
+  double saturated_prefill_share = 0;
+  double alone_ttft_s = 0;  // one request on an idle server
   double alone_tpot_s = 0;
   // What stops a higher rate: "TTFT", "TPOT", "throughput" (the saturated rate meets the
   // service level) or "nothing meets".

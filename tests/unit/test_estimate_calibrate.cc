@@ -95,13 +95,13 @@ TEST(EstimateHardware, JsonFilesAndOverrides) {
 }
 
 // Profile of the fits below: 1 GB/s, 0.01 TFLOP/s for F32 weights and attention (a CPU), no
-// efficiency discount.
+// efficiency discount, memory and compute overlapping as in a roofline.
 HardwareProfile test_profile(double step_overhead_ms, double layer_overhead_us) {
   return hardware_from_json(
       R"({"kind": "cpu", "memory_gib": 1, "memory_utilization": 0.9, "bandwidth_gbs": 1,
           "bandwidth_efficiency": 1, "f32_tflops": 0.01, "f16_tflops": 0.01, "int8_tops": 0,
           "fp8_tflops": 0, "compute_efficiency": 1, "link_gbs": 0, "link_latency_us": 0,
-          "price_per_hour": 0, "step_overhead_ms": )" +
+          "price_per_hour": 0, "overlap": 1, "step_overhead_ms": )" +
           std::to_string(step_overhead_ms) + R"(, "layer_overhead_us": )" +
           std::to_string(layer_overhead_us) + "}",
       "test");

@@ -137,6 +137,23 @@ TEST(EstimateRoofline, DecodeAtLargeBatchIsBoundByFlops) {
   EXPECT_FALSE(t.attention_compute_bound);
 }
 
+TEST(EstimateRoofline, WithoutOverlapMemoryAndComputeAdd) {
+  // A CPU's cores both load and multiply: at batch 10000 the products take 321792 bytes at
+  // 1 GB/s plus 10000 x 160256 flops at 1e11, attention its bytes plus its flops.
+  const ModelCost cost = tiny_cost();
+  StepLoad load;
+  for (int i = 0; i < 10000; ++i) load.add_sequence(cost, 1, 100, true);
+  DeviceRates r = rates(1e9, 1e11, 1e12);
+  r.overlap = 0;
+  StepTime t = step_time(cost, r, load);
+  EXPECT_NEAR(t.matmul_s, 321792e-9 + 10000 * 160256.0 / 1e11, 1e-12);
+  EXPECT_NEAR(t.attention_s, 10000 * 51200.0 / 1e9 + 10000 * 51200.0 / 1e12, 1e-12);
+  // Half the shorter hidden.
+  r.overlap = 0.5;
+  t = step_time(cost, r, load);
+  EXPECT_NEAR(t.matmul_s, 0.5 * 321792e-9 + 10000 * 160256.0 / 1e11, 1e-12);
+}
+
 TEST(EstimateRoofline, TensorParallelSplitsBytesFlopsAndAddsAllReduces) {
   const ModelCost cost = tiny_cost();
   StepLoad load;
