@@ -125,6 +125,7 @@ CalibrationRun calibration_run_from_json(const std::string& json_text, const std
     run.cost.kv_bytes_per_token =
         kv_per_token(number(j, "kv_cache_bytes", path), static_cast<double>(slots), path);
     run.ttft_s = mean_s(j, "ttft_ms", path);
+    run.last_ttft_s = kNaN;
     run.decode_s = mean_s(j, "decode_ms_per_token", path);
     run.wall_s = kNaN;
     return run;
@@ -147,6 +148,9 @@ CalibrationRun calibration_run_from_json(const std::string& json_text, const std
     fail(path, ": runs[batched].interrupted: the run was stopped before it finished");
   }
   run.ttft_s = mean_s(*batched, "ttft_ms", path, "runs[batched].");
+  const Json& ttft = field(*batched, "ttft_ms", path, "runs[batched].");
+  run.last_ttft_s =
+      ttft.contains("max") && ttft["max"].is_number() ? ttft["max"].get<double>() * 1e-3 : kNaN;
   run.decode_s = mean_s(*batched, "decode_ms_per_token", path, "runs[batched].");
   run.wall_s = number(*batched, "wall_s", path, "runs[batched].");
   return run;
@@ -195,10 +199,25 @@ DeviceRates scaled_rates(const HardwareProfile& profile, const ModelCost& cost,
 
 PredictedRun predict_run(const CalibrationRun& run, const DeviceRates& rates) {
   const SimResult sim = simulate(run.requests, run.engine, run.cost, rates);
-  return {sim.mean_ttft_s(), sim.mean_tpot_s(), sim.end_s};
+  double last = 0;
+  for (const auto& r : sim.requests) last = std::max(last, r.ttft_s());
+  return {sim.mean_ttft_s(), last, sim.mean_tpot_s(), sim.end_s};
 }
 
 namespace {
+
+// (figure, measured, predicted) of each figure the run measured.
+std::vector<std::tuple<const char*, double, double>> figures_of(const CalibrationRun& run,
+                                                                const PredictedRun& p) {
+  std::vector<std::tuple<const char*, double, double>> out;
+  for (const auto& [name, m, predicted] : {std::tuple{"TTFT", run.ttft_s, p.ttft_s},
+                                           {"last TTFT", run.last_ttft_s, p.last_ttft_s},
+                                           {"decode per token", run.decode_s, p.decode_s},
+                                           {"wall", run.wall_s, p.wall_s}}) {
+    if (std::isfinite(m) && m > 0) out.emplace_back(name, m, predicted);
+  }
+  return out;
+}
 
 using Point = std::array<double, 3>;  // log of the bandwidth, compute and overhead scales
 
@@ -212,9 +231,8 @@ std::vector<double> log_predictions(const std::vector<CalibrationRun>& runs,
   std::vector<double> out;
   for (const CalibrationRun& run : runs) {
     const PredictedRun p = predict_run(run, scaled_rates(profile, run.cost, scale_of(x)));
-    for (const auto& [measured, predicted] :
-         {std::pair{run.ttft_s, p.ttft_s}, {run.decode_s, p.decode_s}, {run.wall_s, p.wall_s}}) {
-      if (std::isfinite(measured) && measured > 0) out.push_back(std::log(predicted));
+    for (const auto& [name, m, predicted] : figures_of(run, p)) {
+      out.push_back(std::log(predicted));
     }
   }
   return out;
@@ -223,8 +241,8 @@ std::vector<double> log_predictions(const std::vector<CalibrationRun>& runs,
 std::vector<double> log_measurements(const std::vector<CalibrationRun>& runs) {
   std::vector<double> out;
   for (const CalibrationRun& run : runs) {
-    for (double measured : {run.ttft_s, run.decode_s, run.wall_s}) {
-      if (std::isfinite(measured) && measured > 0) out.push_back(std::log(measured));
+    for (const auto& [name, m, predicted] : figures_of(run, PredictedRun{})) {
+      out.push_back(std::log(m));
     }
   }
   return out;
@@ -386,17 +404,26 @@ Calibration calibrate(const std::vector<CalibrationRun>& runs, const HardwarePro
 
   const CalibrationScale before{1, 1, 1};
   for (const CalibrationRun& run : runs) {
-    const PredictedRun b = predict_run(run, scaled_rates(profile, run.cost, before));
-    const PredictedRun a = predict_run(run, scaled_rates(profile, run.cost, c.scale));
-    const std::array<std::tuple<const char*, double, double, double>, 3> rows = {
-        std::tuple{"TTFT", run.ttft_s, b.ttft_s, a.ttft_s},
-        std::tuple{"decode per token", run.decode_s, b.decode_s, a.decode_s},
-        std::tuple{"wall", run.wall_s, b.wall_s, a.wall_s}};
-    for (const auto& [name, m, pb, pa] : rows) {
-      if (std::isfinite(m) && m > 0) c.figures.push_back({run.path, name, m, pb, pa});
+    const auto b = figures_of(run, predict_run(run, scaled_rates(profile, run.cost, before)));
+    const auto a = figures_of(run, predict_run(run, scaled_rates(profile, run.cost, c.scale)));
+    for (size_t i = 0; i < a.size(); ++i) {
+      c.figures.push_back(
+          {run.path, std::get<0>(a[i]), std::get<1>(a[i]), std::get<2>(b[i]), std::get<2>(a[i])});
     }
   }
   return c;
+}
+
+std::vector<CalibrationFigure> check_runs(const std::vector<CalibrationRun>& runs,
+                                          const HardwareProfile& profile) {
+  std::vector<CalibrationFigure> out;
+  for (const CalibrationRun& run : runs) {
+    const PredictedRun p = predict_run(run, scaled_rates(profile, run.cost, {1, 1, 1}));
+    for (const auto& [name, m, predicted] : figures_of(run, p)) {
+      out.push_back({run.path, name, m, predicted, predicted});
+    }
+  }
+  return out;
 }
 
 HardwareProfile apply_calibration(const HardwareProfile& profile, const Calibration& c) {

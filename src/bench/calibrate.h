@@ -28,6 +28,7 @@ struct CalibrationRun {
   std::vector<SimRequest> requests;
   // Measured means, in seconds; NaN when the report has none.
   double ttft_s = 0;
+  double last_ttft_s = 0;  // the longest TTFT (offline runs): all prompts prefilled by then
   double decode_s = 0;
   double wall_s = 0;
 };
@@ -57,6 +58,7 @@ DeviceRates scaled_rates(const HardwareProfile& profile, const ModelCost& cost,
 
 struct PredictedRun {
   double ttft_s = 0;
+  double last_ttft_s = 0;
   double decode_s = 0;
   double wall_s = 0;
 };
@@ -64,7 +66,7 @@ PredictedRun predict_run(const CalibrationRun& run, const DeviceRates& rates);
 
 struct CalibrationFigure {
   std::string path;
-  std::string figure;  // "TTFT", "decode per token", "wall"
+  std::string figure;  // "TTFT", "last TTFT", "decode per token", "wall"
   double measured_s = 0;
   double before_s = 0;  // predicted from the profile as given
   double after_s = 0;   // predicted after the fit
@@ -87,5 +89,10 @@ Calibration calibrate(const std::vector<CalibrationRun>& runs, const HardwarePro
 // step_overhead_ms and layer_overhead_us changed, sourced "calibrated" where the runs
 // determined them.
 HardwareProfile apply_calibration(const HardwareProfile& profile, const Calibration& c);
+
+// `--check FILE`: each run replayed on `profile` as it stands (calibrated or not), beside what
+// it measured; before_s and after_s both hold the prediction.
+std::vector<CalibrationFigure> check_runs(const std::vector<CalibrationRun>& runs,
+                                          const HardwareProfile& profile);
 
 }  // namespace pagoda

@@ -271,6 +271,30 @@ std::string calibration_text(const Calibration& c, const HardwareProfile& p) {
   return s;
 }
 
+std::string checks_text(const std::vector<CalibrationFigure>& figures) {
+  std::string s = "checks:           runs replayed on this profile\n";
+  s += "  run                                          figure             measured  predicted"
+       "   error\n";
+  for (const CalibrationFigure& f : figures) {
+    std::string name = f.path;
+    if (name.size() > 44) name = "..." + name.substr(name.size() - 41);
+    s += strf("  %-44s %-16s %9.2f ms %9.2f ms %+6.1f%%\n", name.c_str(), f.figure.c_str(),
+              f.measured_s * 1e3, f.after_s * 1e3, (f.after_s / f.measured_s - 1) * 100);
+  }
+  return s;
+}
+
+EstimateJson checks_json(const std::vector<CalibrationFigure>& figures) {
+  EstimateJson out = EstimateJson::array();
+  for (const CalibrationFigure& f : figures) {
+    out.push_back({{"path", f.path},
+                   {"figure", f.figure},
+                   {"measured_ms", f.measured_s * 1e3},
+                   {"predicted_ms", f.after_s * 1e3}});
+  }
+  return out;
+}
+
 EstimateJson calibration_json(const Calibration& c, const HardwareProfile& p) {
   EstimateJson figures = EstimateJson::array();
   for (const CalibrationFigure& f : c.figures) {

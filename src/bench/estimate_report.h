@@ -25,6 +25,9 @@ EstimateJson deployment_json(const Deployment& d, const DeploymentOptions& o);
 std::string calibration_text(const Calibration& c, const HardwareProfile& calibrated);
 EstimateJson calibration_json(const Calibration& c, const HardwareProfile& calibrated);
 
+std::string checks_text(const std::vector<CalibrationFigure>& figures);
+EstimateJson checks_json(const std::vector<CalibrationFigure>& figures);
+
 // printf into a std::string.
 std::string strf(const char* format, ...) __attribute__((format(printf, 1, 2)));
 

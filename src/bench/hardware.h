@@ -55,8 +55,10 @@ void apply_hardware_override(HardwareProfile& profile, const std::string& assign
 // What the probe of the machine it runs on measures, and how.
 struct ProbeOptions {
   std::string weight_type = "Q4_0";  // the matmul whose rate is the INT8 figure (a GGUF name)
-  int num_threads = 0;               // 0: every core
-  double seconds_per_test = 0.2;     // each of the three tests runs about this long
+  int64_t rows = 2048;               // the products' shape: the model's FFN (intermediate x hidden)
+  int64_t cols = 2048;
+  int num_threads = 0;            // 0: every core
+  double seconds_per_test = 0.2;  // each of the three tests runs about this long
 };
 // Times an F16-weight product (the F32 multiply-add rate: the F16 and F32 figures), a product
 // with `weight_type` weights over 256 tokens (the INT8 figure, since pagoda's quantized

@@ -71,10 +71,11 @@ double decode_bandwidth(Backend& backend, DType type, double budget_s) {
   return static_cast<double>(data.size()) / t;
 }
 
-// Flops per second of a product of 256 tokens by a 2048 x 2048 matrix of `type` (4-9 MB:
-// from cache, so the rate is the kernel's arithmetic, as in a long prefill).
-double product_rate(Backend& backend, DType type, double budget_s) {
-  constexpr int64_t kRows = 2048, kCols = 2048, kTokens = 256;
+// Flops per second of a product of 256 tokens by a `rows` x `cols` matrix of `type` (the
+// model's feed-forward shape, which holds most of its flops: kernels run faster on narrow
+// rows that stay in cache than on wide ones).
+double product_rate(Backend& backend, DType type, int64_t kRows, int64_t kCols, double budget_s) {
+  constexpr int64_t kTokens = 256;
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 0.02f);
   std::vector<float> row(kCols);
@@ -144,8 +145,14 @@ HardwareProfile probe_this_machine(const ProbeOptions& o) {
   const int threads =
       o.num_threads > 0 ? o.num_threads : std::max(1u, std::thread::hardware_concurrency());
   auto backend = make_cpu_backend(threads);
-  const double fma = product_rate(*backend, DType::kF16, o.seconds_per_test);
-  const double int8 = product_rate(*backend, *type, o.seconds_per_test);
+  int64_t rows = o.rows, cols = o.cols;
+  const auto& traits = dtype_traits(*type);
+  if (rows < 16 || cols < 256 || cols % traits.block_size != 0 ||
+      rows * cols > (int64_t{1} << 26)) {
+    rows = cols = 2048;  // a shape the kernels cannot take whole, or too large to time quickly
+  }
+  const double fma = product_rate(*backend, DType::kF16, rows, cols, o.seconds_per_test);
+  const double int8 = product_rate(*backend, *type, rows, cols, o.seconds_per_test);
   const double bandwidth = decode_bandwidth(*backend, *type, o.seconds_per_test);
   const double call = call_overhead(*backend, o.seconds_per_test / 2);
 
@@ -157,9 +164,11 @@ HardwareProfile probe_this_machine(const ProbeOptions& o) {
   p.figures["memory_gib"] = {mem_total_gib(), "probe (MemTotal)"};
   p.figures["bandwidth_gbs"] = {bandwidth / 1e9,
                                 probe + " (1-token " + o.weight_type + " product over 256 MiB)"};
-  p.figures["f32_tflops"] = {fma / 1e12, probe + " (F16-weight product, 256 tokens)"};
-  p.figures["f16_tflops"] = {fma / 1e12, probe + " (F16-weight product, 256 tokens)"};
-  p.figures["int8_tops"] = {int8 / 1e12, probe + " (" + o.weight_type + " product, 256 tokens)"};
+  const std::string shape = std::to_string(rows) + " x " + std::to_string(cols);
+  p.figures["f32_tflops"] = {fma / 1e12, probe + " (F16 " + shape + " product, 256 tokens)"};
+  p.figures["f16_tflops"] = {fma / 1e12, probe + " (F16 " + shape + " product, 256 tokens)"};
+  p.figures["int8_tops"] = {int8 / 1e12,
+                            probe + " (" + o.weight_type + " " + shape + " product, 256 tokens)"};
   p.figures["fp8_tflops"] = {0, "none"};
   p.figures["link_gbs"] = {0, "none"};
   p.figures["link_latency_us"] = {0, "none"};

@@ -53,6 +53,7 @@ struct EstimateArgs {
   int64_t max_seqs = 256;
   int64_t max_batched_tokens = 2048;
   std::vector<std::string> calibrate;
+  std::vector<std::string> check;
   bool table = false;
 };
 
@@ -198,11 +199,14 @@ std::pair<std::vector<std::pair<int64_t, int64_t>>, std::string> workload_length
                        std::to_string(a.num_requests) + " requests"};
 }
 
-HardwareProfile resolve_hardware(const EstimateArgs& a, const std::string& probe_type) {
+HardwareProfile resolve_hardware(const EstimateArgs& a, const std::string& probe_type,
+                                 const ModelConfig& shape) {
   const std::string name = a.hardware.empty() ? "this" : a.hardware;
   if (name == "this") {
     ProbeOptions p;
     p.weight_type = probe_type;
+    p.rows = shape.intermediate_size;
+    p.cols = shape.hidden_size;
     std::fprintf(stderr, "probing this machine (bandwidth, F16 and %s products)...\n",
                  probe_type.c_str());
     return probe_this_machine(p);
@@ -403,6 +407,9 @@ Action add_estimate(CLI::App& app) {
                   "`pagoda bench latency|throughput --json` report measured on the hardware "
                   "(repeatable): fit its bandwidth, compute and step overhead (default hardware: "
                   "this)");
+  cmd->add_option("--check", a->check,
+                  "`pagoda bench latency|throughput --json` report (repeatable): replay it on the "
+                  "(calibrated) hardware and print predicted beside measured");
   cmd->add_flag("--table", a->table,
                 "The seed's five deployments with pagoda's figures beside the seed's");
   return [a, cmd] {
@@ -414,6 +421,8 @@ Action add_estimate(CLI::App& app) {
         for (const auto& path : a->calibrate) runs.push_back(read_calibration_run(path));
         ProbeOptions p;
         p.weight_type = probe_type_for(runs[0].cost.weights.compute_type);
+        p.rows = runs[0].cost.config.intermediate_size;
+        p.cols = runs[0].cost.config.hidden_size;
         const HardwareProfile here = probe_this_machine(p);
         calibrated = apply_calibration(here, calibrate(runs, here));
       }
@@ -439,7 +448,8 @@ Action add_estimate(CLI::App& app) {
       weights = file_weights(*file);
       name = a->model_path;
     }
-    const bool deployment = !a->hardware.empty() || !a->calibrate.empty() || !a->hw.empty();
+    const bool deployment =
+        !a->hardware.empty() || !a->calibrate.empty() || !a->hw.empty() || !a->check.empty();
     for (const char* option : {"--gpus", "--prompt-len", "--output-len", "--dataset", "--qps",
                                "--slo-ttft-ms", "--slo-tpot-ms", "--max-seqs"}) {
       if (!deployment && cmd->get_option(option)->count()) {
@@ -480,15 +490,19 @@ Action add_estimate(CLI::App& app) {
     std::optional<Calibration> calibration;
     std::vector<CalibrationRun> runs;
     for (const auto& path : a->calibrate) runs.push_back(read_calibration_run(path));
-    HardwareProfile profile = resolve_hardware(
-        *a,
-        probe_type_for(runs.empty() ? weights.compute_type : runs[0].cost.weights.compute_type));
+    // The probe times the products the fit will see: the calibration runs' model, else this one.
+    const ModelCost& probed = runs.empty() ? cost : runs[0].cost;
+    HardwareProfile profile =
+        resolve_hardware(*a, probe_type_for(probed.weights.compute_type), probed.config);
     if (cmd->count("--memory-gb")) profile.set("memory_gib", a->memory_gib, "--memory-gb");
     for (const auto& assignment : a->hw) apply_hardware_override(profile, assignment);
     if (!runs.empty()) {
       calibration = calibrate(runs, profile);
       profile = apply_calibration(profile, *calibration);
     }
+    std::vector<CalibrationRun> check_reports;
+    for (const auto& path : a->check) check_reports.push_back(read_calibration_run(path));
+    const std::vector<CalibrationFigure> checks = check_runs(check_reports, profile);
     DeploymentOptions d_opts = deployment_options(*a, *cmd, lengths, o.overhead_bytes);
     d_opts.seq_len = e.context;
     const Deployment d = estimate_deployment(cost, profile, d_opts);
@@ -503,6 +517,7 @@ Action add_estimate(CLI::App& app) {
     for (const auto& [key, value] : deployment_part.items()) json[key] = value;
     json["calibration"] =
         calibration ? calibration_json(*calibration, profile) : EstimateJson(nullptr);
+    json["checks"] = checks_json(checks);
     if (a->json_path == "-") {
       std::cout << json.dump(2) << "\n";
       return 0;
@@ -510,6 +525,7 @@ Action add_estimate(CLI::App& app) {
     print_table(e, name, is_preset, true);
     std::fputs(hardware_text(profile, d.num_devices, weights.compute_type).c_str(), stdout);
     if (calibration) std::fputs(calibration_text(*calibration, profile).c_str(), stdout);
+    if (!checks.empty()) std::fputs(checks_text(checks).c_str(), stdout);
     std::fputs(deployment_text(d, d_opts, workload).c_str(), stdout);
     write_json(json, a->json_path);
     return 0;
