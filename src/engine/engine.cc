@@ -81,6 +81,13 @@ Engine::Engine(Model& model, Backend& backend, EngineConfig config)
       scheduler_(scheduler_config(config, kv_->num_blocks())) {
   if (config_.max_model_len < 0) fail("engine: max_model_len must not be negative");
   model_.prepare(backend_);
+  const Model* draft = config_.speculative.draft_model;
+  if (draft != nullptr && draft->config().vocab_size != model_.config().vocab_size) {
+    fail("engine: the draft model's vocabulary has ", draft->config().vocab_size,
+         " entries, the model's ", model_.config().vocab_size);
+  }
+  speculator_ = std::make_unique<Speculator>(config_.speculative, backend_, kv_->num_blocks(),
+                                             config_.block_size, config_.kv_type);
 }
 
 void Engine::check_request(const GenerationRequest& r) const {
@@ -95,6 +102,10 @@ void Engine::check_request(const GenerationRequest& r) const {
     fail("n must be in [1, ", kMaxNumSamples, "], got ", r.n);
   }
   r.sampling.validate();
+  if (r.num_speculative_tokens < -1 || r.num_speculative_tokens > kMaxSpeculativeTokens) {
+    fail("num_speculative_tokens must be in [0, ", kMaxSpeculativeTokens, "], got ",
+         r.num_speculative_tokens);
+  }
   for (const auto& [id, bias] : r.sampling.logit_bias) {
     if (id < 0 || id >= vocab_size_) {
       fail("logit_bias token id ", id, " is outside the vocabulary [0, ", vocab_size_, ")");
@@ -139,10 +150,6 @@ void Engine::add_request(RequestId id, GenerationRequest request) {
 }
 
 void Engine::add_group(RequestId id, GenerationRequest r) {
-  const auto num_prompt = static_cast<int32_t>(r.prompt.size());
-  const bool fork =
-      r.n > 1 && num_prompt >= 2 &&
-      std::find(r.stop_ids.begin(), r.stop_ids.end(), r.prompt.back()) == r.stop_ids.end();
   // Samplers first: they are what can still throw.
   std::vector<Sequence> seqs;
   for (int32_t k = 0; k < r.n; ++k) {
@@ -155,30 +162,31 @@ void Engine::add_group(RequestId id, GenerationRequest r) {
   std::vector<RequestId> seq_ids;
   for (int32_t k = 0; k < r.n; ++k) seq_ids.push_back(next_sequence_id_++);
   group.parent = seq_ids[0];
+  group.waiting_children.assign(seq_ids.begin() + 1, seq_ids.end());
+  if (r.n > 1) {
+    group.prompt = r.prompt;
+    group.max_tokens = r.max_tokens;
+    group.stop_ids = r.stop_ids;
+    group.cache_key = r.cache_key;
+  }
 
+  // Only the first sequence runs the prompt; the others fork from it once it samples (see the
+  // top of engine.h).
   Request base;
   base.prompt = std::move(r.prompt);
   base.max_tokens = r.max_tokens;
   base.stop_ids = std::move(r.stop_ids);
   base.cache_key = r.cache_key;
-  if (fork) {
-    // The parent's prompt stops one token short; that token comes back as its first "output",
-    // so it may have one output token more. Forked children inherit both.
-    seqs[0].prompt_phase = true;
-    seqs[0].last_prompt_token = base.prompt.back();
-    base.prompt.pop_back();
-    base.max_tokens += 1;
-    base.id = seq_ids[0];
-    scheduler_.add_request(std::move(base));
-    group.waiting_children.assign(seq_ids.begin() + 1, seq_ids.end());
-  } else {
-    for (int32_t k = 0; k < r.n; ++k) {
-      Request q = base;
-      q.id = seq_ids[k];
-      scheduler_.add_request(std::move(q));
+  base.id = seq_ids[0];
+  scheduler_.add_request(std::move(base));
+  const int32_t num_speculative = r.num_speculative_tokens < 0 ? config_.speculative.num_tokens
+                                                               : r.num_speculative_tokens;
+  for (int32_t k = 0; k < r.n; ++k) {
+    if (num_speculative > 0) {
+      speculator_->add(seq_ids[k], r.num_speculative_tokens, seqs[k].sampler.params());
     }
+    sequences_.emplace(seq_ids[k], std::move(seqs[k]));
   }
-  for (int32_t k = 0; k < r.n; ++k) sequences_.emplace(seq_ids[k], std::move(seqs[k]));
   groups_.emplace(id, std::move(group));
 }
 
@@ -192,6 +200,7 @@ OutputEvent Engine::event_for(const Sequence& seq) const {
 void Engine::finish_sequence(RequestId seq_id, FinishReason reason, OutputEvent& event) {
   auto it = sequences_.find(seq_id);
   PAGODA_CHECK(it != sequences_.end());
+  speculator_->remove(seq_id);
   Group& group = groups_.at(it->second.request_id);
   sequences_.erase(it);
   event.finish_reason = reason;
@@ -219,58 +228,95 @@ std::vector<OutputEvent> Engine::abort(RequestId id) {
   return events;
 }
 
-void Engine::fork_children(Group& group) {
-  for (RequestId child : group.waiting_children) scheduler_.fork(group.parent, child);
-  group.waiting_children.clear();
-}
-
 std::vector<OutputEvent> Engine::step() {
   std::vector<OutputEvent> events;
   if (!has_work()) return events;
-  const StepPlan plan = scheduler_.schedule();
+  speculator_->plan_lookahead(scheduler_);
+  StepPlan plan = scheduler_.schedule();
+  for (RequestId id : plan.preempted) speculator_->preempted(id);
+  speculator_->propose(plan, scheduler_);
   const ForwardBatch batch = build_forward_batch(plan, scheduler_);
   copy_kv_blocks(*kv_, model_.config(), plan.block_copies);
+  speculator_->copy_blocks(plan.block_copies);
   num_block_copies_ += static_cast<int64_t>(plan.block_copies.size());
   if (batch.num_tokens() > 0) model_.forward(backend_, batch, *kv_, logits_);
   num_computed_tokens_ += batch.num_tokens();
 
-  // One token per needs_sample request, in plan order; events for the sampled ones.
-  std::vector<TokenId> tokens;
+  // The new tokens of every needs_sample request, in plan order; events for them.
+  std::vector<std::vector<TokenId>> new_tokens;
   std::vector<std::pair<RequestId, size_t>> event_of;  // sequence id -> index into events
-  std::vector<RequestId> forks;                        // parents whose prompt phase ends now
+  std::vector<std::pair<RequestId, std::vector<SampleResult>>> first_samples;  // of forks
   size_t row = 0;
   for (const ScheduledRequest& s : plan.requests) {
     if (!s.needs_sample) continue;
-    const std::span<const float> logits(logits_.data() + row++ * vocab_size_,
-                                        static_cast<size_t>(vocab_size_));
+    const auto num_rows = static_cast<size_t>(s.num_logit_rows());
+    const std::span<const float> logits(logits_.data() + row * vocab_size_,
+                                        num_rows * static_cast<size_t>(vocab_size_));
+    row += num_rows;
     Sequence& seq = sequences_.at(s.request_id);
-    if (seq.prompt_phase) {
-      tokens.push_back(seq.last_prompt_token);
-      forks.push_back(s.request_id);
-      continue;
-    }
     OutputEvent e = event_for(seq);
+    std::vector<TokenId> tokens;
     try {
-      SampleResult sample = seq.sampler.sample(logits, scratch_);
-      seq.sampler.accept(sample.token);
-      tokens.push_back(sample.token);
-      e.token_ids.push_back(sample.token);
-      if (seq.sampler.params().logprobs) e.logprobs.push_back(std::move(sample));
-      ++num_generated_tokens_;
+      std::vector<SampleResult> samples;
+      if (s.num_proposed > 0) {
+        samples = seq.sampler.verify(logits, s.proposed,
+                                     speculator_->distributions(s.request_id), scratch_);
+      } else {
+        samples.push_back(seq.sampler.sample(logits, scratch_));
+        seq.sampler.accept(samples.back().token);
+      }
+      // The step's tokens end at the first stop id, as commit() ends them.
+      const std::vector<TokenId>& stop_ids = scheduler_.find(s.request_id)->stop_ids;
+      for (size_t i = 0; i < samples.size(); ++i) {
+        tokens.push_back(samples[i].token);
+        if (std::find(stop_ids.begin(), stop_ids.end(), samples[i].token) != stop_ids.end()) {
+          samples.resize(i + 1);
+          break;
+        }
+      }
+      e.num_proposed = s.num_proposed;
+      e.num_accepted = std::min(s.num_proposed, static_cast<int32_t>(samples.size()) - 1);
+      e.token_ids = tokens;
+      num_generated_tokens_ += static_cast<int64_t>(tokens.size());
+      Group& group = groups_.at(seq.request_id);
+      if (!group.waiting_children.empty() && s.request_id == group.parent) {
+        // The prompt is computed: every sample of the request draws its first token from
+        // these same logits, and the others fork from this sequence after the commit.
+        std::vector<std::pair<RequestId, std::vector<SampleResult>>> firsts;
+        for (RequestId child : group.waiting_children) {
+          Sequence& c = sequences_.at(child);
+          std::vector<SampleResult> first = {c.sampler.sample(logits, scratch_)};
+          c.sampler.accept(first[0].token);
+          firsts.emplace_back(child, std::move(first));
+        }
+        for (auto& f : firsts) first_samples.push_back(std::move(f));
+      }
+      if (seq.sampler.params().logprobs) e.logprobs = std::move(samples);
       event_of.emplace_back(s.request_id, events.size());
     } catch (const Error& error) {
       // E.g. every token banned by logit_bias: this sample ends, the others go on. commit()
       // skips a request aborted since schedule(), so its token is never read.
-      tokens.push_back(0);
+      tokens = {0};
+      abort_children_of(s.request_id, events);
       scheduler_.abort(s.request_id);
       e.error = error.what();
       finish_sequence(s.request_id, FinishReason::kError, e);
     }
+    new_tokens.push_back(std::move(tokens));
     events.push_back(std::move(e));
   }
-  PAGODA_CHECK(row * vocab_size_ == logits_.size() || batch.num_tokens() == 0);
+  PAGODA_CHECK(row * static_cast<size_t>(vocab_size_) == logits_.size() || batch.num_tokens() == 0);
 
-  for (Request& r : scheduler_.commit(plan, tokens)) {
+  std::vector<Request> finished = scheduler_.commit(plan, new_tokens);
+  for (const ScheduledRequest& s : plan.requests) {
+    if (!s.needs_sample) continue;
+    const Request* r = scheduler_.find(s.request_id);
+    auto it = std::find_if(event_of.begin(), event_of.end(),
+                           [&](const auto& p) { return p.first == s.request_id; });
+    const int32_t num_accepted = it == event_of.end() ? 0 : events[it->second].num_accepted;
+    speculator_->observe(s, num_accepted, r ? r->num_computed_tokens : -1);
+  }
+  for (Request& r : finished) {
     auto it = std::find_if(event_of.begin(), event_of.end(),
                            [&](const auto& p) { return p.first == r.id; });
     PAGODA_CHECK(it != event_of.end());
@@ -285,14 +331,57 @@ std::vector<OutputEvent> Engine::step() {
       finish_sequence(r.id, FinishReason::kLength, e);
     }
   }
-  // Between steps again: the children start from the parent's blocks.
-  for (RequestId parent : forks) {
-    auto it = sequences_.find(parent);
-    if (it == sequences_.end() || scheduler_.find(parent) == nullptr) continue;
-    it->second.prompt_phase = false;
-    fork_children(groups_.at(it->second.request_id));
-  }
+  // Between steps again: each waiting sample starts from the parent's blocks with its own first
+  // token (or alone, when the parent already finished).
+  for (auto& [child, first] : first_samples) start_child(child, std::move(first), events);
   return events;
+}
+
+void Engine::start_child(RequestId child, std::vector<SampleResult> first,
+                         std::vector<OutputEvent>& events) {
+  Sequence& c = sequences_.at(child);
+  Group& group = groups_.at(c.request_id);
+  std::erase(group.waiting_children, child);
+  OutputEvent e = event_for(c);
+  const TokenId token = first[0].token;
+  e.token_ids = {token};
+  ++num_generated_tokens_;
+  if (c.sampler.params().logprobs) e.logprobs = std::move(first);
+  const Request* parent = scheduler_.find(group.parent);
+  const std::vector<TokenId>& stop_ids = group.stop_ids;
+  const bool stops = std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end();
+  if (stops) {
+    e.stop_token = token;
+    e.token_ids.clear();
+    if (!e.logprobs.empty()) e.logprobs.pop_back();
+    finish_sequence(child, FinishReason::kStop, e);
+  } else if (group.max_tokens <= 1) {
+    finish_sequence(child, FinishReason::kLength, e);
+  } else if (parent != nullptr) {
+    scheduler_.fork(group.parent, child, token);
+  } else {
+    Request q;
+    q.id = child;
+    q.prompt = group.prompt;
+    q.output = {token};
+    q.max_tokens = group.max_tokens;
+    q.stop_ids = stop_ids;
+    q.cache_key = group.cache_key;
+    scheduler_.add_request(std::move(q));
+  }
+  events.push_back(std::move(e));
+}
+
+void Engine::abort_children_of(RequestId parent_seq, std::vector<OutputEvent>& events) {
+  Group& group = groups_.at(sequences_.at(parent_seq).request_id);
+  if (group.parent != parent_seq) return;
+  const std::vector<RequestId> children = std::move(group.waiting_children);
+  group.waiting_children.clear();
+  for (RequestId child : children) {
+    events.push_back(event_for(sequences_.at(child)));
+    events.back().error = "the first sample of the request failed";
+    finish_sequence(child, FinishReason::kError, events.back());
+  }
 }
 
 EngineStats Engine::stats() const {
@@ -303,13 +392,15 @@ EngineStats Engine::stats() const {
   s.num_computed_tokens = num_computed_tokens_;
   s.num_generated_tokens = num_generated_tokens_;
   s.num_block_copies = num_block_copies_;
-  s.kv_cache_bytes = kv_->bytes();
+  s.kv_cache_bytes = kv_->bytes() + speculator_->draft_kv_bytes();
+  s.speculative = speculator_->stats();
   s.block_size = config_.block_size;
   return s;
 }
 
 void Engine::check_invariants() const {
   scheduler_.check_invariants();
+  speculator_->check_invariants(scheduler_);
   int64_t num_in_scheduler = 0;
   std::unordered_map<RequestId, int32_t> num_seqs_of;
   for (const auto& [seq_id, seq] : sequences_) {
@@ -324,14 +415,13 @@ void Engine::check_invariants() const {
     const Request* r = scheduler_.find(seq_id);
     PAGODA_CHECK(waiting_child == (r == nullptr));
     if (r != nullptr) ++num_in_scheduler;
-    if (seq.prompt_phase) PAGODA_CHECK(r != nullptr && r->output.empty() && seq_id == group.parent);
   }
   PAGODA_CHECK(num_in_scheduler == scheduler_.num_running() + scheduler_.num_waiting());
   for (const auto& [id, group] : groups_) {
     PAGODA_CHECK(num_seqs_of[id] == group.num_unfinished && group.num_unfinished > 0);
     if (!group.waiting_children.empty()) {
-      auto parent = sequences_.find(group.parent);
-      PAGODA_CHECK(parent != sequences_.end() && parent->second.prompt_phase);
+      const Request* parent = scheduler_.find(group.parent);
+      PAGODA_CHECK(parent != nullptr && parent->output.empty());
     }
   }
 }

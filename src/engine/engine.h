@@ -10,21 +10,22 @@
 // The Engine is single-threaded: call it from one thread (EngineThread runs it on its own).
 // Outputs are returned by step() and abort() as events; nothing is called back.
 //
-// Parallel sampling (n > 1): the request's first sequence computes the prompt up to, not
-// including, its last token (it is committed with that token in place of a sample, so no sample
-// is taken); then the n - 1 others are forked from it, sharing its full blocks, with a copy of
-// the partly filled tail; and each of the n computes the last prompt token in its own tail and
-// samples its own first token with its own Sampler (seed + index when seeded). The extra cost is
-// n - 1 token rows, where computing the prompt before forking would have needed a scheduler
-// that forks between forward and commit. A prompt of one token, or one ending in a stop id,
-// runs its n sequences independently (prefix caching still shares what it can).
+// Parallel sampling (n > 1): the request's first sequence computes the prompt; at the step that
+// finishes it, every one of the n samples draws its first token from those same logits, each
+// with its own Sampler (seed + index when seeded); after the commit the n - 1 others fork from
+// the first, sharing its full blocks, with a copy of the partly filled tail and their own token
+// in place of its last one (Scheduler::fork). The prompt is computed once.
 //
-// Invariants (check_invariants(), on top of the Scheduler's):
+// Speculative decoding (Speculator): between steps, sequences that decode may ask for proposals
+// to be verified; the plan schedules them after each one's token, the forward pass gives their
+// logit rows, Sampler::verify keeps the accepted ones and draws the token after them, and
+// commit() takes the lot, rolling back the slots of the rejected ones.
+//
+// Invariants (check_invariants(), on top of the Scheduler's and the Speculator's):
 //   - every live scheduler request is a Sequence of a live Group, and every Sequence is either
-//     live in the scheduler or a child waiting for its group's parent to reach the fork point;
-//   - a group's num_unfinished equals its Sequence count; children wait only while the parent
-//     awaits its fork (prompt_phase) and is live;
-//   - a sequence in its prompt phase has no output yet.
+//     live in the scheduler or a child waiting for its group's first sequence to sample;
+//   - a group's num_unfinished equals its Sequence count; children wait only while the first
+//     sequence is live and has no output.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +39,7 @@
 #include "backend/backend.h"
 #include "engine/engine_stats.h"
 #include "engine/sampler.h"
+#include "engine/speculator.h"
 #include "kv/kv_storage.h"
 #include "model/model.h"
 #include "sched/scheduler.h"
@@ -56,6 +58,7 @@ struct EngineConfig {
   int64_t num_kv_cache_tokens = 0;
   int32_t max_model_len = 0;  // prompt + max_tokens at most; 0: only the KV budget limits
   DType kv_type = DType::kF32;  // K/V values: F32, or F16 for half the memory per token
+  SpeculativeConfig speculative;  // proposals to verify per step (off by default)
 };
 
 struct GenerationRequest {
@@ -65,6 +68,9 @@ struct GenerationRequest {
   std::vector<TokenId> stop_ids;  // EOS / EOG: the sample ends when it draws one
   int32_t n = 1;                  // parallel samples of the same prompt, [1, kMaxNumSamples]
   uint64_t cache_key = 0;         // only requests with equal keys share cached KV blocks
+  // Speculative decoding: proposals per step, in [0, kMaxSpeculativeTokens]; -1: the engine's
+  // default (EngineConfig::speculative.num_tokens).
+  int32_t num_speculative_tokens = -1;
 };
 
 enum class FinishReason { kStop, kLength, kAbort, kError };
@@ -81,6 +87,8 @@ struct OutputEvent {
   TokenId stop_token = kNoToken;              // kStop: the stop id drawn
   std::string error;                          // kError: what went wrong
   bool request_finished = false;              // the request's last event: every sample has finished
+  int32_t num_proposed = 0;                   // speculative proposals this step verified
+  int32_t num_accepted = 0;                   // of those, accepted (token_ids holds them)
 };
 
 class Engine {
@@ -125,22 +133,27 @@ class Engine {
     RequestId request_id = 0;
     int32_t index = 0;
     Sampler sampler;
-    // The parent of a forked request before the fork: its prompt stops one token short, and its
-    // next "sample" is the prompt's last token.
-    bool prompt_phase = false;
-    TokenId last_prompt_token = kNoToken;
   };
   struct Group {
     int32_t num_unfinished = 0;
     RequestId parent = 0;                     // sequence id of sample 0
     std::vector<RequestId> waiting_children;  // sequence ids to fork from the parent
+    // What a child needs to start alone when the parent finished at its first token.
+    std::vector<TokenId> prompt;
+    int32_t max_tokens = 0;
+    std::vector<TokenId> stop_ids;
+    uint64_t cache_key = 0;
   };
 
   void add_group(RequestId id, GenerationRequest request);
   // Forgets a finished sequence and completes `event` (its last); closes the group at its end.
   void finish_sequence(RequestId seq_id, FinishReason reason, OutputEvent& event);
   OutputEvent event_for(const Sequence& seq) const;
-  void fork_children(Group& group);
+  // A child of an n > 1 request starts with the first token it drew from the parent's logits.
+  void start_child(RequestId child, std::vector<SampleResult> first,
+                   std::vector<OutputEvent>& events);
+  // The first sequence of a request failed before its children started: they end too.
+  void abort_children_of(RequestId parent_seq, std::vector<OutputEvent>& events);
 
   Model& model_;
   Backend& backend_;
@@ -148,6 +161,7 @@ class Engine {
   int32_t vocab_size_;
   std::unique_ptr<KvStorage> kv_;
   Scheduler scheduler_;
+  std::unique_ptr<Speculator> speculator_;
   std::unordered_map<RequestId, Group> groups_;        // live requests, by RequestId
   std::unordered_map<RequestId, Sequence> sequences_;  // by sequence (scheduler) id
   RequestId next_request_id_ = 1;

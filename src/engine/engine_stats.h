@@ -4,6 +4,7 @@
 
 #include <cstdint>
 
+#include "engine/speculator.h"
 #include "sched/scheduler.h"
 
 namespace pagoda {
@@ -17,8 +18,9 @@ struct EngineStats {
   int64_t num_computed_tokens = 0;    // token rows run through the model, every step
   int64_t num_generated_tokens = 0;   // tokens sampled, stop tokens included
   int64_t num_block_copies = 0;       // copy-on-write block copies for forked samples
-  uint64_t kv_cache_bytes = 0;        // the K/V memory
+  uint64_t kv_cache_bytes = 0;        // the K/V memory (a draft model's included)
   int32_t block_size = 0;
+  SpeculativeStats speculative;       // proposals made and accepted
 };
 
 }  // namespace pagoda

@@ -29,27 +29,37 @@ ForwardBatch build_forward_batch(const StepPlan& plan, const FindRequest& find_r
     const Request* r = find_request(s.request_id);
     if (r == nullptr) fail("forward batch: request ", s.request_id, " of the plan is not live");
     const int64_t end = int64_t{s.start_position} + s.num_new_tokens;
+    const int64_t known_end = end - s.num_proposed;  // proposals come after the known tokens
     const auto num_table_blocks = static_cast<int64_t>(s.block_table.size());
-    if (s.start_position < 0 || s.num_new_tokens < 1 || end > r->num_tokens() ||
+    if (s.start_position < 0 || s.num_new_tokens < 1 || s.num_proposed < 0 ||
+        known_end <= s.start_position || known_end > r->num_tokens() ||
         end > num_table_blocks * block_size) {
       fail("forward batch: request ", s.request_id, " schedules positions [", s.start_position,
            ", ", end, ") of ", r->num_tokens(), " tokens with ", num_table_blocks, " blocks of ",
            block_size);
     }
-    if (s.needs_sample != (end == r->num_tokens())) {
+    if (s.needs_sample != (known_end == r->num_tokens()) ||
+        (s.num_proposed > 0 && !s.needs_sample)) {
       fail("forward batch: request ", s.request_id, " needs_sample disagrees with its tokens");
+    }
+    if (static_cast<int32_t>(s.proposed.size()) != s.num_proposed) {
+      fail("forward batch: request ", s.request_id, " has ", s.proposed.size(),
+           " proposed tokens for ", s.num_proposed, " scheduled");
     }
     std::copy(s.block_table.begin(), s.block_table.end(),
               b.block_table.begin() + int64_t{seq} * max_blocks);
     const int32_t num_prompt = r->num_prompt_tokens();
     for (int32_t pos = s.start_position; pos < end; ++pos) {
-      b.token_ids.push_back(pos < num_prompt ? r->prompt[pos] : r->output[pos - num_prompt]);
+      b.token_ids.push_back(pos >= known_end   ? s.proposed[pos - known_end]
+                            : pos < num_prompt ? r->prompt[pos]
+                                               : r->output[pos - num_prompt]);
       b.positions.push_back(pos);
       b.slot_mapping.push_back(int64_t{s.block_table[pos / block_size]} * block_size +
                                pos % block_size);
     }
     b.query_start.push_back(b.num_tokens());
-    if (s.needs_sample) b.logit_rows.push_back(b.num_tokens() - 1);
+    // The last known position and every proposal's: row i verifies proposal i.
+    for (int32_t row = s.num_logit_rows(); row > 0; --row) b.logit_rows.push_back(b.num_tokens() - row);
   }
   return b;
 }

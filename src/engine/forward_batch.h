@@ -17,9 +17,10 @@ using FindRequest = std::function<const Request*(RequestId)>;
 
 // Sequence s of the batch is plan.requests[s]: its tokens [start_position, start_position +
 // num_new_tokens) of prompt + output, at those positions, written to the slots its block table
-// names. Block table rows are padded with kNoBlock past a request's own blocks (attention reads
-// only up to each token's position). logit_rows holds the last row of every request with
-// needs_sample, in plan order: the order Scheduler::commit() wants the sampled tokens in.
+// names; proposals (ScheduledRequest::proposed) follow the known tokens. Block table rows are
+// padded with kNoBlock past a request's own blocks (attention reads only up to each token's
+// position). logit_rows holds, for every request with needs_sample in plan order (the order
+// Scheduler::commit() wants the new tokens in), its num_logit_rows() last rows.
 // Throws Error when a scheduled request is unknown or its table does not cover its tokens.
 ForwardBatch build_forward_batch(const StepPlan& plan, const FindRequest& find_request,
                                  int32_t block_size);

@@ -382,10 +382,13 @@ CandidateSet sampling_candidates(std::span<const float> logits, const SamplingPa
   return {std::span<const ScoredToken>(c.data(), n), total};
 }
 
-TokenId Sampler::draw(const CandidateSet& candidates) {
+double Sampler::uniform() {
   // A uniform double in [0, 1) from the top 53 bits: the same on every standard library.
-  const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
-  const double target = u * candidates.total_score;
+  return static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+}
+
+TokenId Sampler::draw(const CandidateSet& candidates) {
+  const double target = uniform() * candidates.total_score;
   double sum = 0.0;
   for (const ScoredToken& t : candidates.tokens) {
     sum += t.score;
@@ -412,6 +415,96 @@ void Sampler::fill_logprobs(std::span<const float> logits, std::vector<ScoredTok
   for (const ScoredToken& t : top) {
     result.top_logprobs.emplace_back(t.id, static_cast<float>(t.score - log_normalizer));
   }
+}
+
+float ProposalDistribution::prob(TokenId id) const {
+  auto it = std::lower_bound(probs.begin(), probs.end(), id,
+                             [](const std::pair<TokenId, float>& e, TokenId t) { return e.first < t; });
+  return it != probs.end() && it->first == id ? it->second : 0.0f;
+}
+
+std::span<const float> Sampler::adjust(std::span<const float> logits,
+                                       SamplerScratch& scratch) const {
+  if (logits.size() != static_cast<size_t>(vocab_size_)) {
+    fail("sampler: got ", logits.size(), " logits for a vocabulary of ", vocab_size_);
+  }
+  std::vector<float>& adjusted = scratch.logits_;
+  adjusted.resize(logits.size());
+  for (size_t i = 0; i < logits.size(); ++i) adjusted[i] = sanitize_logit(logits[i]);
+  apply_bias_and_penalties(adjusted, params_, history_);
+  return adjusted;
+}
+
+SampleResult Sampler::result_for(TokenId token, std::span<const float> adjusted,
+                                 SamplerScratch& scratch) const {
+  SampleResult result;
+  result.token = token;
+  if (params_.logprobs || params_.num_logprobs > 0) {
+    fill_logprobs(adjusted, scratch.top_logprobs_, result);
+  }
+  return result;
+}
+
+std::vector<SampleResult> Sampler::verify(std::span<const float> logits,
+                                          std::span<const TokenId> proposed,
+                                          std::span<const ProposalDistribution> q,
+                                          SamplerScratch& scratch) {
+  const size_t k = proposed.size();
+  const auto vocab = static_cast<size_t>(vocab_size_);
+  if (logits.size() != (k + 1) * vocab) {
+    fail("sampler: verifying ", k, " proposals needs ", k + 1, " rows of logits, got ",
+         logits.size(), " values");
+  }
+  if (!q.empty() && q.size() != k) fail("sampler: ", q.size(), " proposal distributions for ", k);
+  std::vector<SampleResult> out;
+  for (size_t i = 0; i <= k; ++i) {
+    const std::span<const float> adjusted = adjust(logits.subspan(i * vocab, vocab), scratch);
+    TokenId token = kNoToken;
+    bool accepted = false;
+    if (params_.temperature == 0.0f) {
+      size_t best = 0;
+      for (size_t j = 1; j < adjusted.size(); ++j) {
+        if (adjusted[j] > adjusted[best]) best = j;
+      }
+      if (adjusted[best] == -kInf) fail_all_banned();
+      token = static_cast<TokenId>(best);
+      accepted = i < k && token == proposed[i];
+    } else {
+      const CandidateSet c = sampling_candidates(adjusted, params_, scratch);
+      if (i == k) {
+        token = draw(c);
+      } else {
+        const TokenId x = proposed[i];
+        double p_x = 0.0;
+        for (const ScoredToken& t : c.tokens) {
+          if (t.id == x) p_x = t.score / c.total_score;
+        }
+        const double q_x = q.empty() ? 1.0 : q[i].prob(x);
+        // Accept with probability min(1, p(x) / q(x)).
+        if (uniform() * q_x < p_x) {
+          token = x;
+          accepted = true;
+        } else {
+          // Rejected: draw from max(0, p - q), renormalized, in the candidates' order.
+          std::vector<ScoredToken> residual;
+          double total = 0.0;
+          for (const ScoredToken& t : c.tokens) {
+            const double p = t.score / c.total_score;
+            const double rest = p - (q.empty() ? (t.id == x ? 1.0 : 0.0) : q[i].prob(t.id));
+            if (rest > 0.0) {
+              residual.push_back({static_cast<float>(rest), t.id});
+              total += static_cast<float>(rest);
+            }
+          }
+          token = residual.empty() ? draw(c) : draw({residual, total});
+        }
+      }
+    }
+    out.push_back(result_for(token, adjusted, scratch));
+    history_.add_output(token);
+    if (!accepted) break;
+  }
+  return out;
 }
 
 void Sampler::accept(TokenId token) {

@@ -128,6 +128,14 @@ class SamplerScratch {
   std::vector<ScoredToken> top_logprobs_;  // [num_logprobs]
 };
 
+// The distribution a proposed token was drawn from (speculative decoding), as probabilities
+// that sum to 1 over the listed ids. Empty: the proposal was deterministic (an n-gram match, a
+// greedy draft), a point mass on the proposed token.
+struct ProposalDistribution {
+  std::vector<std::pair<TokenId, float>> probs;  // sorted by id
+  float prob(TokenId id) const;
+};
+
 // The sampling state of one sequence: its params, its RNG and its token history.
 // sample() does not record the token it returns: the caller calls accept() with each token that
 // becomes part of the output, so a speculative draft the verifier rejects, or a token cut by a
@@ -155,6 +163,22 @@ class Sampler {
   // Adds a token to the output counts the penalties read. Throws Error when out of range.
   void accept(TokenId token);
 
+  // Speculative decoding: verifies `proposed` (k tokens) against `logits` ([k + 1, vocab]: row
+  // i is the distribution for the token after proposal i - 1) and returns the tokens the
+  // sequence gets, accepted proposals then one more, each with its log-probabilities; each is
+  // accept()ed here, since row i's penalties depend on the tokens before it. Greedy: a proposal
+  // is accepted when it is the argmax, and the next token is the argmax of the first row that
+  // disagrees (or of the last row), so the output is exactly greedy decoding's. Otherwise,
+  // modified rejection sampling: proposal x drawn from q is accepted with probability
+  // min(1, p(x) / q(x)), where p is this sampler's distribution (steps 1-10); on rejection the
+  // token is drawn from max(0, p - q) renormalized; after k acceptances, from the last row. The
+  // output is then distributed exactly as sampling token by token. `q`: one per proposal, or
+  // empty when every proposal was deterministic.
+  std::vector<SampleResult> verify(std::span<const float> logits,
+                                   std::span<const TokenId> proposed,
+                                   std::span<const ProposalDistribution> q,
+                                   SamplerScratch& scratch);
+
   const SamplingParams& params() const { return params_; }
   const TokenHistory& history() const { return history_; }
   int vocab_size() const { return vocab_size_; }
@@ -164,6 +188,11 @@ class Sampler {
 
  private:
   TokenId draw(const CandidateSet& candidates);
+  double uniform();
+  // Steps 1-4 of one row into scratch.logits_.
+  std::span<const float> adjust(std::span<const float> logits, SamplerScratch& scratch) const;
+  SampleResult result_for(TokenId token, std::span<const float> adjusted,
+                          SamplerScratch& scratch) const;
   void fill_logprobs(std::span<const float> logits, std::vector<ScoredToken>& top,
                      SampleResult& result) const;
 

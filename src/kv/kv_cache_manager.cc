@@ -136,6 +136,22 @@ void KvCacheManager::free(RequestId id) {
   tables_.erase(it);
 }
 
+void KvCacheManager::truncate(RequestId id, int32_t num_slots) {
+  auto it = tables_.find(id);
+  PAGODA_CHECK(it != tables_.end());
+  Table& t = it->second;
+  PAGODA_CHECK(num_slots >= 0 && num_slots <= t.num_slots);
+  PAGODA_CHECK(static_cast<int64_t>(t.hashes.size()) * block_size() <= num_slots);
+  const auto num_kept = static_cast<size_t>(num_blocks_for(num_slots));
+  while (t.blocks.size() > num_kept) {
+    const BlockId b = t.blocks.back();
+    PAGODA_CHECK(pool_.ref_count(b) == 1 && !pool_.is_hashed(b));
+    pool_.release(b);
+    t.blocks.pop_back();
+  }
+  t.num_slots = num_slots;
+}
+
 std::optional<std::vector<BlockCopy>> KvCacheManager::fork(RequestId parent, RequestId child,
                                                            int32_t num_computed_tokens) {
   const Table& from = entry(parent);

@@ -93,6 +93,11 @@ class KvCacheManager {
   // evicted first, so a prefix other requests may share stays cached longest.
   void free(RequestId id);
 
+  // Gives back the slots of `id` past `num_slots` (speculative tokens the verifier rejected):
+  // the table keeps ceil(num_slots / block_size) blocks and the rest return to the pool. Those
+  // were allocated for the step that is ending, so nobody else holds or caches them.
+  void truncate(RequestId id, int32_t num_slots);
+
   // Gives `child` a table for the first num_computed_tokens tokens of `parent`: the full blocks
   // are shared, a partly filled tail gets a fresh block to be filled by the returned copy.
   // nullopt (nothing changed) when no block is free for the tail.
@@ -117,7 +122,7 @@ class KvCacheManager {
 
  private:
   struct Table {
-    std::vector<BlockId> blocks;       // append-only
+    std::vector<BlockId> blocks;       // grows; shrinks only by truncate()
     std::vector<BlockHash> hashes;     // of the first full blocks, hashed in order
     std::vector<PrefixId> prefix_ids;  // [hashes.size()]
     int32_t num_slots = 0;             // token slots allocated

@@ -40,6 +40,11 @@ struct Request {
   int32_t num_cached_tokens = 0;    // prefix-cache hit at its first admission
   int32_t num_preemptions = 0;
 
+  // Set by the engine between steps (speculative decoding): how many proposed tokens to verify
+  // after the request's next token, when that step decodes. The scheduler schedules as many as
+  // the budget and max_tokens leave room for. 0: plain decoding.
+  int32_t num_lookahead_tokens = 0;
+
   int32_t num_prompt_tokens() const { return static_cast<int32_t>(prompt.size()); }
   int32_t num_output_tokens() const { return static_cast<int32_t>(output.size()); }
   int32_t num_tokens() const { return num_prompt_tokens() + num_output_tokens(); }

@@ -98,7 +98,14 @@ bool Scheduler::schedule_running(StepPlan& plan, int32_t& budget) {
       const int32_t num_wanted = r.num_tokens() - r.num_computed_tokens;
       PAGODA_CHECK(num_wanted > 0);
       if ((num_wanted == 1) != decodes) continue;
-      const int32_t num_new = std::min({num_wanted, budget, decodes ? 1 : prefill_cap});
+      // A decode may verify proposals after its token: as many as asked, the budget allows and
+      // max_tokens leaves room for (the accepted ones and the token after them are output).
+      const int32_t num_proposed =
+          decodes ? std::max(0, std::min({r.num_lookahead_tokens, budget - 1,
+                                          r.max_tokens - r.num_output_tokens() - 1}))
+                  : 0;
+      const int32_t num_new = std::min({num_wanted, budget, decodes ? 1 : prefill_cap}) +
+                              num_proposed;
       bool allocated = false;
       for (;;) {
         if (kv_.allocate_slots(r.id, r.num_computed_tokens, num_new)) {
@@ -114,7 +121,7 @@ bool Scheduler::schedule_running(StepPlan& plan, int32_t& budget) {
         if (victim == r.id) break;
       }
       if (!allocated) continue;
-      add_to_plan(plan, r, num_new);
+      add_to_plan(plan, r, num_new, num_proposed);
       budget -= num_new;
     }
   }
@@ -124,8 +131,8 @@ bool Scheduler::schedule_running(StepPlan& plan, int32_t& budget) {
 void Scheduler::unplan(RequestId id, StepPlan& plan, int32_t& budget) {
   auto it = in_flight_.find(id);
   if (it == in_flight_.end()) return;
-  budget += it->second;
-  plan.num_scheduled_tokens -= it->second;
+  budget += it->second.num_new_tokens;
+  plan.num_scheduled_tokens -= it->second.num_new_tokens;
   in_flight_.erase(it);
   std::erase_if(plan.requests, [id](const ScheduledRequest& s) { return s.request_id == id; });
 }
@@ -143,21 +150,29 @@ void Scheduler::schedule_waiting(StepPlan& plan, int32_t& budget) {
     r.num_computed_tokens = prefix.num_tokens;
     r.status = RequestStatus::kRunning;
     running_.push_back(r.id);
-    add_to_plan(plan, r, num_new);
+    add_to_plan(plan, r, num_new, 0);
     budget -= num_new;
   }
 }
 
-void Scheduler::add_to_plan(StepPlan& plan, Request& r, int32_t num_new_tokens) {
+void Scheduler::add_to_plan(StepPlan& plan, Request& r, int32_t num_new_tokens,
+                            int32_t num_proposed) {
   ScheduledRequest s;
   s.request_id = r.id;
   s.num_new_tokens = num_new_tokens;
   s.start_position = r.num_computed_tokens;
   s.block_table = kv_.block_table(r.id);
-  s.needs_sample = r.num_computed_tokens + num_new_tokens == r.num_tokens();
+  s.needs_sample = r.num_computed_tokens + num_new_tokens - num_proposed == r.num_tokens();
+  s.num_proposed = num_proposed;
   plan.requests.push_back(std::move(s));
   plan.num_scheduled_tokens += num_new_tokens;
-  in_flight_[r.id] = num_new_tokens;
+  in_flight_[r.id] = {num_new_tokens, num_proposed};
+}
+
+void Scheduler::set_num_lookahead_tokens(RequestId id, int32_t num_tokens) {
+  if (step_in_flight()) fail("scheduler: set_num_lookahead_tokens() while a step is in flight");
+  auto it = requests_.find(id);
+  if (it != requests_.end()) it->second.num_lookahead_tokens = std::max(0, num_tokens);
 }
 
 void Scheduler::preempt(RequestId id, StepPlan& plan) {
@@ -176,9 +191,17 @@ void Scheduler::preempt(RequestId id, StepPlan& plan) {
 
 std::vector<Request> Scheduler::commit(const StepPlan& plan,
                                        std::span<const TokenId> sampled_tokens) {
-  if (static_cast<int32_t>(sampled_tokens.size()) != plan.num_samples()) {
-    fail("scheduler: step ", plan.step_id, " needs ", plan.num_samples(), " sampled tokens, got ",
-         sampled_tokens.size());
+  std::vector<std::vector<TokenId>> new_tokens;
+  new_tokens.reserve(sampled_tokens.size());
+  for (TokenId t : sampled_tokens) new_tokens.push_back({t});
+  return commit(plan, new_tokens);
+}
+
+std::vector<Request> Scheduler::commit(const StepPlan& plan,
+                                       std::span<const std::vector<TokenId>> new_tokens) {
+  if (static_cast<int32_t>(new_tokens.size()) != plan.num_samples()) {
+    fail("scheduler: step ", plan.step_id, " needs ", plan.num_samples(),
+         " lists of new tokens, got ", new_tokens.size());
   }
   if (plan.requests.empty()) return {};
   if (plan.step_id != in_flight_step_) {
@@ -187,16 +210,37 @@ std::vector<Request> Scheduler::commit(const StepPlan& plan,
   std::vector<Request> finished;
   size_t k = 0;
   for (const ScheduledRequest& s : plan.requests) {
-    const TokenId token = s.needs_sample ? sampled_tokens[k++] : kNoToken;
+    const std::vector<TokenId>* tokens = s.needs_sample ? &new_tokens[k++] : nullptr;
     auto it = in_flight_.find(s.request_id);
     if (it == in_flight_.end()) continue;  // aborted since schedule()
     Request& r = get(s.request_id);
     PAGODA_CHECK(r.status == RequestStatus::kRunning && r.num_computed_tokens == s.start_position &&
-                 it->second == s.num_new_tokens);
-    r.num_computed_tokens += s.num_new_tokens;
+                 it->second.num_new_tokens == s.num_new_tokens &&
+                 it->second.num_proposed == s.num_proposed);
+    if (tokens == nullptr) {
+      r.num_computed_tokens += s.num_new_tokens;
+      kv_.cache_full_blocks(r.id, r.tokens(), r.num_computed_tokens);
+      continue;
+    }
+    // Accepted proposals first, then the one token sampled after them.
+    const auto num_accepted = static_cast<int32_t>(tokens->size()) - 1;
+    if (num_accepted < 0 || num_accepted > s.num_proposed ||
+        static_cast<int32_t>(s.proposed.size()) < num_accepted ||
+        !std::equal(tokens->begin(), tokens->begin() + num_accepted, s.proposed.begin())) {
+      fail("scheduler: step ", plan.step_id, " gives request ", r.id, " ", tokens->size(),
+           " tokens that are not its accepted proposals and one more");
+    }
+    r.num_computed_tokens += s.num_new_tokens - (s.num_proposed - num_accepted);
+    if (num_accepted < s.num_proposed) kv_.truncate(r.id, r.num_computed_tokens);
+    // Hash what is now computed: the accepted proposals are known tokens from here on.
+    r.output.insert(r.output.end(), tokens->begin(), tokens->begin() + num_accepted);
     kv_.cache_full_blocks(r.id, r.tokens(), r.num_computed_tokens);
-    if (s.needs_sample && append_and_check_stop(r, token)) {
-      finished.push_back(finish(r.id, r.status));
+    r.output.resize(r.output.size() - static_cast<size_t>(num_accepted));
+    for (TokenId token : *tokens) {
+      if (append_and_check_stop(r, token)) {
+        finished.push_back(finish(r.id, r.status));
+        break;
+      }
     }
   }
   in_flight_.clear();
@@ -242,7 +286,7 @@ std::optional<Request> Scheduler::abort(RequestId id) {
   return finish(id, RequestStatus::kFinishedAborted);
 }
 
-void Scheduler::fork(RequestId parent, RequestId child) {
+void Scheduler::fork(RequestId parent, RequestId child, std::optional<TokenId> last_token) {
   if (step_in_flight()) fail("scheduler: fork() while step ", in_flight_step_, " is in flight");
   auto it = requests_.find(parent);
   if (it == requests_.end()) fail("fork: request ", parent, " is not live");
@@ -252,6 +296,10 @@ void Scheduler::fork(RequestId parent, RequestId child) {
   c.id = child;
   c.prompt = p.prompt;
   c.output = p.output;
+  if (last_token) {
+    if (c.output.empty()) fail("fork: request ", parent, " has no output token to replace");
+    c.output.back() = *last_token;
+  }
   c.max_tokens = p.max_tokens;
   c.stop_ids = p.stop_ids;
   c.cache_key = p.cache_key;
@@ -293,10 +341,16 @@ void Scheduler::check_invariants() const {
     const Request* r = find(id);
     PAGODA_CHECK(r && r->status == RequestStatus::kRunning && kv_.has(id));
     auto it = in_flight_.find(id);
-    const int32_t num_scheduled = it == in_flight_.end() ? 0 : it->second;
+    const InFlight scheduled = it == in_flight_.end() ? InFlight{} : it->second;
     PAGODA_CHECK(r->num_computed_tokens >= 0 && r->num_computed_tokens < r->num_tokens());
-    PAGODA_CHECK(r->num_computed_tokens + num_scheduled <= r->num_tokens());
-    PAGODA_CHECK(kv_.num_slots(id) == r->num_computed_tokens + num_scheduled);
+    PAGODA_CHECK(scheduled.num_proposed >= 0 && scheduled.num_proposed < scheduled.num_new_tokens ||
+                 scheduled.num_new_tokens == 0);
+    // Proposals only after every known token.
+    const int32_t num_known = scheduled.num_new_tokens - scheduled.num_proposed;
+    PAGODA_CHECK(r->num_computed_tokens + num_known <= r->num_tokens());
+    PAGODA_CHECK(scheduled.num_proposed == 0 ||
+                 r->num_computed_tokens + num_known == r->num_tokens());
+    PAGODA_CHECK(kv_.num_slots(id) == r->num_computed_tokens + scheduled.num_new_tokens);
     if (kv_.prefix_caching()) {
       PAGODA_CHECK(kv_.num_hashed_blocks(id) == r->num_computed_tokens / bs);
     }
@@ -320,9 +374,9 @@ void Scheduler::check_invariants() const {
   PAGODA_CHECK(in_flight_num_tokens_ <= config_.max_num_batched_tokens);
   PAGODA_CHECK(in_flight_num_requests_ <= config_.max_num_seqs);
   int64_t num_in_flight_tokens = 0;
-  for (const auto& [id, n] : in_flight_) {
-    PAGODA_CHECK(n > 0 && kv_.has(id));
-    num_in_flight_tokens += n;
+  for (const auto& [id, f] : in_flight_) {
+    PAGODA_CHECK(f.num_new_tokens > 0 && kv_.has(id));
+    num_in_flight_tokens += f.num_new_tokens;
   }
   PAGODA_CHECK(num_in_flight_tokens <= in_flight_num_tokens_);
 }

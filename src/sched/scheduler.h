@@ -12,8 +12,9 @@
 //     num_computed_tokens 0, no block table) and the running list (status running, a table);
 //   - running.size() <= max_num_seqs;
 //   - a running request has 0 <= num_computed_tokens < num_tokens between steps, and its table
-//     covers exactly num_computed_tokens (+ the tokens scheduled for it while a step is in
-//     flight) slots; with prefix caching, every full computed block is hashed after commit;
+//     covers exactly num_computed_tokens (+ the tokens scheduled for it, proposals included,
+//     while a step is in flight) slots; with prefix caching, every full computed block is
+//     hashed after commit; proposals are scheduled only after all of a request's known tokens;
 //   - unfinished requests have output.size() < max_tokens;
 //   - the step in flight scheduled <= max_num_batched_tokens tokens and <= max_num_seqs requests.
 #pragma once
@@ -60,23 +61,35 @@ class Scheduler {
   // Plans the next step and allocates its blocks. At most one step may be in flight.
   StepPlan schedule();
 
-  // The result of the step `plan`: `sampled_tokens` holds one token per request of the plan
-  // with needs_sample, in plan order (none for the others). Advances num_computed_tokens, hashes
-  // newly full blocks, appends the tokens, checks max_tokens and stop ids, and frees finished
-  // requests, which are returned (moved out of the scheduler). Requests aborted since
-  // schedule() are skipped.
+  // The result of the step `plan`: `new_tokens` holds, for each request of the plan with
+  // needs_sample, in plan order (nothing for the others), the tokens the step gives it: the
+  // proposals the verifier accepted (a prefix of ScheduledRequest::proposed) and one sampled
+  // token after them. Advances num_computed_tokens past the accepted tokens, gives back the
+  // slots of rejected ones, hashes newly full blocks (accepted tokens only), appends the tokens
+  // one by one until a stop id or max_tokens, and frees finished requests, which are returned
+  // (moved out of the scheduler). Requests aborted since schedule() are skipped.
+  std::vector<Request> commit(const StepPlan& plan,
+                              std::span<const std::vector<TokenId>> new_tokens);
+  // The same for a plan without proposals: one sampled token per request with needs_sample.
   std::vector<Request> commit(const StepPlan& plan, std::span<const TokenId> sampled_tokens);
+
+  // Speculative decoding: how many proposals to verify in `id`'s next decoding step (see
+  // Request::num_lookahead_tokens). Between steps; an unknown id is ignored.
+  void set_num_lookahead_tokens(RequestId id, int32_t num_tokens);
 
   // Ends a live request at once, freeing its blocks; returns it (status finished_aborted), or
   // nullopt when the id is unknown or already finished.
   std::optional<Request> abort(RequestId id);
 
   // Parallel sampling: `child` continues from a copy of `parent`'s tokens (prompt and output so
-  // far) with the same limits. A running parent that fits shares its full blocks with a running
-  // child, whose partly filled tail is copied by the next plan's block_copies; otherwise the
-  // child waits (its prefix cache hits still share blocks). Not while a step is in flight.
-  // Throws Error when the parent is unknown or the child id is taken.
-  void fork(RequestId parent, RequestId child);
+  // far) with the same limits; with `last_token`, the child's last output token is that one
+  // instead of the parent's (one of several tokens sampled from the same logits: its K/V is not
+  // computed yet, so the two share everything before it). A running parent that fits shares
+  // its full blocks with a running child, whose partly filled tail is copied by the next plan's
+  // block_copies; otherwise the child waits (its prefix cache hits still share blocks). Not
+  // while a step is in flight. Throws Error when the parent is unknown, the child id is taken,
+  // or last_token is given for a parent without output.
+  void fork(RequestId parent, RequestId child, std::optional<TokenId> last_token = std::nullopt);
 
   const Request* find(RequestId id) const;  // a live request, or nullptr
   bool has_unfinished() const { return !requests_.empty(); }
@@ -97,7 +110,7 @@ class Scheduler {
   // Takes a request planned this step back out of the plan (before it is preempted).
   void unplan(RequestId id, StepPlan& plan, int32_t& budget);
   void schedule_waiting(StepPlan& plan, int32_t& budget);
-  void add_to_plan(StepPlan& plan, Request& r, int32_t num_new_tokens);
+  void add_to_plan(StepPlan& plan, Request& r, int32_t num_new_tokens, int32_t num_proposed);
   void preempt(RequestId id, StepPlan& plan);
   // Appends `token`; returns whether the request is now finished.
   bool append_and_check_stop(Request& r, TokenId token);
@@ -109,7 +122,11 @@ class Scheduler {
   std::deque<RequestId> waiting_;                    // FCFS; preempted requests go to the front
   std::vector<RequestId> running_;                   // in admission order: newest last
   std::vector<std::pair<RequestId, BlockCopy>> pending_copies_;  // from fork(), by child
-  std::unordered_map<RequestId, int32_t> in_flight_;  // request -> tokens scheduled this step
+  struct InFlight {
+    int32_t num_new_tokens = 0;  // scheduled this step, proposals included
+    int32_t num_proposed = 0;
+  };
+  std::unordered_map<RequestId, InFlight> in_flight_;  // the requests of the step in flight
   int64_t in_flight_step_ = -1;
   int32_t in_flight_num_tokens_ = 0;
   int32_t in_flight_num_requests_ = 0;

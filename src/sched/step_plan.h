@@ -15,9 +15,18 @@ struct ScheduledRequest {
   int32_t num_new_tokens = 0;        // tokens [start_position, start_position + num_new_tokens)
   int32_t start_position = 0;        // = the request's num_computed_tokens before the step
   std::vector<BlockId> block_table;  // after this step's allocation; covers every new token
-  // The scheduled tokens reach the end of the request's known tokens: the step samples one
-  // token from the logits of its last scheduled position. A chunk of a longer prompt does not.
+  // The scheduled tokens reach the end of the request's known tokens: the step samples from the
+  // logits of its last known position. A chunk of a longer prompt does not.
   bool needs_sample = false;
+  // Speculative decoding: the last num_proposed of the new tokens are proposals, positions past
+  // the known tokens, which the step verifies from num_proposed + 1 logit rows (the last known
+  // position and each proposal's). The scheduler sets the count; the engine writes the tokens
+  // before the forward pass.
+  int32_t num_proposed = 0;
+  std::vector<TokenId> proposed;  // [num_proposed] once the engine has filled it
+
+  // Logit rows this request takes: 0 for a prompt chunk, else 1 + num_proposed.
+  int32_t num_logit_rows() const { return needs_sample ? 1 + num_proposed : 0; }
 };
 
 struct StepPlan {
@@ -31,6 +40,11 @@ struct StepPlan {
   int32_t num_samples() const {
     int32_t n = 0;
     for (const ScheduledRequest& r : requests) n += r.needs_sample ? 1 : 0;
+    return n;
+  }
+  int32_t num_logit_rows() const {
+    int32_t n = 0;
+    for (const ScheduledRequest& r : requests) n += r.num_logit_rows();
     return n;
   }
 };

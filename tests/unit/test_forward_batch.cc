@@ -114,7 +114,7 @@ TEST(ForwardBatch, ChunkedPrefillWantsLogitsOnlyAtThePromptsEnd) {
   EXPECT_EQ(b.token_ids, (std::vector<int32_t>{100, 101, 102, 103, 104}));
   EXPECT_EQ(b.query_start, (std::vector<int32_t>{0, 5}));
   EXPECT_TRUE(b.logit_rows.empty());
-  s.commit(plan, {});
+  s.commit(plan, std::span<const TokenId>{});
 
   plan = s.schedule();
   b = build_forward_batch(plan, s);
