@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -19,5 +21,15 @@ std::optional<std::string> shared_dir();
 
 // A fresh temporary directory for the calling test.
 std::string temp_dir();
+
+// Chi-squared tests for the statistical tests of samplers: the p-value of a statistic with `df`
+// degrees of freedom (the regularized upper incomplete gamma function Q(df / 2, stat / 2));
+// two samples of counts from one distribution (homogeneity); a sample against known
+// probabilities (goodness of fit). Cells whose expected count is below 5 are pooled.
+double chi_squared_p_value(double statistic, double df);
+double chi_squared_homogeneity_p(const std::map<int32_t, int64_t>& a,
+                                 const std::map<int32_t, int64_t>& b);
+double chi_squared_fit_p(const std::map<int32_t, int64_t>& observed,
+                         const std::map<int32_t, double>& probs);
 
 }  // namespace pagoda::test

@@ -21,7 +21,8 @@ ForwardBatch draft_batch(const std::vector<DraftSeq>& seqs, int32_t block_size, 
   ForwardBatch b;
   b.block_size = block_size;
   int32_t max_blocks = 0;
-  for (const DraftSeq& s : seqs) max_blocks = std::max(max_blocks, static_cast<int32_t>(s.table.size()));
+  for (const DraftSeq& s : seqs)
+    max_blocks = std::max(max_blocks, static_cast<int32_t>(s.table.size()));
   b.max_blocks_per_seq = max_blocks;
   b.block_table.assign(seqs.size() * static_cast<size_t>(max_blocks), kNoBlock);
   b.query_start.push_back(0);
@@ -32,8 +33,8 @@ ForwardBatch draft_batch(const std::vector<DraftSeq>& seqs, int32_t block_size, 
       const int32_t pos = s.start + static_cast<int32_t>(t);
       b.token_ids.push_back(s.tokens[t]);
       b.positions.push_back(pos);
-      b.slot_mapping.push_back(int64_t{s.table[static_cast<size_t>(pos / block_size)]} * block_size +
-                               pos % block_size);
+      b.slot_mapping.push_back(
+          int64_t{s.table[static_cast<size_t>(pos / block_size)]} * block_size + pos % block_size);
     }
     b.query_start.push_back(b.num_tokens());
     if (want_logits) b.logit_rows.push_back(b.num_tokens() - 1);
@@ -51,10 +52,11 @@ Speculator::Speculator(const SpeculativeConfig& config, Backend& backend, int32_
          kMaxSpeculativeTokens, "], got ", config_.num_tokens);
   }
   if (uses_draft()) {
-    if (config_.draft_model == nullptr) fail("speculative decoding: the method needs a draft model");
+    if (config_.draft_model == nullptr)
+      fail("speculative decoding: the method needs a draft model");
     config_.draft_model->prepare(backend_);
-    draft_kv_ = std::make_unique<KvStorage>(config_.draft_model->config(), num_blocks, block_size,
-                                            kv_type);
+    draft_kv_ =
+        std::make_unique<KvStorage>(config_.draft_model->config(), num_blocks, block_size, kv_type);
   }
   catch_up_budget_ = std::max(catch_up_budget_, block_size);
 }

@@ -326,3 +326,40 @@ TEST(KvCacheManagerTest, PrefixCachingOff) {
 
 }  // namespace
 }  // namespace pagoda
+
+namespace pagoda {
+namespace {
+
+// Speculative decoding allocates slots for proposals; the rejected ones are given back.
+TEST(KvCacheManagerTest, TruncateGivesBackTheSlotsOfRejectedProposals) {
+  KvCacheManager kv = make_kv(8);
+  const std::vector<TokenId> tokens = iota_tokens(6);
+  ASSERT_EQ(admit_and_compute(kv, 1, tokens), 0);  // 6 slots: blocks 0 (full, hashed) and 1
+  const int32_t free_before = kv.pool().num_free();
+  // A decode with 5 proposals: slots 6 .. 11, two more blocks.
+  ASSERT_TRUE(kv.allocate_slots(1, 6, 6).has_value());
+  EXPECT_EQ(kv.block_table(1).size(), 3u);
+  EXPECT_EQ(kv.pool().num_free(), free_before - 1);
+  // One proposal accepted: 6 + 1 + 1 computed; the block of slots 8 .. 11 goes back.
+  const BlockId dropped = kv.block_table(1).back();
+  kv.truncate(1, 8);
+  kv.check_invariants();
+  EXPECT_EQ(kv.num_slots(1), 8);
+  EXPECT_EQ(kv.block_table(1).size(), 2u);
+  EXPECT_EQ(kv.pool().num_free(), free_before);
+  EXPECT_EQ(kv.pool().ref_count(dropped), 0);
+  EXPECT_FALSE(kv.pool().is_hashed(dropped));
+  // Down to a block boundary keeps exactly the full blocks.
+  kv.truncate(1, 4);
+  kv.check_invariants();
+  EXPECT_EQ(kv.block_table(1).size(), 1u);
+  // Never below the hashed (computed, maybe shared) blocks, and never up.
+  EXPECT_THROW(kv.truncate(1, 3), Error);
+  EXPECT_THROW(kv.truncate(1, 5), Error);
+  kv.free(1);
+  kv.check_invariants();
+  EXPECT_EQ(kv.pool().num_free(), 8);
+}
+
+}  // namespace
+}  // namespace pagoda

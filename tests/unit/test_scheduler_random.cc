@@ -1,6 +1,8 @@
-// Randomized add / step / abort / fork sequences under small block budgets, run against a fake
-// model with a fake KV cache: each scheduled token is written into the slot its block table
-// names, and every step reads each scheduled request's whole sequence back through its table.
+// Randomized add / step / abort / fork / speculate sequences under small block budgets, run
+// against a fake model with a fake KV cache: each scheduled token (proposals included) is written
+// into the slot its block table names, and every step reads each scheduled request's whole
+// sequence back through its table; proposals are verified against the fake model's own
+// continuation, so rejected ones are rolled back (KvCacheManager::truncate).
 // The next token is a hash of what was read, so a wrong prefix-cache hit, a missing
 // copy-on-write or a block freed while in use changes the output. Checked after every step:
 // the scheduler's invariants, the budget and max_num_seqs, that no one writes into a shared or
@@ -59,13 +61,17 @@ class FakeModel {
       : block_size_(block_size), slots_(static_cast<size_t>(num_blocks * block_size)) {}
 
   // One engine step: block copies, then the K/V writes of every scheduled token, then each
-  // request "attends" to its positions [0, end) through its block table. Returns one token per
-  // sampling request, in plan order.
-  std::vector<TokenId> run(const StepPlan& plan, const Scheduler& s) {
+  // request "attends" to its positions [0, end) through its block table. Returns, per sampling
+  // request in plan order, its accepted proposals and the token after them.
+  std::vector<std::vector<TokenId>> run(const StepPlan& plan, const Scheduler& s) {
     for (const BlockCopy& c : plan.block_copies) {
       std::copy_n(slots_.begin() + c.src * block_size_, block_size_,
                   slots_.begin() + c.dst * block_size_);
     }
+    auto token_at = [](const ScheduledRequest& r, const TokenSequence& seq, int32_t p) {
+      const int32_t known_end = r.start_position + r.num_new_tokens - r.num_proposed;
+      return p < known_end ? seq[p] : r.proposed[static_cast<size_t>(p - known_end)];
+    };
     for (const ScheduledRequest& r : plan.requests) {
       const Request& req = *s.find(r.request_id);
       const TokenSequence seq = req.tokens();
@@ -75,10 +81,10 @@ class FakeModel {
           record("request ", r.request_id, " writes position ", p, " into shared or cached block ",
                  b);
         }
-        slot(b, p) = {seq[p], p};
+        slot(b, p) = {token_at(r, seq, p), p};
       }
     }
-    std::vector<TokenId> sampled;
+    std::vector<std::vector<TokenId>> sampled;
     std::vector<TokenId> read;
     for (const ScheduledRequest& r : plan.requests) {
       const Request& req = *s.find(r.request_id);
@@ -87,13 +93,22 @@ class FakeModel {
       read.clear();
       for (int32_t p = 0; p < end; ++p) {
         const Slot& got = slot(r.block_table[static_cast<size_t>(p / block_size_)], p);
-        if (got.position != p || got.token != seq[p]) {
+        if (got.position != p || got.token != token_at(r, seq, p)) {
           record("request ", r.request_id, " reads position ", p, ": token ", got.token, " from ",
-                 got.position, ", expected ", seq[p]);
+                 got.position, ", expected ", token_at(r, seq, p));
         }
         read.push_back(got.token);
       }
-      if (r.needs_sample) sampled.push_back(fake_next(read));
+      if (!r.needs_sample) continue;
+      // Verification: the logits of position known_end - 1 + i decide proposal i.
+      std::vector<TokenId> out;
+      const int32_t known_end = end - r.num_proposed;
+      for (int32_t i = 0; i <= r.num_proposed; ++i) {
+        const TokenId next = fake_next(std::span<const TokenId>(read.data(), known_end + i));
+        out.push_back(next);
+        if (i == r.num_proposed || next != r.proposed[static_cast<size_t>(i)]) break;
+      }
+      sampled.push_back(std::move(out));
     }
     return sampled;
   }
@@ -134,8 +149,15 @@ void check_plan(const StepPlan& plan, const Scheduler& s) {
     EXPECT_EQ(r.start_position, req->num_computed_tokens);
     EXPECT_GT(r.num_new_tokens, 0);
     const int32_t end = r.start_position + r.num_new_tokens;
-    EXPECT_LE(end, req->num_tokens());
-    EXPECT_EQ(r.needs_sample, end == req->num_tokens());
+    EXPECT_GE(r.num_proposed, 0);
+    EXPECT_LE(r.num_proposed, req->num_lookahead_tokens);
+    EXPECT_LE(end - r.num_proposed, req->num_tokens());
+    EXPECT_EQ(r.needs_sample, end - r.num_proposed == req->num_tokens());
+    // Proposals only for a decode, and never past max_tokens.
+    if (r.num_proposed > 0) {
+      EXPECT_EQ(r.num_new_tokens, 1 + r.num_proposed);
+      EXPECT_LE(req->num_output_tokens() + r.num_proposed + 1, req->max_tokens);
+    }
     EXPECT_GE(static_cast<int64_t>(r.block_table.size()) * s.kv().block_size(), end);
     total += r.num_new_tokens;
   }
@@ -156,7 +178,25 @@ BlockHash parentless_hash(BlockHash, uint64_t extra, std::span<const TokenId> to
 struct Totals {
   int64_t num_finished = 0, num_aborted = 0, num_forks = 0, num_copies = 0;
   int64_t num_preemptions = 0, num_hit_tokens = 0, num_chunks = 0;
+  int64_t num_proposed = 0, num_accepted = 0;
 };
+
+// Proposals for each request the plan lets propose: the fake model's own continuation, cut
+// short and followed by random tokens one time in three, so some are accepted and some not.
+void propose(StepPlan& plan, const Scheduler& s, std::mt19937& rng) {
+  for (ScheduledRequest& r : plan.requests) {
+    if (r.num_proposed == 0) continue;
+    const Request& req = *s.find(r.request_id);
+    std::vector<TokenId> seq(req.prompt);
+    seq.insert(seq.end(), req.output.begin(), req.output.end());
+    const int32_t wrong_from = rng() % 3 == 0 ? static_cast<int32_t>(rng() % r.num_proposed) : r.num_proposed;
+    for (int32_t i = 0; i < r.num_proposed; ++i) {
+      const TokenId t = i >= wrong_from ? static_cast<TokenId>(rng() % kVocab) : fake_next(seq);
+      r.proposed.push_back(t);
+      seq.push_back(t);
+    }
+  }
+}
 
 constexpr int kMaxPrompt = 48;
 constexpr int kMaxTokens = 16;
@@ -226,12 +266,25 @@ void run_seed(uint32_t seed, int num_steps, Totals& totals) {
         s.check_invariants();
       }
     }
-    const StepPlan plan = s.schedule();
+    // Half the live requests ask to speculate, up to 4 tokens.
+    for (RequestId id : live) {
+      if (uniform(0, 1)) s.set_num_lookahead_tokens(id, uniform(0, 4));
+    }
+    StepPlan plan = s.schedule();
     s.check_invariants();
     check_plan(plan, s);
+    propose(plan, s, rng);
     totals.num_copies += static_cast<int64_t>(plan.block_copies.size());
     for (const ScheduledRequest& r : plan.requests) totals.num_chunks += r.needs_sample ? 0 : 1;
-    const std::vector<TokenId> sampled = model.run(plan, s);
+    const std::vector<std::vector<TokenId>> sampled = model.run(plan, s);
+    {
+      size_t k = 0;
+      for (const ScheduledRequest& r : plan.requests) {
+        if (!r.needs_sample) continue;
+        totals.num_proposed += r.num_proposed;
+        totals.num_accepted += static_cast<int64_t>(sampled[k++].size()) - 1;
+      }
+    }
     ASSERT_EQ(model.num_errors(), 0) << model.first_error();
     // Now and then a request is aborted while its step is in flight.
     if (adding && uniform(0, 24) == 0 && !plan.requests.empty()) {
@@ -284,6 +337,9 @@ TEST(SchedulerRandomTest, RandomSequencesKeepEveryInvariant) {
   EXPECT_GT(totals.num_preemptions, 10);
   EXPECT_GT(totals.num_hit_tokens, 1000);
   EXPECT_GT(totals.num_chunks, 100);
+  EXPECT_GT(totals.num_proposed, 1000);
+  EXPECT_GT(totals.num_accepted, 300);
+  EXPECT_LT(totals.num_accepted, totals.num_proposed);
 }
 
 // Runs `requests` together through `config` until all finish; returns them by id.
@@ -297,7 +353,7 @@ std::unordered_map<RequestId, Request> run_all(const SchedulerConfig& config,
   for (int i = 0; i < 10000 && s.has_unfinished(); ++i) {
     const StepPlan plan = s.schedule();
     s.check_invariants();
-    const std::vector<TokenId> sampled = model.run(plan, s);
+    const std::vector<std::vector<TokenId>> sampled = model.run(plan, s);
     EXPECT_EQ(model.num_errors(), 0) << model.first_error();
     for (Request& r : s.commit(plan, sampled)) out.emplace(r.id, std::move(r));
     s.check_invariants();
