@@ -16,6 +16,7 @@
 #include "bench/progress.h"
 #include "bench/workload.h"
 #include "cli/bench_commands.h"
+#include "cli/speculative_options.h"
 #include "core/error.h"
 
 namespace pagoda::cli {
@@ -33,6 +34,7 @@ struct LatencyOptions {
   int32_t warmup = 1;
   int32_t max_batched_tokens = 2048;
   uint64_t seed = 0;
+  SpeculativeOptions speculative;
 };
 
 struct LatencyResult {
@@ -40,6 +42,7 @@ struct LatencyResult {
   int32_t num_prompt_tokens = 0;
   uint64_t kv_bytes = 0;
   bool interrupted = false;
+  SpeculativeStats speculative;  // of the measured runs
 };
 
 struct LatencySummaries {
@@ -71,8 +74,10 @@ EngineConfig latency_engine_config(const LatencyOptions& o, int32_t num_prompt_t
 
 LatencyResult measure(const LatencyOptions& o, bench::BenchModel& m) {
   const bench::BenchRequest request{latency_prompt(o, m), o.output_len};
-  Engine engine(*m.model, *m.backend,
-                latency_engine_config(o, static_cast<int32_t>(request.prompt.size())));
+  EngineConfig config = latency_engine_config(o, static_cast<int32_t>(request.prompt.size()));
+  DraftModel draft;
+  config.speculative = speculative_config(o.speculative, *m.file, draft);
+  Engine engine(*m.model, *m.backend, config);
   LatencyResult result;
   result.num_prompt_tokens = static_cast<int32_t>(request.prompt.size());
   result.kv_bytes = engine.kv().bytes();
@@ -83,7 +88,9 @@ LatencyResult measure(const LatencyOptions& o, bench::BenchModel& m) {
   int64_t tokens_before = 0;
   bench::RunHooks hooks{&sigint.flag(),
                         [&](int64_t tokens) { progress.update(tokens_before + tokens); }};
+  SpeculativeStats before_measured;
   for (int32_t i = 0; i < total_runs && !sigint.raised(); ++i) {
+    if (i == o.warmup) before_measured = engine.stats().speculative;
     const bench::OfflineResult run = bench::run_sequential(engine, {request}, hooks);
     tokens_before += run.num_output_tokens();
     if (run.interrupted || !run.requests[0].finished) break;
@@ -91,6 +98,7 @@ LatencyResult measure(const LatencyOptions& o, bench::BenchModel& m) {
   }
   progress.finish();
   result.interrupted = sigint.raised();
+  result.speculative = speculative_delta(engine.stats().speculative, before_measured);
   return result;
 }
 
@@ -150,6 +158,7 @@ Json latency_json(const LatencyOptions& o, const bench::BenchModel& m, const Lat
   j["e2e_ms"] = bench::summary_json(s.e2e, 1e3);
   j["prefill_tokens_per_s"] = bench::number_or_null(r.num_prompt_tokens / s.ttft.mean);
   j["decode_tokens_per_s"] = bench::number_or_null(1.0 / s.decode.mean);
+  j["speculative"] = speculative_json(r.speculative);
   Json runs = Json::array();
   for (const bench::RequestResult& run : r.runs) {
     runs.push_back({{"ttft_ms", run.ttft_s() * 1e3},
@@ -179,6 +188,9 @@ int report(const LatencyOptions& o, const bench::BenchModel& m, const LatencyRes
   bench::Outputs out;
   out.text =
       heading + bench::summary_table(m, {row}).to_text() + "\n" + stats_table(m, s, 2).to_text();
+  if (const std::string spec = speculative_summary(r.speculative); !spec.empty()) {
+    out.text += "\nspeculative decoding: " + spec + "\n";
+  }
   out.json = latency_json(o, m, r, s, peak_rss);
   out.csv = stats_table(m, s, 4);
   out.svg = latency_chart(s, "pagoda latency: " + m.name + ", prompt " +
@@ -213,6 +225,7 @@ Action add_bench_latency(CLI::App& bench) {
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--seed", o->seed, "Seed of the random prompt")->capture_default_str();
+  add_speculative_options(cmd, o->speculative);
   return [o] {
     bench::BenchModel m = bench::load_bench_model(o->common.model, o->common.threads);
     return report(*o, m, measure(*o, m));

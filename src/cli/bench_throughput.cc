@@ -15,6 +15,7 @@
 #include "bench/progress.h"
 #include "bench/workload.h"
 #include "cli/bench_commands.h"
+#include "cli/speculative_options.h"
 #include "core/error.h"
 
 namespace pagoda::cli {
@@ -33,6 +34,7 @@ struct ThroughputOptions {
   uint64_t seed = 0;
   bool sequential = false;
   std::string save_requests;  // write the workload's token ids here (other engines replay it)
+  SpeculativeOptions speculative;
 };
 
 struct Workload {
@@ -43,6 +45,7 @@ struct Workload {
 struct ThroughputRun {
   std::string mode;  // "batched" or "sequential"
   bench::OfflineResult result;
+  SpeculativeStats speculative;  // of the timed run
 };
 
 struct Measured {
@@ -122,8 +125,9 @@ ThroughputRun timed_run(const std::string& mode, Engine& engine, const Workload&
 // Each mode gets a fresh engine: the batched run's prefix cache would otherwise serve the
 // sequential run's prompts.
 Measured measure(const ThroughputOptions& o, const bench::BenchModel& m, const Workload& w) {
-  const EngineConfig config =
-      bench::engine_config(o.engine, default_kv_tokens(w.requests, o.engine));
+  EngineConfig config = bench::engine_config(o.engine, default_kv_tokens(w.requests, o.engine));
+  DraftModel draft;
+  config.speculative = speculative_config(o.speculative, *m.file, draft);
   Measured out;
   bench::SigintFlag sigint;
   std::vector<std::string> modes = {"batched"};
@@ -134,7 +138,9 @@ Measured measure(const ThroughputOptions& o, const bench::BenchModel& m, const W
     out.kv_bytes = engine.kv().bytes();
     out.num_kv_blocks = engine.stats().scheduler.kv.num_blocks;
     warm_up(engine, m);
+    const SpeculativeStats before = engine.stats().speculative;
     out.runs.push_back(timed_run(mode, engine, w, sigint, !o.common.no_progress));
+    out.runs.back().speculative = speculative_delta(engine.stats().speculative, before);
   }
   out.interrupted = sigint.raised();
   return out;
@@ -177,6 +183,7 @@ Json run_json(const ThroughputRun& run) {
       {"output_tokens_per_s",
        bench::number_or_null(per_second(double(r.num_output_tokens()), r.wall_s))},
       {"total_tokens_per_s", bench::number_or_null(total_tokens_per_s(r))},
+      {"speculative", speculative_json(run.speculative)},
       {"num_steps", r.steps.num_steps},
       {"mean_tokens_per_step", bench::number_or_null(r.steps.mean_tokens_per_step())},
       {"mean_seqs_per_step", bench::number_or_null(r.steps.mean_seqs_per_step())},
@@ -260,6 +267,11 @@ int report(const ThroughputOptions& o, const bench::BenchModel& model, const Wor
   if (m.runs.size() > 1) {
     out.text += "\nbatched / sequential total tokens/s: " + bench::cell(speedup(m), 2) + "x\n";
   }
+  for (const ThroughputRun& run : m.runs) {
+    if (const std::string spec = speculative_summary(run.speculative); !spec.empty()) {
+      out.text += "speculative decoding, " + run.mode + ": " + spec + "\n";
+    }
+  }
   out.json = bench::report_header("throughput", model, m.interrupted);
   out.json["workload"] = w.description;
   out.json["kv_cache_bytes"] = m.kv_bytes;
@@ -306,6 +318,7 @@ Action add_bench_throughput(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_option("--dataset", o->dataset, "ShareGPT-style JSON file of conversations")
       ->excludes(len);
+  add_speculative_options(cmd, o->speculative);
   cmd->add_option("--seed", o->seed, "Seed of the random lengths and prompts")
       ->capture_default_str();
   cmd->add_flag("--sequential", o->sequential,

@@ -10,6 +10,7 @@
 #include "backend/backend.h"
 #include "cli/commands.h"
 #include "cli/format_util.h"
+#include "cli/speculative_options.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "engine/engine.h"
@@ -45,6 +46,7 @@ Action add_run(CLI::App& app) {
     bool ignore_eos = false;
     SamplingParams sampling;
     uint64_t seed = 0;
+    SpeculativeOptions speculative;
   };
   auto o = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("run", "Generate text for one prompt");
@@ -68,6 +70,7 @@ Action add_run(CLI::App& app) {
   auto* seed = cmd->add_option("--seed", o->seed, "Random seed (same seed, same text)");
   cmd->add_flag("--raw", o->raw, "Do not add BOS");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-generation tokens (benchmarks)");
+  add_speculative_options(cmd, o->speculative);
   return [o, seed] {
     if (seed->count() > 0) {
       o->sampling.seed = o->seed;
@@ -98,6 +101,8 @@ Action add_run(CLI::App& app) {
     config.max_num_seqs = 1;
     config.enable_prefix_caching = false;  // one prompt: nothing to share
     config.kv_type = parse_kv_cache_type(o->kv_type);
+    DraftModel draft;
+    config.speculative = speculative_config(o->speculative, *file, draft);
     Engine engine(*model, *backend, config);
     // -n 0 only prefills: one token is sampled (the engine always samples) and not shown.
     const bool prefill_only = o->num_tokens == 0;
@@ -114,15 +119,16 @@ Action add_run(CLI::App& app) {
     using Clock = std::chrono::steady_clock;
     const Clock::time_point start = Clock::now();
     Clock::time_point first_token = start, last_step = start;
-    int32_t num_generated = 0, num_decode_steps = 0;
+    int32_t num_generated = 0, num_decode_tokens = 0;
     bool aborted = false;
     const RequestId id = engine.add_request(std::move(request));
     while (engine.has_work()) {
       const bool decoding = num_generated > 0;
       const std::vector<OutputEvent> events = engine.step();
       last_step = Clock::now();
-      if (decoding) ++num_decode_steps;
       for (const OutputEvent& e : events) {
+        // Tokens delivered after the first: several per step when proposals are accepted.
+        if (decoding) num_decode_tokens += static_cast<int32_t>(e.token_ids.size());
         for (TokenId token : e.token_ids) {
           if (prefill_only) continue;
           if (num_generated++ == 0) first_token = last_step;
@@ -139,13 +145,15 @@ Action add_run(CLI::App& app) {
     const double prefill_seconds = seconds_between(start, num_generated > 0 ? first_token : last_step);
     const double decode_seconds = num_generated > 0 ? seconds_between(first_token, last_step) : 0.0;
 
+    const std::string spec = speculative_summary(engine.stats().speculative);
     std::fprintf(stderr,
                  "prefill: %d tokens at %.1f tok/s | decode: %d tokens at %.1f tok/s | weights %s | "
-                 "KV %s%s\n",
+                 "KV %s%s%s%s\n",
                  num_prompt, num_prompt / std::max(prefill_seconds, 1e-9), num_generated,
-                 num_decode_steps / std::max(decode_seconds, 1e-9),
-                 human_bytes(model->weight_bytes()).c_str(), human_bytes(engine.kv().bytes()).c_str(),
-                 g_interrupted ? " | interrupted" : "");
+                 num_decode_tokens / std::max(decode_seconds, 1e-9),
+                 human_bytes(model->weight_bytes()).c_str(),
+                 human_bytes(engine.stats().kv_cache_bytes).c_str(), spec.empty() ? "" : " | ",
+                 spec.c_str(), g_interrupted ? " | interrupted" : "");
     return g_interrupted ? 130 : 0;
   };
 }

@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "cli/commands.h"
 #include "cli/format_util.h"
+#include "cli/speculative_options.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "engine/engine_thread.h"
@@ -30,6 +31,7 @@ struct ServeOptions {
   std::string kv_type = "f32";
   std::string log_format = "text";
   bool allow_special_in_content = false;
+  SpeculativeOptions speculative;
   server::ServerOptions server;
   bool insecure = false;
   int threads = 0;
@@ -133,6 +135,7 @@ Action add_serve(CLI::App& app) {
   cmd->add_option("--max-json-depth", o->server.limits.max_json_depth,
                   "Deepest nesting of arrays and objects in a request body")->default_val(64)
       ->check(CLI::Range(1, 10000));
+  add_speculative_options(cmd, o->speculative);
   cmd->add_flag("--allow-special-in-content", o->allow_special_in_content,
                 "Read control-token text in chat messages as control tokens (off: it is text)");
   cmd->add_option("--log-format", o->log_format,
@@ -176,6 +179,8 @@ Action add_serve(CLI::App& app) {
     config.max_model_len = resolve_max_model_len(*o, *model);
     warn_past_trained_context(config.max_model_len, model->config().context_length);
     config.kv_type = parse_kv_cache_type(o->kv_type);
+    DraftModel draft;
+    config.speculative = speculative_config(o->speculative, *file, draft);
     if (o->kv_tokens > 0) {
       config.num_kv_cache_tokens = o->kv_tokens;
     } else {
@@ -211,10 +216,15 @@ Action add_serve(CLI::App& app) {
     const int port = http.bind();
     std::fprintf(stderr,
                  "serve: %s on http://%s:%d (max model len %d, KV %.2f GiB, %d seqs, chat "
-                 "template: %s)\n",
+                 "template: %s%s)\n",
                  context.name.c_str(), o->server.host.c_str(), port, config.max_model_len,
                  double(engine->stats().kv_cache_bytes) / double(uint64_t{1} << 30),
-                 config.max_num_seqs, chat ? "yes" : "none");
+                 config.max_num_seqs, chat ? "yes" : "none",
+                 config.speculative.num_tokens > 0
+                     ? (", speculative: " + std::to_string(config.speculative.num_tokens) +
+                        " tokens, " + (o->speculative.draft_model.empty() ? "n-gram" : "draft " + o->speculative.draft_model))
+                           .c_str()
+                     : "");
     running = &http;
     http.run();
     running = nullptr;

@@ -34,6 +34,7 @@ Generation::Generation(EngineThread& engine, const Tokenizer& tokenizer, const A
     g.max_tokens = request.max_tokens;
     g.n = request.n;
     if (!request.ignore_eos) g.stop_ids = tokenizer.vocab().eog;
+    g.num_speculative_tokens = request.num_speculative_tokens;
     try {
       streams_.push_back(engine.submit(std::move(g)));
     } catch (const Error& e) {
@@ -130,6 +131,8 @@ void Generation::apply(const OutputEvent& e, size_t prompt, std::vector<ChoiceDe
   ChoiceDelta d;
   d.index = static_cast<int32_t>(index);
   const Clock::time_point now = Clock::now();
+  num_proposed_ += e.num_proposed;
+  num_accepted_ += e.num_accepted;
   for (size_t t = 0; t < e.token_ids.size() && !c.text.stopped(); ++t) {
     if (!first_token_) first_token_ = now;
     last_token_ = now;

@@ -110,6 +110,10 @@ json HttpServer::stats_json() const {
           {"generated_tokens", s.num_generated_tokens},
           {"computed_tokens", s.num_computed_tokens},
           {"finished_requests", s.num_finished_requests},
+          {"spec_proposed_tokens", s.speculative.num_proposed},
+          {"spec_accepted_tokens", s.speculative.num_accepted},
+          {"spec_acceptance_rate", s.speculative.acceptance_rate()},
+          {"spec_mean_accepted_length", s.speculative.mean_accepted_length()},
           {"in_flight", in_flight_.load()},
           {"connections", transport_->num_connections()},
           {"uptime_s", uptime}};

@@ -123,6 +123,30 @@ std::string ServerMetrics::render(const EngineStats& stats) const {
   counter(out, "pagoda_computed_tokens_total", "Token rows run through the model.",
           double(stats.num_computed_tokens));
   gauge(out, "pagoda_kv_cache_bytes", "Bytes of K/V memory.", double(stats.kv_cache_bytes));
+  const SpeculativeStats& sp = stats.speculative;
+  counter(out, "pagoda_spec_proposed_tokens_total", "Speculative tokens proposed and verified.",
+          double(sp.num_proposed));
+  counter(out, "pagoda_spec_accepted_tokens_total", "Speculative tokens accepted.",
+          double(sp.num_accepted));
+  counter(out, "pagoda_spec_verify_steps_total",
+          "Sequence-steps that verified at least one proposal.", double(sp.num_verify_steps));
+  gauge(out, "pagoda_spec_acceptance_rate", "Accepted / proposed speculative tokens.",
+        sp.acceptance_rate());
+  gauge(out, "pagoda_spec_mean_accepted_length",
+        "Tokens per verifying step: accepted proposals and the token after them.",
+        sp.mean_accepted_length());
+  header(out, "pagoda_spec_accepted_at_position_total", "counter",
+         "Proposals accepted, by their position after the last known token.");
+  for (size_t i = 0; i < sp.accepted_at.size(); ++i) {
+    out << "pagoda_spec_accepted_at_position_total{position=\"" << i << "\"} "
+        << sp.accepted_at[i] << '\n';
+  }
+  header(out, "pagoda_spec_proposed_at_position_total", "counter",
+         "Proposals verified, by their position after the last known token.");
+  for (size_t i = 0; i < sp.proposed_at.size(); ++i) {
+    out << "pagoda_spec_proposed_at_position_total{position=\"" << i << "\"} "
+        << sp.proposed_at[i] << '\n';
+  }
   return out.str();
 }
 

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "engine/speculator.h"
 #include "server/api_error.h"
 
 namespace pagoda::server {
@@ -170,6 +171,8 @@ void parse_common(const json& body, const ModelContext& model, const RequestLimi
     r.include_usage = bool_field(*so, "include_usage", false);
   }
   r.ignore_eos = bool_field(body, "ignore_eos", false);
+  r.num_speculative_tokens = static_cast<int32_t>(
+      int_field(body, "num_speculative_tokens", -1, 0, kMaxSpeculativeTokens));
   const int64_t min_tokens = int_field(body, "min_tokens", 0, 0, limits.max_tokens);
   if (min_tokens > 0 && !r.ignore_eos) {
     throw bad_param("min_tokens", "'min_tokens' is only supported together with 'ignore_eos'");

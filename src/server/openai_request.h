@@ -60,6 +60,8 @@ struct ApiRequest {
   bool logprobs = false;
   int top_logprobs = 0;
   bool ignore_eos = false;  // extension (vLLM, llama.cpp): do not stop at end-of-generation ids
+  // Extension: speculative proposals per step for this request (0: off); -1: the server's.
+  int32_t num_speculative_tokens = -1;
 };
 
 // The request body as JSON; 400 when it is not valid JSON or nests arrays and objects deeper

@@ -117,6 +117,7 @@ constexpr const char* kSpec = R"json({
         "repetition_penalty": {"type": "number", "minimum": 0.001, "maximum": 100, "nullable": true},
         "logit_bias": {"type": "object", "nullable": true, "additionalProperties": {"type": "number", "minimum": -100, "maximum": 100}},
         "ignore_eos": {"type": "boolean", "nullable": true},
+        "num_speculative_tokens": {"type": "integer", "minimum": 0, "maximum": 8, "nullable": true},
         "min_tokens": {"type": "integer", "minimum": 0, "nullable": true}}},
       "CompletionRequest": {"allOf": [{"$ref": "#/components/schemas/Sampling"}, {"type": "object", "required": ["prompt"],
         "properties": {

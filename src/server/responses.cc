@@ -36,6 +36,21 @@ json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
           {"total_tokens", prompt_tokens + completion_tokens}};
 }
 
+namespace {
+
+// The usage of a finished generation; with speculative proposals, how many were made and
+// accepted (an extension: OpenAI clients ignore fields they do not know).
+json usage_of(const Generation& g) {
+  json usage = usage_json(g.num_prompt_tokens(), g.num_completion_tokens());
+  if (g.num_proposed() > 0) {
+    usage["speculative"] = {{"proposed_tokens", g.num_proposed()},
+                            {"accepted_tokens", g.num_accepted()}};
+  }
+  return usage;
+}
+
+}  // namespace
+
 json completion_logprobs(const Tokenizer& tokenizer, const std::vector<TokenLogprob>& lp,
                          size_t offset) {
   json tokens = json::array(), values = json::array(), tops = json::array(),
@@ -85,7 +100,7 @@ json completion_response(const ResponseHead& head, const Tokenizer& tokenizer,
                        {"finish_reason", finish_json(c.finish_reason)}});
   }
   out["choices"] = std::move(choices);
-  out["usage"] = usage_json(g.num_prompt_tokens(), g.num_completion_tokens());
+  out["usage"] = usage_of(g);
   return out;
 }
 
@@ -101,7 +116,7 @@ json chat_response(const ResponseHead& head, const Tokenizer& tokenizer, const A
                        {"finish_reason", finish_json(c.finish_reason)}});
   }
   out["choices"] = std::move(choices);
-  out["usage"] = usage_json(g.num_prompt_tokens(), g.num_completion_tokens());
+  out["usage"] = usage_of(g);
   return out;
 }
 
@@ -136,7 +151,7 @@ json chat_chunk(const ResponseHead& head, const Tokenizer& tokenizer, const ApiR
 json usage_chunk(const ResponseHead& head, const ApiRequest& r, const Generation& g) {
   json out = head_json(head, r, true);
   out["choices"] = json::array();
-  out["usage"] = usage_json(g.num_prompt_tokens(), g.num_completion_tokens());
+  out["usage"] = usage_of(g);
   return out;
 }
 

@@ -58,6 +58,7 @@ std::string_view web_page_html() {
     <tr><td>KV blocks used</td><td class="v" id="blocks">-</td></tr>
     <tr><td>prefix-cache hits</td><td class="v" id="hits">-</td></tr>
     <tr><td>preemptions</td><td class="v" id="preempt">-</td></tr>
+    <tr><td>speculation accepted</td><td class="v" id="spec">-</td></tr>
   </table>
 </aside>
 <script>
@@ -172,6 +173,10 @@ async function poll() {
     $("blocks").textContent = s.kv_blocks_used + " / " + s.kv_blocks_total;
     $("hits").textContent = (100 * s.prefix_cache_hit_rate).toFixed(1) + "%";
     $("preempt").textContent = s.preemptions;
+    $("spec").textContent = s.spec_proposed_tokens > 0
+        ? (100 * s.spec_acceptance_rate).toFixed(1) + "% (" +
+          s.spec_mean_accepted_length.toFixed(2) + " tok/step)"
+        : "off";
   } catch (e) { /* the server may be restarting */ }
 }
 async function init() {
