@@ -108,7 +108,18 @@ void Speculator::plan_lookahead(Scheduler& scheduler) {
     scheduler.set_num_lookahead_tokens(id, lookahead);
   }
   if (want_draft.empty()) return;
-  for (RequestId id : catch_up(scheduler, want_draft)) {
+  // A draft a few tokens behind catches up in its first proposal forward; one further behind
+  // (a new prompt, an n-gram stretch, a preemption) first runs over what it missed.
+  std::vector<RequestId> far_behind;
+  for (RequestId id : want_draft) {
+    const int32_t lag = scheduler.find(id)->num_computed_tokens - states_.at(id).draft_num_computed;
+    if (lag <= kInlineCatchUp) {
+      scheduler.set_num_lookahead_tokens(id, states_.at(id).k);
+    } else {
+      far_behind.push_back(id);
+    }
+  }
+  for (RequestId id : catch_up(scheduler, far_behind)) {
     scheduler.set_num_lookahead_tokens(id, states_.at(id).k);
   }
 }
@@ -193,7 +204,7 @@ void Speculator::propose(StepPlan& plan, const Scheduler& scheduler) {
     if (!st.ngram.empty()) {
       s.proposed.assign(st.ngram.begin(), st.ngram.begin() + s.num_proposed);
     } else {
-      PAGODA_CHECK(uses_draft() && st.draft_num_computed == s.start_position);
+      PAGODA_CHECK(uses_draft() && st.draft_num_computed <= s.start_position);
       drafted.push_back(i);
       max_proposed = std::max(max_proposed, s.num_proposed);
     }
@@ -208,9 +219,15 @@ void Speculator::propose(StepPlan& plan, const Scheduler& scheduler) {
       if (s.num_proposed <= j) continue;
       DraftSeq d;
       d.table = s.block_table;
-      d.start = s.start_position + j;
-      d.tokens.push_back(j == 0 ? scheduler.find(s.request_id)->tokens()[s.start_position]
-                                : s.proposed[static_cast<size_t>(j - 1)]);
+      if (j == 0) {
+        // What the draft has not seen yet, up to the last known token.
+        d.start = states_.at(s.request_id).draft_num_computed;
+        const TokenSequence tokens = scheduler.find(s.request_id)->tokens();
+        for (int32_t p = d.start; p <= s.start_position; ++p) d.tokens.push_back(tokens[p]);
+      } else {
+        d.start = s.start_position + j;
+        d.tokens.push_back(s.proposed[static_cast<size_t>(j - 1)]);
+      }
       seqs.push_back(std::move(d));
       rows.push_back(i);
     }

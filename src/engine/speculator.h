@@ -124,6 +124,8 @@ class Speculator {
   SamplerScratch scratch_;
   SpeculativeStats stats_;
   int32_t catch_up_budget_ = 512;  // draft tokens per step spent catching up
+  // A draft at most this many tokens behind catches up inside its first proposal forward.
+  static constexpr int32_t kInlineCatchUp = 8;
 };
 
 }  // namespace pagoda

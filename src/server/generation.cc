@@ -133,6 +133,7 @@ void Generation::apply(const OutputEvent& e, size_t prompt, std::vector<ChoiceDe
   const Clock::time_point now = Clock::now();
   num_proposed_ += e.num_proposed;
   num_accepted_ += e.num_accepted;
+  num_verify_steps_ += e.num_proposed > 0 ? 1 : 0;
   for (size_t t = 0; t < e.token_ids.size() && !c.text.stopped(); ++t) {
     if (!first_token_) first_token_ = now;
     last_token_ = now;

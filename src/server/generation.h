@@ -72,6 +72,7 @@ class Generation {
   // Speculative proposals verified for this request, and accepted.
   int64_t num_proposed() const { return num_proposed_; }
   int64_t num_accepted() const { return num_accepted_; }
+  int64_t num_verify_steps() const { return num_verify_steps_; }
   // Seconds: first token since arrival; mean gap after the first; last token since arrival.
   // Negative when not measured.
   double ttft_s() const;
@@ -92,7 +93,7 @@ class Generation {
   Clock::time_point arrival_;
   std::optional<Clock::time_point> first_token_, last_token_;
   int64_t max_choice_tokens_ = 0;
-  int64_t num_proposed_ = 0, num_accepted_ = 0;
+  int64_t num_proposed_ = 0, num_accepted_ = 0, num_verify_steps_ = 0;
 };
 
 }  // namespace pagoda::server

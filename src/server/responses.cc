@@ -44,7 +44,8 @@ json usage_of(const Generation& g) {
   json usage = usage_json(g.num_prompt_tokens(), g.num_completion_tokens());
   if (g.num_proposed() > 0) {
     usage["speculative"] = {{"proposed_tokens", g.num_proposed()},
-                            {"accepted_tokens", g.num_accepted()}};
+                            {"accepted_tokens", g.num_accepted()},
+                            {"verify_steps", g.num_verify_steps()}};
   }
   return usage;
 }
