@@ -1,0 +1,361 @@
+// GBNF, llama.cpp's grammar format, into a Grammar (see gbnf.h).
+#include "grammar/gbnf.h"
+
+#include <cctype>
+
+#include "core/error.h"
+
+namespace pagoda {
+namespace {
+
+class Parser {
+ public:
+  Parser(std::string_view text, Grammar& g) : s_(text), g_(g) {}
+
+  void parse() {
+    skip_space(true);
+    if (pos_ >= s_.size()) error("the grammar is empty");
+    while (pos_ < s_.size()) {
+      const std::string name = parse_name();
+      skip_space(false);
+      if (s_.substr(pos_, 3) != "::=") error("expected '::=' after the rule name '" + name + "'");
+      pos_ += 3;
+      skip_space(true);
+      const uint32_t rule = g_.rule(name);
+      if (defined_.size() <= rule) defined_.resize(rule + 1, false);
+      if (defined_[rule]) error("rule '" + name + "' is defined twice");
+      defined_[rule] = true;
+      parse_alternatives(rule, false);
+      skip_space(true);
+    }
+  }
+
+ private:
+  [[noreturn]] void error(const std::string& what) const {
+    size_t line = 1, col = 1;
+    for (size_t i = 0; i < pos_ && i < s_.size(); ++i) {
+      if (s_[i] == '\n') {
+        ++line;
+        col = 1;
+      } else {
+        ++col;
+      }
+    }
+    fail("grammar ", line, ":", col, ": ", what);
+  }
+
+  bool at_end() const { return pos_ >= s_.size(); }
+  char peek() const { return at_end() ? '\0' : s_[pos_]; }
+
+  // Spaces and comments; newlines too when `newlines` (inside parentheses, after '::=' or
+  // '|'). At the top level a newline ends a rule's sequence unless the next line goes on
+  // with '|'.
+  void skip_space(bool newlines) {
+    while (!at_end()) {
+      const char c = s_[pos_];
+      if (c == '#') {
+        while (!at_end() && s_[pos_] != '\n') ++pos_;
+      } else if (c == ' ' || c == '\t' || c == '\r' || (newlines && c == '\n')) {
+        ++pos_;
+      } else if (c == '\n') {
+        // A continuation line starting with '|'.
+        size_t p = pos_;
+        while (p < s_.size() && std::isspace(static_cast<unsigned char>(s_[p]))) ++p;
+        if (p < s_.size() && s_[p] == '|') {
+          pos_ = p;
+        } else {
+          return;
+        }
+      } else {
+        return;
+      }
+    }
+  }
+
+  static bool name_char(char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+  }
+
+  std::string parse_name() {
+    const size_t start = pos_;
+    while (!at_end() && name_char(s_[pos_])) ++pos_;
+    if (pos_ == start) error(std::string("expected a rule name, got '") + peek() + "'");
+    return std::string(s_.substr(start, pos_ - start));
+  }
+
+  void parse_alternatives(uint32_t rule, bool nested) {
+    for (;;) {
+      g_.add_alternative(rule, parse_sequence(nested));
+      skip_space(nested);
+      if (peek() != '|') break;
+      ++pos_;
+      skip_space(true);
+    }
+  }
+
+  uint32_t parse_hex(int digits) {
+    uint32_t v = 0;
+    for (int i = 0; i < digits; ++i) {
+      const char c = peek();
+      int d = -1;
+      if (c >= '0' && c <= '9') d = c - '0';
+      if (c >= 'a' && c <= 'f') d = c - 'a' + 10;
+      if (c >= 'A' && c <= 'F') d = c - 'A' + 10;
+      if (d < 0) error("expected a hexadecimal digit");
+      v = v * 16 + static_cast<uint32_t>(d);
+      ++pos_;
+    }
+    return v;
+  }
+
+  // One code point of a literal or class, escapes decoded.
+  uint32_t parse_char() {
+    if (at_end()) error("unexpected end of the grammar");
+    const auto c = static_cast<unsigned char>(s_[pos_]);
+    if (c == '\\') {
+      ++pos_;
+      const char e = peek();
+      ++pos_;
+      switch (e) {
+        case 'x':
+          return parse_hex(2);
+        case 'u':
+          return parse_hex(4);
+        case 'U':
+          return parse_hex(8);
+        case 't':
+          return '\t';
+        case 'r':
+          return '\r';
+        case 'n':
+          return '\n';
+        case '\\':
+        case '"':
+        case '[':
+        case ']':
+        case '-':
+        case '^':
+        case '/':
+          return static_cast<uint32_t>(e);
+        default:
+          --pos_;
+          error(std::string("unknown escape '\\") + e + "'");
+      }
+    }
+    // A UTF-8 sequence in the grammar text.
+    int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (n == 0 || pos_ + static_cast<size_t>(n) > s_.size()) error("invalid UTF-8 in the grammar");
+    uint32_t cp = n == 1 ? c : c & (0x7F >> n);
+    for (int i = 1; i < n; ++i) {
+      const auto b = static_cast<unsigned char>(s_[pos_ + static_cast<size_t>(i)]);
+      if ((b & 0xC0) != 0x80) error("invalid UTF-8 in the grammar");
+      cp = (cp << 6) | (b & 0x3F);
+    }
+    pos_ += static_cast<size_t>(n);
+    return cp;
+  }
+
+  void append_codepoint(uint32_t cp, std::vector<GrammarElement>& out) {
+    if (cp > 0x10FFFF) error("code point out of range");
+    uint8_t b[4];
+    int n;
+    if (cp < 0x80) {
+      b[0] = static_cast<uint8_t>(cp);
+      n = 1;
+    } else if (cp < 0x800) {
+      b[0] = static_cast<uint8_t>(0xC0 | (cp >> 6));
+      b[1] = static_cast<uint8_t>(0x80 | (cp & 0x3F));
+      n = 2;
+    } else if (cp < 0x10000) {
+      b[0] = static_cast<uint8_t>(0xE0 | (cp >> 12));
+      b[1] = static_cast<uint8_t>(0x80 | ((cp >> 6) & 0x3F));
+      b[2] = static_cast<uint8_t>(0x80 | (cp & 0x3F));
+      n = 3;
+    } else {
+      b[0] = static_cast<uint8_t>(0xF0 | (cp >> 18));
+      b[1] = static_cast<uint8_t>(0x80 | ((cp >> 12) & 0x3F));
+      b[2] = static_cast<uint8_t>(0x80 | ((cp >> 6) & 0x3F));
+      b[3] = static_cast<uint8_t>(0x80 | (cp & 0x3F));
+      n = 4;
+    }
+    for (int i = 0; i < n; ++i) out.push_back(Grammar::literal_byte(b[i]));
+  }
+
+  // A class [...] or '.': one element (a byte set, or a reference to a class rule).
+  GrammarElement parse_class() {
+    CodepointRanges ranges;
+    bool negate = false;
+    if (peek() == '.') {
+      ++pos_;
+      negate = true;  // everything
+    } else {
+      ++pos_;  // '['
+      if (peek() == '^') {
+        negate = true;
+        ++pos_;
+      }
+      while (peek() != ']') {
+        if (at_end()) error("unterminated character class");
+        const uint32_t lo = parse_char();
+        uint32_t hi = lo;
+        if (peek() == '-' && pos_ + 1 < s_.size() && s_[pos_ + 1] != ']') {
+          ++pos_;
+          hi = parse_char();
+          if (hi < lo) error("a character range runs backwards");
+        }
+        ranges.emplace_back(lo, hi);
+      }
+      ++pos_;  // ']'
+    }
+    const CodepointRanges set = normalize_ranges(ranges, negate);
+    if (set.empty()) error("the character class matches nothing");
+    if (set.back().second < 0x80) {
+      ByteSet b;
+      for (auto [lo, hi] : set) {
+        for (uint32_t c = lo; c <= hi; ++c) b.set(c);
+      }
+      return Grammar::byte_set(b);
+    }
+    return Grammar::ref(add_codepoint_class(g_, set, "class"));
+  }
+
+  // One item of a sequence, before its repetition suffix: elements it stands for.
+  std::vector<GrammarElement> parse_item(bool nested) {
+    std::vector<GrammarElement> out;
+    const char c = peek();
+    if (c == '"') {
+      ++pos_;
+      while (peek() != '"') {
+        if (at_end() || peek() == '\n') error("unterminated string literal");
+        append_codepoint(parse_char(), out);
+      }
+      ++pos_;
+    } else if (c == '[' || c == '.') {
+      out.push_back(parse_class());
+    } else if (c == '(') {
+      ++pos_;
+      skip_space(true);
+      const uint32_t group = g_.new_rule("group");
+      parse_alternatives(group, true);
+      skip_space(true);
+      if (peek() != ')') error("expected ')'");
+      ++pos_;
+      out.push_back(Grammar::ref(group));
+    } else if (name_char(c)) {
+      const size_t start = pos_;
+      const std::string name = parse_name();
+      // A name followed by '::=' starts the next rule: the sequence ended before it.
+      size_t p = pos_;
+      while (p < s_.size() && (s_[p] == ' ' || s_[p] == '\t')) ++p;
+      if (s_.substr(p, 3) == "::=") {
+        pos_ = start;
+        return {};
+      }
+      out.push_back(Grammar::ref(g_.rule(name)));
+    } else {
+      error(std::string("unexpected '") + c + "'");
+    }
+    return out;
+  }
+
+  // X repeated [min, max] times (max < 0: unbounded), as a reference to a new rule.
+  GrammarElement repeat(const std::vector<GrammarElement>& x, int min, int max) {
+    // One element standing for X.
+    GrammarElement one;
+    if (x.size() == 1) {
+      one = x[0];
+    } else {
+      const uint32_t r = g_.new_rule("item");
+      g_.add_alternative(r, x);
+      one = Grammar::ref(r);
+    }
+    const uint32_t rule = g_.new_rule("repeat");
+    std::vector<GrammarElement> seq(static_cast<size_t>(min), one);
+    if (max < 0) {
+      // star ::= X star | (empty)
+      const uint32_t star = g_.new_rule("star");
+      g_.add_alternative(star, {one, Grammar::ref(star)});
+      g_.add_alternative(star, {});
+      seq.push_back(Grammar::ref(star));
+    } else if (max > min) {
+      // opt_k ::= X opt_{k-1} | (empty), nested so at most max - min more.
+      uint32_t tail = g_.new_rule("opt");
+      g_.add_alternative(tail, {one});
+      g_.add_alternative(tail, {});
+      for (int i = 1; i < max - min; ++i) {
+        const uint32_t outer = g_.new_rule("opt");
+        g_.add_alternative(outer, {one, Grammar::ref(tail)});
+        g_.add_alternative(outer, {});
+        tail = outer;
+      }
+      seq.push_back(Grammar::ref(tail));
+    }
+    g_.add_alternative(rule, seq);
+    return Grammar::ref(rule);
+  }
+
+  int parse_int() {
+    const size_t start = pos_;
+    int v = 0;
+    while (std::isdigit(static_cast<unsigned char>(peek()))) {
+      v = v * 10 + (peek() - '0');
+      if (v > 100000) error("repetition count too large");
+      ++pos_;
+    }
+    if (pos_ == start) error("expected a number");
+    return v;
+  }
+
+  std::vector<GrammarElement> parse_sequence(bool nested) {
+    std::vector<GrammarElement> seq;
+    for (;;) {
+      skip_space(nested);
+      const char c = peek();
+      if (at_end() || c == '|' || c == ')' || (c == '\n' && !nested)) break;
+      std::vector<GrammarElement> item = parse_item(nested);
+      if (item.empty()) break;  // the next rule starts here
+      const char r = peek();
+      if (r == '*' || r == '+' || r == '?' || r == '{') {
+        int min = 0, max = -1;
+        ++pos_;
+        if (r == '+') min = 1;
+        if (r == '?') max = 1;
+        if (r == '{') {
+          skip_space(true);
+          min = parse_int();
+          skip_space(true);
+          max = min;
+          if (peek() == ',') {
+            ++pos_;
+            skip_space(true);
+            max = peek() == '}' ? -1 : parse_int();
+            skip_space(true);
+          }
+          if (peek() != '}') error("expected '}'");
+          ++pos_;
+          if (max >= 0 && max < min) error("repetition {m,n} with n < m");
+        }
+        seq.push_back(repeat(item, min, max));
+      } else {
+        seq.insert(seq.end(), item.begin(), item.end());
+      }
+    }
+    return seq;
+  }
+
+  std::string_view s_;
+  Grammar& g_;
+  size_t pos_ = 0;
+  std::vector<bool> defined_;
+};
+
+}  // namespace
+
+Grammar parse_gbnf(std::string_view text, const std::string& root) {
+  Grammar g;
+  Parser(text, g).parse();
+  g.compile(root);
+  return g;
+}
+
+}  // namespace pagoda

@@ -1,0 +1,20 @@
+// GBNF, the grammar format of llama.cpp, which its users already have grammars written in:
+//   root ::= "yes" | "no"            rules: name ::= alternatives separated by |
+//   "literal"  [a-z0-9_] [^"\\]  .   strings and classes (\n \t \r \\ \" \xHH \uHHHH \UHHHHHHHH)
+//   ( group )  x*  x+  x?  x{m}  x{m,}  x{m,n}
+//   # comment to the end of the line
+// A rule's alternatives may continue on lines that start with '|', and anything inside
+// parentheses may span lines.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "grammar/grammar.h"
+
+namespace pagoda {
+
+// Parses and compiles `text`; throws Error "grammar LINE:COL: problem".
+Grammar parse_gbnf(std::string_view text, const std::string& root = "root");
+
+}  // namespace pagoda

@@ -1,0 +1,77 @@
+// A context-free grammar over bytes, the form every constraint compiles to: GBNF text
+// (llama.cpp's grammar format), a regular expression, a JSON schema or "any JSON object". Every
+// terminal is a set of bytes, so a code-point class becomes alternatives of UTF-8 byte
+// sequences and a token that holds part of a character is matched byte by byte like any other.
+//
+// Layout: all alternatives of all rules live in one array of elements; an alternative is a run
+// of elements closed by an End element; a position in the grammar is an index into that array.
+// Rule 0 is the root.
+//
+// Invariants (check()): every alternative ends with kEnd; every rule has at least one
+// alternative; every reference names a rule; no rule can reach itself without consuming a byte
+// (left recursion would expand forever), which compile() refuses.
+#pragma once
+
+#include <bitset>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace pagoda {
+
+using ByteSet = std::bitset<256>;
+
+struct GrammarElement {
+  enum class Kind : uint8_t { kEnd, kBytes, kRule };
+  Kind kind = Kind::kEnd;
+  uint32_t rule = 0;  // kRule: the rule referenced
+  ByteSet bytes;      // kBytes: the bytes that match
+};
+
+class Grammar {
+ public:
+  // Rules by name are created on first mention; add_alternative() fills them.
+  uint32_t rule(const std::string& name);
+  // A fresh rule with a name derived from `hint` (helper rules of repetitions and classes).
+  uint32_t new_rule(const std::string& hint);
+  void add_alternative(uint32_t rule, const std::vector<GrammarElement>& elements);
+  // Finalizes: lays the elements out, checks every rule is defined and not left-recursive.
+  // Throws Error naming the rule. `root` is moved to rule 0.
+  void compile(const std::string& root = "root");
+
+  // After compile():
+  uint32_t num_rules() const { return static_cast<uint32_t>(rule_alternatives_.size()); }
+  const std::vector<uint32_t>& alternatives(uint32_t rule) const {
+    return rule_alternatives_[rule];
+  }
+  const GrammarElement& at(uint32_t position) const { return elements_[position]; }
+  uint32_t num_elements() const { return static_cast<uint32_t>(elements_.size()); }
+  const std::string& rule_name(uint32_t rule) const { return names_[rule]; }
+
+  static GrammarElement byte_set(const ByteSet& bytes);
+  static GrammarElement literal_byte(uint8_t byte);
+  static GrammarElement ref(uint32_t rule);
+
+ private:
+  std::vector<std::string> names_;
+  std::unordered_map<std::string, uint32_t> index_;
+  std::vector<std::vector<std::vector<GrammarElement>>> pending_;  // per rule, before compile()
+  std::vector<GrammarElement> elements_;
+  std::vector<std::vector<uint32_t>> rule_alternatives_;  // per rule: start positions
+  bool compiled_ = false;
+};
+
+// A set of Unicode code points as sorted, disjoint, inclusive ranges.
+using CodepointRanges = std::vector<std::pair<uint32_t, uint32_t>>;
+
+// Normalizes (sorts, merges) ranges and, when `negate`, takes the complement within
+// [0, 0x10FFFF] minus the surrogates.
+CodepointRanges normalize_ranges(CodepointRanges ranges, bool negate);
+
+// Appends to `grammar` a rule matching exactly the UTF-8 encodings of the code points in
+// `ranges` (each a sequence of 1-4 byte sets) and returns it.
+uint32_t add_codepoint_class(Grammar& grammar, const CodepointRanges& ranges,
+                             const std::string& hint);
+
+}  // namespace pagoda

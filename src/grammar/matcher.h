@@ -1,0 +1,48 @@
+// Matching a Grammar byte by byte: a pushdown automaton whose state is a set of stacks of
+// grammar positions (the top of each is the byte set to match next; below it, where each
+// enclosing rule goes on), as llama.cpp's grammar engine keeps them. A rule reference at the
+// end of an alternative replaces its frame instead of stacking on it, so repetitions written
+// as right recursion (star ::= x star | ) run in constant stack depth.
+//
+// Invariants (check_invariants()): every stack is non-empty and its top is a kBytes position;
+// the stacks are sorted and distinct.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "grammar/grammar.h"
+
+namespace pagoda {
+
+using GrammarStack = std::vector<uint32_t>;
+
+// The state between bytes.
+struct GrammarState {
+  std::vector<GrammarStack> stacks;  // sorted, distinct
+  bool complete = false;             // what was matched so far is a whole sentence of the root rule
+
+  bool dead() const { return stacks.empty() && !complete; }
+  bool operator==(const GrammarState&) const = default;
+};
+
+// Expands `stack` (whose top may be a rule reference or the end of an alternative) into stacks
+// whose tops are byte sets, appended to `out`; sets *emptied when a stack runs out (the
+// outermost rule ended).
+void expand_stack(const Grammar& g, GrammarStack stack, std::vector<GrammarStack>& out,
+                  bool* emptied);
+
+// The state at the start of the root rule.
+GrammarState initial_state(const Grammar& g);
+
+// The state after `byte`: each stack whose top matches it advances. Dead when none does.
+GrammarState advance(const Grammar& g, const GrammarState& state, uint8_t byte);
+
+// The state after every byte of `bytes`, or a dead state.
+GrammarState advance(const Grammar& g, const GrammarState& state, std::string_view bytes);
+
+void sort_unique(std::vector<GrammarStack>& stacks);
+
+}  // namespace pagoda

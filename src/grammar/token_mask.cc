@@ -1,0 +1,180 @@
+#include "grammar/token_mask.h"
+
+#include <algorithm>
+#include <bit>
+#include <numeric>
+
+#include "core/error.h"
+
+namespace pagoda {
+
+int64_t TokenBitmask::count() const {
+  int64_t n = 0;
+  for (uint64_t w : words_) n += std::popcount(w);
+  return n;
+}
+
+TokenTrie::TokenTrie(const Tokenizer& tokenizer) {
+  const Vocab& vocab = tokenizer.vocab();
+  const auto size = static_cast<TokenId>(vocab.size());
+  bytes_.resize(static_cast<size_t>(size));
+  std::vector<TokenId> order;
+  for (TokenId id = 0; id < size; ++id) {
+    if (vocab.type(id) == TokenType::kControl || vocab.type(id) == TokenType::kUnused) continue;
+    bytes_[static_cast<size_t>(id)] = tokenizer.token_to_bytes(id);
+    if (!bytes_[static_cast<size_t>(id)].empty()) order.push_back(id);
+  }
+  // Sorted by bytes, the tokens are the trie's leaves and inner nodes in depth-first order.
+  std::sort(order.begin(), order.end(), [&](TokenId a, TokenId b) {
+    return bytes_[static_cast<size_t>(a)] < bytes_[static_cast<size_t>(b)];
+  });
+  nodes_.push_back({});              // the root
+  std::vector<uint32_t> path = {0};  // node index at each depth of the current path
+  std::string current;
+  for (TokenId id : order) {
+    const std::string& b = bytes_[static_cast<size_t>(id)];
+    size_t common = 0;
+    while (common < current.size() && common < b.size() && current[common] == b[common]) ++common;
+    // Close the nodes below the common prefix.
+    while (path.size() > common + 1) {
+      nodes_[path.back()].subtree_end = static_cast<uint32_t>(nodes_.size());
+      path.pop_back();
+    }
+    for (size_t d = common; d < b.size(); ++d) {
+      Node n;
+      n.byte = static_cast<uint8_t>(b[d]);
+      n.depth = static_cast<uint16_t>(std::min<size_t>(d + 1, UINT16_MAX));
+      n.first_token = static_cast<uint32_t>(tokens_.size());
+      path.push_back(static_cast<uint32_t>(nodes_.size()));
+      nodes_.push_back(n);
+    }
+    Node& leaf = nodes_[path.back()];
+    if (leaf.num_tokens == 0) leaf.first_token = static_cast<uint32_t>(tokens_.size());
+    tokens_.push_back(id);
+    ++leaf.num_tokens;
+    current = b;
+    max_depth_ = std::max<int32_t>(max_depth_, static_cast<int32_t>(b.size()));
+  }
+  while (!path.empty()) {
+    nodes_[path.back()].subtree_end = static_cast<uint32_t>(nodes_.size());
+    path.pop_back();
+  }
+}
+
+GrammarMasks::GrammarMasks(std::shared_ptr<const Grammar> grammar,
+                           std::shared_ptr<const TokenTrie> trie)
+    : grammar_(std::move(grammar)), trie_(std::move(trie)) {}
+
+size_t GrammarMasks::num_walks() const {
+  std::lock_guard lock(mutex_);
+  return tops_.size();
+}
+
+const GrammarMasks::Entry& GrammarMasks::entry(const GrammarStack& top) {
+  {
+    std::lock_guard lock(mutex_);
+    auto it = tops_.find(top);
+    if (it != tops_.end()) return *it->second;
+  }
+  std::unique_ptr<Entry> e = walk(top);  // outside the lock: it may take a while
+  std::lock_guard lock(mutex_);
+  auto [it, added] = tops_.emplace(top, std::move(e));
+  return *it->second;
+}
+
+// The trie walk with `top` alone as the stack (see token_mask.h). A path that empties the stack
+// has finished the top's frames: what the token holds past that point is its remainder.
+std::unique_ptr<GrammarMasks::Entry> GrammarMasks::walk(const GrammarStack& top) const {
+  const Grammar& g = *grammar_;
+  const std::vector<TokenTrie::Node>& nodes = trie_->nodes();
+  auto e = std::make_unique<Entry>();
+  e->accepted = TokenBitmask(trie_->vocab_size());
+  struct Level {
+    std::vector<GrammarStack> stacks;
+    std::vector<uint16_t> finished_at;  // depths at which some path finished the frames
+  };
+  std::vector<Level> levels(static_cast<size_t>(trie_->max_depth()) + 1);
+  levels[0].stacks = {top};
+  std::map<std::string, std::vector<TokenId>> remainders;
+  for (uint32_t i = 1; i < nodes.size();) {
+    const TokenTrie::Node& node = nodes[i];
+    const Level& parent = levels[node.depth - 1];
+    Level& level = levels[node.depth];
+    level.stacks.clear();
+    level.finished_at = parent.finished_at;
+    bool finished = false;
+    for (const GrammarStack& s : parent.stacks) {
+      if (!g.at(s.back()).bytes.test(node.byte)) continue;
+      GrammarStack moved = s;
+      ++moved.back();
+      expand_stack(g, std::move(moved), level.stacks, &finished);
+    }
+    if (finished) level.finished_at.push_back(node.depth);
+    if (level.stacks.size() > 1) sort_unique(level.stacks);
+    if (level.stacks.empty() && level.finished_at.empty()) {
+      i = node.subtree_end;  // no token under here can match
+      continue;
+    }
+    const TokenId* tokens = trie_->tokens_at(node);
+    for (uint32_t t = 0; t < node.num_tokens; ++t) {
+      if (!level.stacks.empty()) {
+        e->accepted.set(tokens[t]);
+        continue;
+      }
+      const std::string& bytes = trie_->bytes(tokens[t]);
+      for (uint16_t depth : level.finished_at) remainders[bytes.substr(depth)].push_back(tokens[t]);
+    }
+    ++i;
+  }
+  for (auto& [bytes, tokens] : remainders) e->remainders.push_back({bytes, std::move(tokens)});
+  return e;
+}
+
+void GrammarMasks::compute(const GrammarState& state, TokenBitmask& out) {
+  out.clear();
+  const Grammar& g = *grammar_;
+  for (const GrammarStack& stack : state.stacks) {
+    const size_t cut = stack.size() > kSuffixFrames ? stack.size() - kSuffixFrames : 0;
+    const GrammarStack top(stack.begin() + static_cast<ptrdiff_t>(cut), stack.end());
+    const Entry& e = entry(top);
+    out.merge(e.accepted);
+    if (e.remainders.empty()) continue;
+    // What follows the top's frames: the rest of the stack, expanded.
+    GrammarState below;
+    if (cut == 0) {
+      below.complete = true;  // the root itself ends with them
+    } else {
+      expand_stack(g, GrammarStack(stack.begin(), stack.begin() + static_cast<ptrdiff_t>(cut)),
+                   below.stacks, &below.complete);
+      sort_unique(below.stacks);
+    }
+    for (const Remainder& r : e.remainders) {
+      if (advance(g, below, r.bytes).dead()) continue;
+      for (TokenId t : r.tokens) out.set(t);
+    }
+  }
+}
+
+void GrammarMasks::allowed(const GrammarState& state, TokenBitmask& out) {
+  {
+    std::lock_guard lock(mutex_);
+    auto it = states_.find(state.stacks);
+    if (it != states_.end()) {
+      it->second.second = ++clock_;
+      out = it->second.first;
+      return;
+    }
+  }
+  compute(state, out);
+  std::lock_guard lock(mutex_);
+  if (states_.size() >= kMaxStateMasks) {
+    auto oldest = states_.begin();
+    for (auto it = states_.begin(); it != states_.end(); ++it) {
+      if (it->second.second < oldest->second.second) oldest = it;
+    }
+    states_.erase(oldest);
+  }
+  states_.emplace(state.stacks, std::make_pair(out, ++clock_));
+}
+
+}  // namespace pagoda
