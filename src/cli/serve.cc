@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "engine/engine_thread.h"
+#include "grammar/grammar_cache.h"
 #include "kv/kv_storage.h"
 #include "model/model.h"
 #include "model/model_check.h"
@@ -194,6 +195,8 @@ Action add_serve(CLI::App& app) {
     context.max_model_len = config.max_model_len;
     context.vocab_size = static_cast<int32_t>(vocab.size());
     context.allow_special_in_content = o->allow_special_in_content;
+    auto grammars = std::make_shared<GrammarCache>(*tokenizer);
+    context.compile_grammar = [grammars](const std::string& gbnf) { return grammars->get(gbnf); };
     if (chat) {
       const std::string bos = token_text(vocab, vocab.bos), eos = token_text(vocab, vocab.eos);
       context.render_chat = [chat, bos, eos](const nlohmann::ordered_json& messages,

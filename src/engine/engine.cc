@@ -143,7 +143,10 @@ RequestId Engine::add_request(std::vector<TokenId> prompt, SamplingParams sampli
   return add_request(std::move(r));
 }
 
+Engine::~Engine() { wait_mask_job(); }
+
 void Engine::add_request(RequestId id, GenerationRequest request) {
+  wait_mask_job();
   if (groups_.count(id)) fail("request id ", id, " is already in use");
   check_request(request);
   add_group(id, std::move(request));
@@ -156,6 +159,12 @@ void Engine::add_group(RequestId id, GenerationRequest r) {
     SamplingParams params = r.sampling;
     if (params.has_seed) params.seed += static_cast<uint64_t>(k);
     seqs.push_back(Sequence{id, k, Sampler(std::move(params), r.prompt, vocab_size_)});
+    if (r.grammar) {
+      seqs.back().grammar = r.grammar;
+      seqs.back().grammar_state =
+          std::make_shared<GrammarState>(initial_state(r.grammar->grammar()));
+      seqs.back().mask = std::make_shared<TokenBitmask>(r.grammar->trie().vocab_size());
+    }
   }
   Group group;
   group.num_unfinished = r.n;
@@ -182,7 +191,7 @@ void Engine::add_group(RequestId id, GenerationRequest r) {
   const int32_t num_speculative = r.num_speculative_tokens < 0 ? config_.speculative.num_tokens
                                                                : r.num_speculative_tokens;
   for (int32_t k = 0; k < r.n; ++k) {
-    if (num_speculative > 0) {
+    if (num_speculative > 0 && !r.grammar) {
       speculator_->add(seq_ids[k], r.num_speculative_tokens, seqs[k].sampler.params());
     }
     sequences_.emplace(seq_ids[k], std::move(seqs[k]));
@@ -212,6 +221,7 @@ void Engine::finish_sequence(RequestId seq_id, FinishReason reason, OutputEvent&
 }
 
 std::vector<OutputEvent> Engine::abort(RequestId id) {
+  wait_mask_job();
   std::vector<OutputEvent> events;
   auto it = groups_.find(id);
   if (it == groups_.end()) return events;
@@ -241,6 +251,7 @@ std::vector<OutputEvent> Engine::step() {
   num_block_copies_ += static_cast<int64_t>(plan.block_copies.size());
   if (batch.num_tokens() > 0) model_.forward(backend_, batch, *kv_, logits_);
   num_computed_tokens_ += batch.num_tokens();
+  wait_mask_job();
 
   // The new tokens of every needs_sample request, in plan order; events for them.
   std::vector<std::vector<TokenId>> new_tokens;
@@ -250,12 +261,23 @@ std::vector<OutputEvent> Engine::step() {
   for (const ScheduledRequest& s : plan.requests) {
     if (!s.needs_sample) continue;
     const auto num_rows = static_cast<size_t>(s.num_logit_rows());
-    const std::span<const float> logits(logits_.data() + row * vocab_size_,
-                                        num_rows * static_cast<size_t>(vocab_size_));
+    const std::span<float> logits(logits_.data() + row * vocab_size_,
+                                  num_rows * static_cast<size_t>(vocab_size_));
     row += num_rows;
     Sequence& seq = sequences_.at(s.request_id);
     OutputEvent e = event_for(seq);
     std::vector<TokenId> tokens;
+    const std::vector<TokenId>& stop_ids = scheduler_.find(s.request_id)->stop_ids;
+    if (seq.grammar && !apply_grammar(seq, logits, stop_ids)) {
+      // The grammar's sentence is complete and nothing may follow it.
+      tokens = {0};
+      abort_children_of(s.request_id, events);
+      scheduler_.abort(s.request_id);
+      finish_sequence(s.request_id, FinishReason::kStop, e);
+      new_tokens.push_back(std::move(tokens));
+      events.push_back(std::move(e));
+      continue;
+    }
     try {
       std::vector<SampleResult> samples;
       if (s.num_proposed > 0) {
@@ -265,8 +287,8 @@ std::vector<OutputEvent> Engine::step() {
         samples.push_back(seq.sampler.sample(logits, scratch_));
         seq.sampler.accept(samples.back().token);
       }
+      if (seq.grammar) advance_grammar(seq, samples[0].token, stop_ids);
       // The step's tokens end at the first stop id, as commit() ends them.
-      const std::vector<TokenId>& stop_ids = scheduler_.find(s.request_id)->stop_ids;
       for (size_t i = 0; i < samples.size(); ++i) {
         tokens.push_back(samples[i].token);
         if (std::find(stop_ids.begin(), stop_ids.end(), samples[i].token) != stop_ids.end()) {
@@ -287,6 +309,7 @@ std::vector<OutputEvent> Engine::step() {
           Sequence& c = sequences_.at(child);
           std::vector<SampleResult> first = {c.sampler.sample(logits, scratch_)};
           c.sampler.accept(first[0].token);
+          if (c.grammar) advance_grammar(c, first[0].token, stop_ids);
           firsts.emplace_back(child, std::move(first));
         }
         for (auto& f : firsts) first_samples.push_back(std::move(f));
@@ -334,7 +357,58 @@ std::vector<OutputEvent> Engine::step() {
   // Between steps again: each waiting sample starts from the parent's blocks with its own first
   // token (or alone, when the parent already finished).
   for (auto& [child, first] : first_samples) start_child(child, std::move(first), events);
+  start_mask_job();
   return events;
+}
+
+bool Engine::apply_grammar(Sequence& seq, std::span<float> logits,
+                           const std::vector<TokenId>& stop_ids) {
+  if (!seq.mask_ready) seq.grammar->allowed(*seq.grammar_state, *seq.mask);
+  seq.mask_ready = false;
+  // Stop ids are control tokens, never in a grammar's mask: they may end the sample where its
+  // sentence is complete.
+  const bool complete = seq.grammar_state->complete;
+  std::vector<std::pair<TokenId, float>> stops;
+  if (complete) {
+    for (TokenId id : stop_ids) {
+      if (id >= 0 && id < vocab_size_) stops.emplace_back(id, logits[static_cast<size_t>(id)]);
+    }
+  }
+  const auto mask_size = static_cast<int32_t>(seq.grammar->trie().vocab_size());
+  bool any = !stops.empty();
+  for (int32_t t = 0; t < vocab_size_; ++t) {
+    if (t < mask_size && seq.mask->test(t)) {
+      any = true;
+    } else {
+      logits[static_cast<size_t>(t)] = -std::numeric_limits<float>::infinity();
+    }
+  }
+  for (const auto& [id, value] : stops) logits[static_cast<size_t>(id)] = value;
+  return any;
+}
+
+void Engine::advance_grammar(Sequence& seq, TokenId token, const std::vector<TokenId>& stop_ids) {
+  if (std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end()) return;
+  *seq.grammar_state = advance(seq.grammar->grammar(), *seq.grammar_state,
+                               seq.grammar->trie().bytes(token));
+}
+
+void Engine::start_mask_job() {
+  std::vector<Sequence*> work;
+  for (auto& [id, seq] : sequences_) {
+    if (seq.grammar && !seq.mask_ready && scheduler_.find(id) != nullptr) work.push_back(&seq);
+  }
+  if (work.empty()) return;
+  mask_job_ = std::async(std::launch::async, [work] {
+    for (Sequence* seq : work) {
+      seq->grammar->allowed(*seq->grammar_state, *seq->mask);
+      seq->mask_ready = true;
+    }
+  });
+}
+
+void Engine::wait_mask_job() {
+  if (mask_job_.valid()) mask_job_.get();
 }
 
 void Engine::start_child(RequestId child, std::vector<SampleResult> first,

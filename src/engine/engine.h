@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -40,6 +41,7 @@
 #include "engine/engine_stats.h"
 #include "engine/sampler.h"
 #include "engine/speculator.h"
+#include "grammar/token_mask.h"
 #include "kv/kv_storage.h"
 #include "model/model.h"
 #include "sched/scheduler.h"
@@ -71,6 +73,10 @@ struct GenerationRequest {
   // Speculative decoding: proposals per step, in [0, kMaxSpeculativeTokens]; -1: the engine's
   // default (EngineConfig::speculative.num_tokens).
   int32_t num_speculative_tokens = -1;
+  // Structured output: only tokens this grammar allows are drawn, and a stop id only where the
+  // grammar's sentence is complete (the sample ends there when it has no stop ids). Shared by
+  // requests with the same grammar, whose masks it caches. No speculation with a grammar.
+  std::shared_ptr<GrammarMasks> grammar;
 };
 
 enum class FinishReason { kStop, kLength, kAbort, kError };
@@ -96,6 +102,9 @@ class Engine {
   // `model` and `backend` must outlive the engine. Throws Error on a bad config (no or two KV
   // budgets, a budget too small for one block, non-positive limits).
   Engine(Model& model, Backend& backend, EngineConfig config);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
 
   // Throws Error naming the first problem: an empty prompt, a token id outside the vocabulary,
   // max_tokens < 1, n outside [1, kMaxNumSamples], bad sampling params, a logit_bias id outside
@@ -133,6 +142,12 @@ class Engine {
     RequestId request_id = 0;
     int32_t index = 0;
     Sampler sampler;
+    // Structured output: the grammar, the parse state after the output so far, and the mask
+    // for that state when the engine computed it ahead (beside the forward pass).
+    std::shared_ptr<GrammarMasks> grammar;
+    std::shared_ptr<GrammarState> grammar_state;
+    std::shared_ptr<TokenBitmask> mask;
+    bool mask_ready = false;
   };
   struct Group {
     int32_t num_unfinished = 0;
@@ -154,6 +169,13 @@ class Engine {
                    std::vector<OutputEvent>& events);
   // The first sequence of a request failed before its children started: they end too.
   void abort_children_of(RequestId parent_seq, std::vector<OutputEvent>& events);
+  // Structured output: masks `logits` ([vocab]) to what seq's grammar allows now. Returns false
+  // when it allows nothing more (the grammar ended and the sample has no stop id to draw).
+  bool apply_grammar(Sequence& seq, std::span<float> logits, const std::vector<TokenId>& stop_ids);
+  // Moves seq's grammar past `token`.
+  void advance_grammar(Sequence& seq, TokenId token, const std::vector<TokenId>& stop_ids);
+  void start_mask_job();
+  void wait_mask_job();
 
   Model& model_;
   Backend& backend_;
@@ -167,6 +189,8 @@ class Engine {
   RequestId next_request_id_ = 1;
   RequestId next_sequence_id_ = 1;
   SamplerScratch scratch_;
+  // Masks of the grammar sequences for their next sample, computed while the forward pass runs.
+  std::future<void> mask_job_;
   std::vector<float> logits_;  // [num logit rows, vocab_size]
   int64_t num_finished_requests_ = 0;
   int64_t num_computed_tokens_ = 0;

@@ -35,6 +35,7 @@ Generation::Generation(EngineThread& engine, const Tokenizer& tokenizer, const A
     g.n = request.n;
     if (!request.ignore_eos) g.stop_ids = tokenizer.vocab().eog;
     g.num_speculative_tokens = request.num_speculative_tokens;
+    g.grammar = request.grammar;
     try {
       streams_.push_back(engine.submit(std::move(g)));
     } catch (const Error& e) {

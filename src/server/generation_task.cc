@@ -24,7 +24,7 @@ void HttpServer::start_generation(const HttpRequest& req, const std::shared_ptr<
   const json body = parse_json_body(req.body, options_.limits.max_json_depth);
   auto request = std::make_shared<ApiRequest>(
       endpoint == Endpoint::kChat ? parse_chat_request(body, model_, options_.limits, req.body)
-                                  : parse_completion_request(body, model_, options_.limits));
+                                  : parse_completion_request(body, model_, options_.limits, req.body));
   // Admission counts sequences: a request of 64 prompts with n = 16 weighs 1024 short ones.
   const int32_t num_sequences = static_cast<int32_t>(request->prompts.size()) * request->n;
   if (num_sequences > options_.max_pending) {

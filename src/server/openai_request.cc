@@ -11,6 +11,8 @@
 
 #include "core/error.h"
 #include "engine/speculator.h"
+#include "grammar/json_schema.h"
+#include "grammar/regex.h"
 #include "server/api_error.h"
 
 namespace pagoda::server {
@@ -287,6 +289,72 @@ void finish_sampling(ApiRequest& r) {
   }
 }
 
+// response_format (json_object, json_schema), grammar (GBNF) or regex: at most one, compiled
+// (or found in the cache) into the request's grammar.
+void parse_structured_output(const json& body, const ModelContext& model,
+                             const std::string& raw_body, ApiRequest& r) {
+  std::string gbnf, param;
+  auto take = [&](const char* name) {
+    if (!param.empty()) {
+      throw bad_param(name, std::string("'") + name + "' and '" + param +
+                                "' both constrain the output; give one");
+    }
+    param = name;
+  };
+  if (const json* rf = field(body, "response_format")) {
+    const json* type = rf->is_object() ? field(*rf, "type") : nullptr;
+    if (type == nullptr || !type->is_string()) {
+      throw bad_param("response_format", "'response_format' must be an object with a 'type'");
+    }
+    const std::string t = type->get<std::string>();
+    if (t == "json_object") {
+      take("response_format");
+      gbnf = json_object_gbnf();
+    } else if (t == "json_schema") {
+      take("response_format");
+      const json* js = field(*rf, "json_schema");
+      if (js == nullptr || !js->is_object() || field(*js, "schema") == nullptr) {
+        throw bad_param("response_format",
+                        "'response_format.json_schema' must be an object with a 'schema'");
+      }
+      // The schema again, in key order: properties are generated in the order written.
+      const ordered_json ordered = raw_body.empty() ? ordered_json::parse(body.dump())
+                                                    : ordered_json::parse(raw_body);
+      try {
+        gbnf = json_schema_to_gbnf(ordered["response_format"]["json_schema"]["schema"]);
+      } catch (const Error& e) {
+        throw bad_param("response_format", e.what());
+      }
+    } else if (t != "text") {
+      throw bad_param("response_format", "'response_format.type' must be text, json_object or "
+                                         "json_schema, got '" + t + "'");
+    }
+  }
+  if (const json* g = field(body, "grammar")) {
+    take("grammar");
+    if (!g->is_string()) throw bad_param("grammar", "'grammar' must be GBNF text");
+    gbnf = g->get<std::string>();
+  }
+  if (const json* re = field(body, "regex")) {
+    take("regex");
+    if (!re->is_string()) throw bad_param("regex", "'regex' must be a string");
+    try {
+      gbnf = regex_to_gbnf(re->get<std::string>(), "root");
+    } catch (const Error& e) {
+      throw bad_param("regex", e.what());
+    }
+  }
+  if (param.empty()) return;
+  if (!model.compile_grammar) {
+    throw bad_param(param, "this server cannot constrain output (the model has no vocabulary)");
+  }
+  try {
+    r.grammar = model.compile_grammar(gbnf);
+  } catch (const Error& e) {
+    throw bad_param(param, e.what());
+  }
+}
+
 // Checks each message and gives the template a copy (in key order) whose content is plain
 // text. `ordered` is the same body parsed keeping key order.
 ordered_json normalize_messages(const json& body, const ordered_json& ordered) {
@@ -455,11 +523,12 @@ json parse_json_body(const std::string& text, int32_t max_depth) {
 }
 
 ApiRequest parse_completion_request(const json& body, const ModelContext& model,
-                                    const RequestLimits& limits) {
+                                    const RequestLimits& limits, const std::string& raw_body) {
   check_object(body);
   ApiRequest r;
   r.endpoint = Endpoint::kCompletions;
   parse_common(body, model, limits, r);
+  parse_structured_output(body, model, raw_body, r);
   parse_prompts(body, model, limits, r);
   r.echo = bool_field(body, "echo", false);
   parse_completion_logprobs(body, r);
@@ -478,6 +547,7 @@ ApiRequest parse_chat_request(const json& body, const ModelContext& model,
   ApiRequest r;
   r.endpoint = Endpoint::kChat;
   parse_common(body, model, limits, r);
+  parse_structured_output(body, model, raw_body, r);
   parse_chat_logprobs(body, r);
   // The body again, in key order (it parsed once already, so it parses again).
   const ordered_json ordered = raw_body.empty() ? ordered_json::parse(body.dump())

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -12,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/sampler.h"
+#include "grammar/token_mask.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagoda::server {
@@ -32,6 +34,9 @@ struct ModelContext {
   // Control-token text in message contents (and tools) becomes control tokens, as it did before
   // pagoda kept it as text (--allow-special-in-content).
   bool allow_special_in_content = false;
+  // Structured output: compiles GBNF text into masks over this model's vocabulary (cached by
+  // text); throws pagoda::Error on a bad grammar. Empty: structured output is not available.
+  std::function<std::shared_ptr<GrammarMasks>(const std::string&)> compile_grammar;
 };
 
 // Limits a server operator sets (pagoda serve options).
@@ -62,6 +67,9 @@ struct ApiRequest {
   bool ignore_eos = false;  // extension (vLLM, llama.cpp): do not stop at end-of-generation ids
   // Extension: speculative proposals per step for this request (0: off); -1: the server's.
   int32_t num_speculative_tokens = -1;
+  // Structured output (response_format, or the extensions grammar / regex): what the output
+  // must match; nullptr: anything.
+  std::shared_ptr<GrammarMasks> grammar;
 };
 
 // The request body as JSON; 400 when it is not valid JSON or nests arrays and objects deeper
@@ -72,8 +80,10 @@ nlohmann::json parse_json_body(const std::string& text, int32_t max_depth);
 // `limit` and returns limit + 1.
 int32_t json_nesting_depth(std::string_view text, int32_t limit);
 
+// `raw_body`: the request body text, read again in key order where order matters (the
+// messages, tools, a JSON schema's properties).
 ApiRequest parse_completion_request(const nlohmann::json& body, const ModelContext& model,
-                                    const RequestLimits& limits);
+                                    const RequestLimits& limits, const std::string& raw_body = "");
 // `raw_body`: the request body text, read again in key order for the messages and tools.
 ApiRequest parse_chat_request(const nlohmann::json& body, const ModelContext& model,
                               const RequestLimits& limits, const std::string& raw_body = "");
