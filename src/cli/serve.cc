@@ -195,6 +195,11 @@ Action add_serve(CLI::App& app) {
     context.max_model_len = config.max_model_len;
     context.vocab_size = static_cast<int32_t>(vocab.size());
     context.allow_special_in_content = o->allow_special_in_content;
+    if (chat) {
+      const std::string source = chat_template_source(*o, *file, vocab);
+      context.tool_format = server::tool_format_for_template(source);
+      context.template_renders_tools = server::template_renders_tools(source);
+    }
     auto grammars = std::make_shared<GrammarCache>(*tokenizer);
     context.compile_grammar = [grammars](const std::string& gbnf) { return grammars->get(gbnf); };
     if (chat) {

@@ -101,13 +101,14 @@ std::string uint_range(uint64_t lo, std::optional<uint64_t> hi) {
 
 class Converter {
  public:
-  explicit Converter(const json& root) : root_(root) {}
+  Converter(const json& root, std::string prefix) : root_(root), prefix_(std::move(prefix)) {}
 
-  std::string run() {
+  // The rule `name` and its helpers (no primitives).
+  std::string run(const std::string& name) {
     const std::string root = visit(root_, "", "root");
-    std::string out = "root ::= " + root + "\n";
+    std::string out = name + " ::= " + root + "\n";
     for (const auto& r : rules_) out += r;
-    return out + kPrimitives;
+    return out;
   }
 
  private:
@@ -120,7 +121,7 @@ class Converter {
   }
 
   std::string new_rule(const std::string& hint, const std::string& body) {
-    std::string name = "s" + std::to_string(rules_.size()) + "-" + hint;
+    std::string name = prefix_ + "s" + std::to_string(rules_.size()) + "-" + hint;
     for (char& c : name) {
       if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-')) c = '-';
     }
@@ -158,7 +159,7 @@ class Converter {
       unsupported("$ref", path, "only references inside the schema (#/...) are supported");
     }
     // The name first, so a recursive reference finds it.
-    const std::string name = "ref-" + std::to_string(refs_.size());
+    const std::string name = prefix_ + "ref-" + std::to_string(refs_.size());
     refs_[ref] = name;
     const std::string body = visit(*target, ref, "ref");
     rules_.push_back(name + " ::= " + body + "\n");
@@ -375,7 +376,7 @@ class Converter {
       }
       RegexOptions o;
       o.json_string = true;
-      const std::string name = "s" + std::to_string(rules_.size()) + "-pattern";
+      const std::string name = prefix_ + "s" + std::to_string(rules_.size()) + "-pattern";
       rules_.push_back(regex_to_gbnf(s["pattern"].get<std::string>(), name, o));
       return "\"\\\"\" " + name + " \"\\\"\"";
     }
@@ -441,13 +442,22 @@ class Converter {
   }
 
   const json& root_;
+  const std::string prefix_;
   std::vector<std::string> rules_;
   std::map<std::string, std::string> refs_;
 };
 
 }  // namespace
 
-std::string json_schema_to_gbnf(const json& schema) { return Converter(schema).run(); }
+std::string json_schema_to_gbnf(const json& schema) {
+  return Converter(schema, "").run("root") + kPrimitives;
+}
+
+std::string json_schema_rules(const json& schema, const std::string& name) {
+  return Converter(schema, name + "-").run(name);
+}
+
+std::string json_primitives_gbnf() { return kPrimitives; }
 
 std::string json_object_gbnf() { return std::string("root ::= json-object\n") + kPrimitives; }
 

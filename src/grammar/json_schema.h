@@ -22,6 +22,12 @@ namespace pagoda {
 // Rules rooted at "root".
 std::string json_schema_to_gbnf(const nlohmann::ordered_json& schema);
 
+// The rule `name` (helpers prefixed with it) for `schema`, without the shared JSON rules
+// (json_primitives_gbnf()), to combine several schemas in one grammar.
+std::string json_schema_rules(const nlohmann::ordered_json& schema, const std::string& name);
+// The shared rules: ws, json-string, json-value, ...
+std::string json_primitives_gbnf();
+
 // Any JSON object, with whitespace between tokens as models write it.
 std::string json_object_gbnf();
 

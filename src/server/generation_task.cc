@@ -67,7 +67,13 @@ GenerationTask::GenerationTask(HttpServer& server, std::shared_ptr<Exchange> ex,
       head_(std::move(head)),
       num_sequences_(num_sequences),
       started_(g_->choices().size(), false),
-      offsets_(g_->choices().size(), 0) {}
+      offsets_(g_->choices().size(), 0) {
+  if (request_->endpoint == Endpoint::kChat && request_->stream && !request_->tools.empty()) {
+    for (size_t i = 0; i < g_->choices().size(); ++i) {
+      tool_streams_.emplace_back(request_->tool_format, &request_->tools);
+    }
+  }
+}
 
 void GenerationTask::start() {
   const std::weak_ptr<GenerationTask> weak = weak_from_this();
@@ -121,8 +127,32 @@ void GenerationTask::abort() {
 void GenerationTask::send(const std::vector<ChoiceDelta>& deltas) {
   if (!request_->stream) return;
   const Tokenizer& tok = *server_.model_.tokenizer;
-  for (const ChoiceDelta& d : deltas) {
-    const size_t i = static_cast<size_t>(d.index);
+  for (const ChoiceDelta& in : deltas) {
+    const size_t i = static_cast<size_t>(in.index);
+    ChoiceDelta d = in;
+    if (!tool_streams_.empty()) {
+      // Text that may begin a tool call is held; at the end the calls go out as tool_calls.
+      d.text = tool_streams_[i].feed(in.text);
+      if (!in.finish_reason.empty()) {
+        const ParsedToolCalls p = tool_streams_[i].finish();
+        d.text += p.content;
+        d.finish_reason.clear();
+        if (!d.text.empty() || !d.logprobs.empty() || !started_[i]) {
+          ex_->write(sse(chat_chunk(head_, tok, *request_, d, !started_[i])));
+          started_[i] = true;
+        }
+        for (const auto& chunk : tool_call_chunks(head_, *request_, in.index, p.calls)) {
+          ex_->write(sse(chunk));
+        }
+        ChoiceDelta last;
+        last.index = in.index;
+        last.finish_reason =
+            !p.calls.empty() && in.finish_reason == "stop" ? "tool_calls" : in.finish_reason;
+        ex_->write(sse(chat_chunk(head_, tok, *request_, last, false)));
+        continue;
+      }
+      if (d.text.empty() && d.logprobs.empty() && started_[i]) continue;
+    }
     const json chunk = request_->endpoint == Endpoint::kChat
                            ? chat_chunk(head_, tok, *request_, d, !started_[i])
                            : completion_chunk(head_, tok, *request_, d, offsets_[i]);

@@ -47,6 +47,7 @@ class GenerationTask : public std::enable_shared_from_this<GenerationTask> {
   bool ended_ = false;  // strand only: the answer is complete (or the client left)
   std::vector<bool> started_;
   std::vector<size_t> offsets_;
+  std::vector<ToolCallStream> tool_streams_;  // chat streams with tools: one per choice
 };
 
 }  // namespace pagoda::server

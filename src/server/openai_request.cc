@@ -355,6 +355,96 @@ void parse_structured_output(const json& body, const ModelContext& model,
   }
 }
 
+// tools, tool_choice, parallel_tool_calls: the tools the output is parsed for, what the template
+// gets (the tools, or a system message describing them), and for tool_choice "required" or a
+// named function, the grammar that makes the output a call.
+void parse_tools(const json& body, const ordered_json& ordered, const ModelContext& model,
+                 ApiRequest& r, ordered_json& extra, ordered_json& messages) {
+  const json* tools = field(body, "tools");
+  const json* choice = field(body, "tool_choice");
+  if (tools == nullptr) {
+    if (choice != nullptr && !(choice->is_string() && *choice == "none")) {
+      throw bad_param("tool_choice", "'tool_choice' needs 'tools'");
+    }
+    return;
+  }
+  if (!tools->is_array()) throw bad_param("tools", "'tools' must be a list");
+  std::vector<ToolSpec> specs;
+  for (size_t i = 0; i < tools->size(); ++i) {
+    const json& t = (*tools)[i];
+    const std::string where = "tools[" + std::to_string(i) + "]";
+    const json* fn = t.is_object() ? field(t, "function") : nullptr;
+    const json* name = fn != nullptr && fn->is_object() ? field(*fn, "name") : nullptr;
+    if (!t.is_object() || t.value("type", "function") != "function" || name == nullptr ||
+        !name->is_string() || name->get<std::string>().empty()) {
+      throw bad_param("tools", "'" + where + "' must be {\"type\": \"function\", \"function\": "
+                               "{\"name\", \"description\", \"parameters\"}}");
+    }
+    ToolSpec spec;
+    spec.name = name->get<std::string>();
+    if (const json* d = field(*fn, "description"); d != nullptr && d->is_string()) {
+      spec.description = d->get<std::string>();
+    }
+    const ordered_json& ofn = ordered["tools"][i]["function"];
+    if (ofn.contains("parameters") && !ofn["parameters"].is_null()) {
+      if (!ofn["parameters"].is_object()) {
+        throw bad_param("tools", "'" + where + ".function.parameters' must be a JSON schema");
+      }
+      spec.parameters = ofn["parameters"];
+    }
+    specs.push_back(std::move(spec));
+  }
+  std::string mode = "auto", only;
+  if (choice != nullptr) {
+    if (choice->is_string()) {
+      mode = choice->get<std::string>();
+      if (mode != "none" && mode != "auto" && mode != "required") {
+        throw bad_param("tool_choice", "'tool_choice' must be none, auto, required or "
+                                       "{\"type\": \"function\", \"function\": {\"name\"}}");
+      }
+    } else {
+      const json* fn = choice->is_object() ? field(*choice, "function") : nullptr;
+      const json* n = fn != nullptr && fn->is_object() ? field(*fn, "name") : nullptr;
+      if (n == nullptr || !n->is_string()) {
+        throw bad_param("tool_choice", "'tool_choice' must be none, auto, required or "
+                                       "{\"type\": \"function\", \"function\": {\"name\"}}");
+      }
+      only = n->get<std::string>();
+      bool found = false;
+      for (const ToolSpec& s : specs) found = found || s.name == only;
+      if (!found) throw bad_param("tool_choice", "'tool_choice' names '" + only + "', which is not in 'tools'");
+      mode = "required";
+    }
+  }
+  if (mode == "none") return;
+  const bool parallel = bool_field(body, "parallel_tool_calls", true);
+  if (model.template_renders_tools) {
+    extra["tools"] = ordered["tools"];
+  } else {
+    // The template knows nothing of tools: a system message tells the model about them.
+    const std::string prompt = tools_system_prompt(specs);
+    if (!messages.empty() && messages[0].value("role", "") == "system") {
+      messages[0]["content"] = messages[0].value("content", "") + "\n\n" + prompt;
+    } else {
+      messages.insert(messages.begin(), ordered_json{{"role", "system"}, {"content", prompt}});
+    }
+  }
+  r.tools = std::move(specs);
+  r.tool_format = model.tool_format;
+  if (mode == "required") {
+    if (r.grammar) {
+      throw bad_param("tool_choice", "'tool_choice' " + (only.empty() ? std::string("required") : "naming a function") +
+                                         " and a response_format, grammar or regex both constrain the output");
+    }
+    if (!model.compile_grammar) throw bad_param("tool_choice", "this server cannot constrain output");
+    try {
+      r.grammar = model.compile_grammar(tool_call_gbnf(r.tool_format, r.tools, only, parallel));
+    } catch (const Error& e) {
+      throw bad_param("tools", e.what());
+    }
+  }
+}
+
 // Checks each message and gives the template a copy (in key order) whose content is plain
 // text. `ordered` is the same body parsed keeping key order.
 ordered_json normalize_messages(const json& body, const ordered_json& ordered) {
@@ -374,6 +464,24 @@ ordered_json normalize_messages(const json& body, const ordered_json& ordered) {
     }
     ordered_json copy = ordered["messages"][i];
     if (m.contains("content")) copy["content"] = message_text(m["content"], where + ".content");
+    // The OpenAI API sends a call's arguments as JSON text; templates print them as objects.
+    if (copy.contains("tool_calls") && copy["tool_calls"].is_array()) {
+      for (ordered_json& call : copy["tool_calls"]) {
+        if (!call.is_object() || !call.contains("function") || !call["function"].is_object()) {
+          throw bad_param(where + ".tool_calls",
+                          "'" + where + ".tool_calls' must hold {\"type\": \"function\", "
+                          "\"function\": {\"name\", \"arguments\"}} objects");
+        }
+        ordered_json& f = call["function"];
+        if (f.contains("arguments") && f["arguments"].is_string()) {
+          try {
+            f["arguments"] = ordered_json::parse(f["arguments"].get<std::string>());
+          } catch (const ordered_json::exception&) {
+            // Not JSON: the template gets the text as it came.
+          }
+        }
+      }
+    }
     out.push_back(std::move(copy));
   }
   return out;
@@ -559,21 +667,16 @@ ApiRequest parse_chat_request(const json& body, const ModelContext& model,
                    "start the server with --chat-template", "messages");
   }
   ordered_json extra = ordered_json::object();
-  if (const json* tools = field(body, "tools")) {
-    if (!tools->is_array()) throw bad_param("tools", "'tools' must be a list");
-    for (const json& t : *tools) {
-      if (!t.is_object()) throw bad_param("tools", "'tools' must be a list of objects");
-    }
-    extra["tools"] = ordered["tools"];
-  }
+  ordered_json messages_in = messages;
+  parse_tools(body, ordered, model, r, extra, messages_in);
   std::string text;
   std::vector<TextRange> plain;
   try {
     if (model.allow_special_in_content) {
-      text = model.render_chat(messages, true, extra);
+      text = model.render_chat(messages_in, true, extra);
     } else {
       ContentShield shield(*model.tokenizer);
-      const ordered_json shielded_messages = shield.apply(messages);
+      const ordered_json shielded_messages = shield.apply(messages_in);
       const ordered_json shielded_extra = shield.apply(extra);
       text = shield.restore(model.render_chat(shielded_messages, true, shielded_extra), plain);
     }

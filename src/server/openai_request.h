@@ -14,6 +14,7 @@
 
 #include "engine/sampler.h"
 #include "grammar/token_mask.h"
+#include "server/tool_calls.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagoda::server {
@@ -37,6 +38,10 @@ struct ModelContext {
   // Structured output: compiles GBNF text into masks over this model's vocabulary (cached by
   // text); throws pagoda::Error on a bad grammar. Empty: structured output is not available.
   std::function<std::shared_ptr<GrammarMasks>(const std::string&)> compile_grammar;
+  // Function calling: where the chat template writes tool calls, and whether it describes the
+  // tools itself (otherwise pagoda adds a system message that does).
+  ToolFormat tool_format = ToolFormat::kJson;
+  bool template_renders_tools = false;
 };
 
 // Limits a server operator sets (pagoda serve options).
@@ -70,6 +75,9 @@ struct ApiRequest {
   // Structured output (response_format, or the extensions grammar / regex): what the output
   // must match; nullptr: anything.
   std::shared_ptr<GrammarMasks> grammar;
+  // Chat function calling: the tools output is parsed for (empty: none, or tool_choice none).
+  std::vector<ToolSpec> tools;
+  ToolFormat tool_format = ToolFormat::kJson;
 };
 
 // The request body as JSON; 400 when it is not valid JSON or nests arrays and objects deeper

@@ -111,10 +111,20 @@ json chat_response(const ResponseHead& head, const Tokenizer& tokenizer, const A
   json choices = json::array();
   for (size_t i = 0; i < g.choices().size(); ++i) {
     const Choice& c = g.choices()[i];
+    json message = {{"role", "assistant"}, {"content", c.text.text()}};
+    std::string finish = c.finish_reason;
+    if (!r.tools.empty()) {
+      const ParsedToolCalls p = parse_tool_calls(c.text.text(), r.tool_format, r.tools);
+      if (!p.calls.empty()) {
+        message["content"] = p.content.empty() ? json(nullptr) : json(p.content);
+        message["tool_calls"] = tool_calls_json(p.calls);
+        if (finish == "stop") finish = "tool_calls";
+      }
+    }
     choices.push_back({{"index", i},
-                       {"message", {{"role", "assistant"}, {"content", c.text.text()}}},
+                       {"message", std::move(message)},
                        {"logprobs", r.logprobs ? chat_logprobs(tokenizer, c.logprobs) : json(nullptr)},
-                       {"finish_reason", finish_json(c.finish_reason)}});
+                       {"finish_reason", finish_json(finish)}});
   }
   out["choices"] = std::move(choices);
   out["usage"] = usage_of(g);
@@ -146,6 +156,39 @@ json chat_chunk(const ResponseHead& head, const Tokenizer& tokenizer, const ApiR
                  {"finish_reason", finish_json(d.finish_reason)}};
   out["choices"] = json::array({std::move(choice)});
   if (r.include_usage) out["usage"] = nullptr;
+  return out;
+}
+
+json tool_calls_json(const std::vector<ToolCall>& calls) {
+  json out = json::array();
+  for (const ToolCall& c : calls) {
+    out.push_back({{"id", c.id},
+                   {"type", "function"},
+                   {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+  }
+  return out;
+}
+
+std::vector<json> tool_call_chunks(const ResponseHead& head, const ApiRequest& r, int32_t index,
+                                   const std::vector<ToolCall>& calls) {
+  std::vector<json> out;
+  for (size_t k = 0; k < calls.size(); ++k) {
+    // The name first, then the arguments, as the OpenAI API streams a call.
+    const json first = {{"index", k},
+                        {"id", calls[k].id},
+                        {"type", "function"},
+                        {"function", {{"name", calls[k].name}, {"arguments", ""}}}};
+    const json args = {{"index", k}, {"function", {{"arguments", calls[k].arguments}}}};
+    for (const json& call : {first, args}) {
+      json chunk = head_json(head, r, true);
+      chunk["choices"] = json::array({{{"index", index},
+                                       {"delta", {{"tool_calls", json::array({call})}}},
+                                       {"logprobs", nullptr},
+                                       {"finish_reason", nullptr}}});
+      if (r.include_usage) chunk["usage"] = nullptr;
+      out.push_back(std::move(chunk));
+    }
+  }
   return out;
 }
 

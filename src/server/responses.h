@@ -38,6 +38,13 @@ nlohmann::json completion_chunk(const ResponseHead& head, const Tokenizer& token
                                 const ApiRequest& request, const ChoiceDelta& d, size_t offset);
 nlohmann::json chat_chunk(const ResponseHead& head, const Tokenizer& tokenizer,
                           const ApiRequest& request, const ChoiceDelta& d, bool with_role);
+// message.tool_calls of a chat completion.
+nlohmann::json tool_calls_json(const std::vector<ToolCall>& calls);
+// The chunks that stream choice `index`'s calls: per call, its id, type and name, then its
+// arguments.
+std::vector<nlohmann::json> tool_call_chunks(const ResponseHead& head, const ApiRequest& request,
+                                             int32_t index, const std::vector<ToolCall>& calls);
+
 // The last chunk of a stream with include_usage: no choices, the usage.
 nlohmann::json usage_chunk(const ResponseHead& head, const ApiRequest& request,
                            const Generation& g);
