@@ -313,6 +313,47 @@ Point minimize(const std::function<double(const Point&)>& f, const Point& start,
   return p[std::min_element(v.begin(), v.end()) - v.begin()];
 }
 
+// Which parameters the runs determine. Each has a column of d(log prediction) / d(log
+// parameter) at `x`; taking them by falling size, a parameter counts as measured when what its
+// column adds beyond the columns already taken (Gram-Schmidt) moves some prediction by 5 % or
+// more per unit of log: with fewer figures than parameters the weakest is left out.
+std::array<bool, 3> determined(const std::vector<CalibrationRun>& runs,
+                               const HardwareProfile& profile, const Point& x) {
+  constexpr double h = 0.05;
+  std::array<std::vector<double>, 3> columns;
+  for (int d = 0; d < 3; ++d) {
+    Point up = x, down = x;
+    up[d] += h;
+    down[d] -= h;
+    const auto a = log_predictions(runs, profile, up), b = log_predictions(runs, profile, down);
+    for (size_t i = 0; i < a.size(); ++i) columns[d].push_back((a[i] - b[i]) / (2 * h));
+  }
+  auto dot = [](const std::vector<double>& a, const std::vector<double>& b) {
+    double s = 0;
+    for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
+    return s;
+  };
+  std::array<int, 3> order = {0, 1, 2};
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    return dot(columns[a], columns[a]) > dot(columns[b], columns[b]);
+  });
+  std::vector<std::vector<double>> basis;
+  std::array<bool, 3> flags{};
+  for (int d : order) {
+    std::vector<double> r = columns[d];
+    for (const auto& q : basis) {
+      const double k = dot(r, q);
+      for (size_t i = 0; i < r.size(); ++i) r[i] -= k * q[i];
+    }
+    const double norm = std::sqrt(dot(r, r));
+    if (norm < 0.05) continue;
+    flags[d] = true;
+    for (double& v : r) v /= norm;
+    basis.push_back(std::move(r));
+  }
+  return flags;
+}
+
 }  // namespace
 
 Calibration calibrate(const std::vector<CalibrationRun>& runs, const HardwareProfile& profile) {
@@ -336,42 +377,7 @@ Calibration calibrate(const std::vector<CalibrationRun>& runs, const HardwarePro
   x = minimize(objective, x, all);  // a restart from the best point escapes a collapsed simplex
 
   Calibration c;
-  // Which figures the runs determine. Each parameter has a column of d(log prediction) /
-  // d(log parameter); taking them by falling size, a parameter counts as measured when what its
-  // column adds beyond the columns already taken (Gram-Schmidt) moves some prediction by 5 % or
-  // more per unit of log: with fewer figures than parameters the weakest is left out.
-  constexpr double h = 0.05;
-  std::array<std::vector<double>, 3> columns;
-  for (int d = 0; d < 3; ++d) {
-    Point up = x, down = x;
-    up[d] += h;
-    down[d] -= h;
-    const auto a = log_predictions(runs, profile, up), b = log_predictions(runs, profile, down);
-    for (size_t i = 0; i < a.size(); ++i) columns[d].push_back((a[i] - b[i]) / (2 * h));
-  }
-  auto dot = [](const std::vector<double>& a, const std::vector<double>& b) {
-    double s = 0;
-    for (size_t i = 0; i < a.size(); ++i) s += a[i] * b[i];
-    return s;
-  };
-  std::array<int, 3> order = {0, 1, 2};
-  std::sort(order.begin(), order.end(), [&](int a, int b) {
-    return dot(columns[a], columns[a]) > dot(columns[b], columns[b]);
-  });
-  std::vector<std::vector<double>> basis;
-  std::array<bool, 3> measured_flags{};
-  for (int d : order) {
-    std::vector<double> r = columns[d];
-    for (const auto& q : basis) {
-      const double k = dot(r, q);
-      for (size_t i = 0; i < r.size(); ++i) r[i] -= k * q[i];
-    }
-    const double norm = std::sqrt(dot(r, r));
-    if (norm < 0.05) continue;
-    measured_flags[d] = true;
-    for (double& v : r) v /= norm;
-    basis.push_back(std::move(r));
-  }
+  const std::array<bool, 3> measured_flags = determined(runs, profile, x);
   c.bandwidth_measured = measured_flags[0];
   c.compute_measured = measured_flags[1];
   c.overhead_measured = measured_flags[2];

@@ -44,6 +44,100 @@ double SimResult::mean_tpot_s() const {
   return n ? sum / static_cast<double>(n) : kNaN;
 }
 
+namespace {
+
+struct Chunk {
+  size_t slot;  // into SimState::running
+  int64_t num_new;
+};
+
+// The scheduler's state between steps.
+struct SimState {
+  std::deque<size_t> waiting;    // request indices, arrival order
+  std::vector<Running> running;  // admission order
+  uint64_t kv_used = 0;          // K/V slots reserved by running requests
+  size_t num_finished = 0;
+};
+
+// pagoda's policy for one step: running requests first, oldest first, each its remaining prompt
+// (cut to what is left of the budget) or one token; then waiting requests while the budget,
+// the sequence slots and the K/V slots for their whole length last.
+std::vector<Chunk> schedule_step(SimState& st, const std::vector<SimRequest>& requests,
+                                 const SimEngine& engine) {
+  std::vector<Chunk> chunks;
+  int64_t budget = engine.max_num_batched_tokens;
+  for (size_t s = 0; s < st.running.size() && budget > 0; ++s) {
+    const Running& r = st.running[s];
+    const int64_t prompt = requests[r.index].prompt_len;
+    const int64_t take = std::min(r.num_computed < prompt ? prompt - r.num_computed : 1, budget);
+    budget -= take;
+    chunks.push_back({s, take});
+  }
+  while (budget > 0 && !st.waiting.empty() &&
+         static_cast<int64_t>(st.running.size()) < engine.max_num_seqs) {
+    const SimRequest& r = requests[st.waiting.front()];
+    const uint64_t slots = static_cast<uint64_t>(r.prompt_len + r.output_len);
+    if (st.kv_used + slots > engine.kv_capacity_tokens) break;
+    st.kv_used += slots;
+    st.running.push_back({st.waiting.front(), 0, 0});
+    st.waiting.pop_front();
+    const int64_t take = std::min(r.prompt_len, budget);
+    budget -= take;
+    chunks.push_back({st.running.size() - 1, take});
+  }
+  return chunks;
+}
+
+// The step's time and the share of it that its prompt tokens take.
+std::pair<double, double> price_step(const SimState& st, const std::vector<Chunk>& chunks,
+                                     const std::vector<SimRequest>& requests, const ModelCost& cost,
+                                     const DeviceRates& rates, int64_t* num_prompt_tokens) {
+  StepLoad load, prompt_load, decode_load;
+  for (const Chunk& c : chunks) {
+    const Running& r = st.running[c.slot];
+    const int64_t prompt = requests[r.index].prompt_len;
+    const int64_t context = r.num_computed + c.num_new;
+    const bool samples = context >= prompt;
+    load.add_sequence(cost, c.num_new, context, samples);
+    (r.num_computed < prompt ? prompt_load : decode_load)
+        .add_sequence(cost, c.num_new, context, samples);
+  }
+  const double t_prompt = prompt_load.num_tokens ? step_time(cost, rates, prompt_load).total_s : 0;
+  const double t_decode = decode_load.num_tokens ? step_time(cost, rates, decode_load).total_s : 0;
+  *num_prompt_tokens = prompt_load.num_tokens;
+  return {step_time(cost, rates, load).total_s, t_prompt / (t_prompt + t_decode)};
+}
+
+// Applies a step that ended at `now`: K/V computed, one token sampled by each sequence whose
+// prompt is done; finished requests leave, the others keep their admission order.
+void commit_step(SimState& st, const std::vector<Chunk>& chunks,
+                 const std::vector<SimRequest>& requests, double now, SimResult& out) {
+  for (const Chunk& c : chunks) {
+    Running& r = st.running[c.slot];
+    const SimRequest& q = requests[r.index];
+    r.num_computed += c.num_new;
+    if (r.num_computed < q.prompt_len) continue;
+    SimRequestResult& res = out.requests[r.index];
+    if (r.num_sampled == 0) res.first_token_s = now;
+    res.last_token_s = now;
+    res.num_output_tokens = ++r.num_sampled;
+    ++out.num_output_tokens;
+  }
+  size_t kept = 0;
+  for (size_t s = 0; s < st.running.size(); ++s) {
+    const SimRequest& q = requests[st.running[s].index];
+    if (st.running[s].num_sampled >= q.output_len) {
+      st.kv_used -= static_cast<uint64_t>(q.prompt_len + q.output_len);
+      ++st.num_finished;
+    } else {
+      st.running[kept++] = st.running[s];
+    }
+  }
+  st.running.resize(kept);
+}
+
+}  // namespace
+
 SimResult simulate(std::vector<SimRequest> requests, const SimEngine& engine, const ModelCost& cost,
                    const DeviceRates& rates) {
   if (engine.max_num_seqs < 1 || engine.max_num_batched_tokens < 1) {
@@ -67,95 +161,29 @@ SimResult simulate(std::vector<SimRequest> requests, const SimEngine& engine, co
   });
   for (size_t i = 0; i < requests.size(); ++i) out.requests[i].arrival_s = requests[i].arrival_s;
 
-  std::deque<size_t> waiting;
-  std::vector<Running> running;
-  size_t next_arrival = 0, num_finished = 0;
-  uint64_t kv_used = 0;
+  SimState st;
+  size_t next_arrival = 0;
   double now = requests.empty() ? 0 : requests[order[0]].arrival_s;
-  struct Chunk {
-    size_t slot;  // into running
-    int64_t num_new;
-  };
-  std::vector<Chunk> chunks;
-  while (num_finished < requests.size()) {
+  while (st.num_finished < requests.size()) {
     while (next_arrival < order.size() && requests[order[next_arrival]].arrival_s <= now) {
-      waiting.push_back(order[next_arrival++]);
+      st.waiting.push_back(order[next_arrival++]);
     }
-    if (running.empty() && waiting.empty()) {
+    if (st.running.empty() && st.waiting.empty()) {
       now = requests[order[next_arrival]].arrival_s;
       continue;
     }
-    int64_t budget = engine.max_num_batched_tokens;
-    chunks.clear();
-    for (size_t s = 0; s < running.size() && budget > 0; ++s) {
-      const Running& r = running[s];
-      const int64_t prompt = requests[r.index].prompt_len;
-      const int64_t need = r.num_computed < prompt ? prompt - r.num_computed : 1;
-      const int64_t take = std::min(need, budget);
-      budget -= take;
-      chunks.push_back({s, take});
-    }
-    while (budget > 0 && !waiting.empty() &&
-           static_cast<int64_t>(running.size()) < engine.max_num_seqs) {
-      const SimRequest& r = requests[waiting.front()];
-      const uint64_t slots = static_cast<uint64_t>(r.prompt_len + r.output_len);
-      if (kv_used + slots > engine.kv_capacity_tokens) break;
-      kv_used += slots;
-      running.push_back({waiting.front(), 0, 0});
-      waiting.pop_front();
-      const int64_t take = std::min(r.prompt_len, budget);
-      budget -= take;
-      chunks.push_back({running.size() - 1, take});
-    }
+    const std::vector<Chunk> chunks = schedule_step(st, requests, engine);
     if (chunks.empty()) fail("estimate: internal: a step with nothing to compute");
-
-    StepLoad load, prompt_load, decode_load;
-    for (const Chunk& c : chunks) {
-      const Running& r = running[c.slot];
-      const int64_t prompt = requests[r.index].prompt_len;
-      const int64_t context = r.num_computed + c.num_new;
-      const bool in_prompt = r.num_computed < prompt;
-      const bool samples = context >= prompt;
-      load.add_sequence(cost, c.num_new, context, samples);
-      (in_prompt ? prompt_load : decode_load).add_sequence(cost, c.num_new, context, samples);
-    }
-    const double t = step_time(cost, rates, load).total_s;
-    const double t_prompt =
-        prompt_load.num_tokens ? step_time(cost, rates, prompt_load).total_s : 0;
-    const double t_decode =
-        decode_load.num_tokens ? step_time(cost, rates, decode_load).total_s : 0;
-    const double prompt_share = t_prompt / (t_prompt + t_decode);
+    int64_t num_prompt_tokens = 0;
+    const auto [t, prompt_share] =
+        price_step(st, chunks, requests, cost, rates, &num_prompt_tokens);
     now += t;
     out.busy_s += t;
     out.prefill_s += t * prompt_share;
     out.decode_s += t * (1 - prompt_share);
     ++out.num_steps;
-    out.num_prompt_tokens += prompt_load.num_tokens;
-
-    for (const Chunk& c : chunks) {
-      Running& r = running[c.slot];
-      const SimRequest& q = requests[r.index];
-      r.num_computed += c.num_new;
-      if (r.num_computed < q.prompt_len) continue;
-      SimRequestResult& res = out.requests[r.index];
-      if (r.num_sampled == 0) res.first_token_s = now;
-      res.last_token_s = now;
-      ++r.num_sampled;
-      res.num_output_tokens = r.num_sampled;
-      ++out.num_output_tokens;
-    }
-    // Finished requests leave, keeping the others in admission order.
-    size_t kept = 0;
-    for (size_t s = 0; s < running.size(); ++s) {
-      const SimRequest& q = requests[running[s].index];
-      if (running[s].num_sampled >= q.output_len) {
-        kv_used -= static_cast<uint64_t>(q.prompt_len + q.output_len);
-        ++num_finished;
-      } else {
-        running[kept++] = running[s];
-      }
-    }
-    running.resize(kept);
+    out.num_prompt_tokens += num_prompt_tokens;
+    commit_step(st, chunks, requests, now, out);
   }
   out.end_s = now;
   return out;
