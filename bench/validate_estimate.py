@@ -14,10 +14,10 @@ same figures:
   TTFT ms        mean time to first token
 
 Predictions are `pagoda estimate --check REPORT`: the same requests and engine settings
-replayed through the step model. The machine may be shared, so the rounds alternate the models;
-each batch size is compared in its least disturbed round (fastest decode), and the probe of
-`--hardware this`, taken before and after each model's runs, keeps each figure's best value
-(written as a hardware file and replayed with `--hardware FILE`).
+replayed through the step model on the figures `--hardware this` probed just before the run
+(saved as a hardware file), and on those calibrated on the same round's run at another batch
+size. The machine may be shared, so every round is printed and the errors are summarised over
+the rounds.
 
     python3 bench/validate_estimate.py [--pagoda build/pagoda] [--rounds 2] [--out DIR]
 
@@ -90,24 +90,14 @@ def replay(args, model, hardware, reports, calibrate=None):
     return out, j
 
 
-def probe(args, model):
-    """The figures `--hardware this` measures now, for this model's products."""
+def probe(args, model, path):
+    """The figures `--hardware this` measures now, for this model's products, written as a
+    hardware file for `--hardware FILE`."""
     j = json.loads(run([args.pagoda, "estimate", "-m", model, "--hardware", "this", "--kv-type",
                         "f32", "--num-requests", 1, "--json", "-"]))
-    return j["hardware"]["figures"]
-
-
-def best_probe(probes, path):
-    """Each figure at its least disturbed value over the rounds (the machine is shared: another
-    process slows a probe, never speeds it up), written as a hardware file."""
-    best = dict(probes[0])
-    for p in probes[1:]:
-        for key in ("bandwidth_gbs", "f32_tflops", "f16_tflops", "int8_tops"):
-            best[key] = max(best[key], p[key])
-        best["layer_overhead_us"] = min(best["layer_overhead_us"], p["layer_overhead_us"])
-    best.update({"name": f"this (best of {len(probes)} probes)", "kind": "cpu"})
-    path.write_text(json.dumps(best, indent=1))
-    return best
+    figures = dict(j["hardware"]["figures"], name="this (probed)", kind="cpu")
+    path.write_text(json.dumps(figures, indent=1))
+    return figures
 
 
 def main():
@@ -135,64 +125,56 @@ def main():
             models.append(m)
         models.append(ROOT / "models" / "smollm2-135m-instruct-q4_1.gguf")
 
-    # Rounds alternate the models, so a slow stretch of the shared machine spreads over them.
-    reports = {m: {b: [] for b in batches} for m in models}
-    probes = {m: [] for m in models}
+    # Each bench run is preceded by a probe: on a shared machine what another process takes
+    # changes from minute to minute, so a run is predicted from the probe taken just before it,
+    # and calibrated on a run of the same round (another batch size).
+    rows = []  # (round, model, batch, measured, predicted, calibrated, other, probe)
     for rnd in range(args.rounds):
         for model in models:
-            probes[model].append(probe(args, model))
+            reports, probes = {}, {}
             for b in batches:
-                path = args.out / f"{model.stem}-b{b}-r{rnd}.json"
-                if not (args.reuse and path.exists()):
-                    bench(args, model, b, path)
-                reports[model][b].append(path)
-            probes[model].append(probe(args, model))
+                path = args.out / f"{model.stem}-b{b}-r{rnd}-probe.json"
+                probes[b] = (path, probe(args, model, path))
+                reports[b] = args.out / f"{model.stem}-b{b}-r{rnd}.json"
+                if not (args.reuse and reports[b].exists()):
+                    bench(args, model, b, reports[b])
+            for b in batches:
+                plain, _ = replay(args, model, probes[b][0], {b: reports[b]})
+                other = 16 if b != 16 and 16 in batches else 4
+                cal, _ = replay(args, model, probes[b][0], {b: reports[b]}, reports[other])
+                rows.append((rnd, model.stem, b, plain[b][0], plain[b][1], cal[b][1], other,
+                             probes[b][1]))
 
-    def decode_ms(path):
-        j = json.loads(pathlib.Path(path).read_text())
-        r = j if j["benchmark"] == "latency" else next(x for x in j["runs"]
-                                                        if x["mode"] == "batched")
-        return r["decode_ms_per_token"]["mean"]
+    keys = (("decode", "decode tok/s"), ("prefill", "prefill tok/s"), ("ttft", "TTFT ms"))
+    for rnd in range(args.rounds):
+        print(f"\nround {rnd + 1}\n")
+        print("| model | batch | probe GB/s, TOP/s | figure | measured | predicted | error | "
+              "calibrated (on batch) | error |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for r, name, b, m, pl, ca, other, pr in rows:
+            if r != rnd:
+                continue
+            for key, label in keys:
+                e1, e2 = pl[key] / m[key] - 1, ca[key] / m[key] - 1
+                print(f"| {name} | {b} | {pr['bandwidth_gbs']:.1f}, {pr['int8_tops']:.2f} | "
+                      f"{label} | {m[key]:.1f} | {pl[key]:.1f} | {e1 * 100:+.0f}% | "
+                      f"{ca[key]:.1f} ({other}) | {e2 * 100:+.0f}% |")
 
-    rows, notes = [], []
-    for model in models:
-        hw = args.out / f"{model.stem}-probe.json"
-        figures_probe = best_probe(probes[model], hw)
-        # The least disturbed round of each batch size: its fastest decode.
-        best = {b: min(reports[model][b], key=decode_ms) for b in batches}
-        plain, _ = replay(args, model, hw, best)
-        calibrated = {}
-        for b in batches:
-            other = 16 if b != 16 and 16 in batches else 4
-            if other not in calibrated:
-                calibrated[other] = replay(args, model, hw, best, best[other])
-            cal, cj = calibrated[other]
-            rows.append((model.stem, b, plain[b][0], plain[b][1], cal[b][1], other))
-            if b == batches[0]:
-                c = cj["calibration"]
-                notes.append(
-                    f"{model.stem}: probe {figures_probe['bandwidth_gbs']:.1f} GB/s, "
-                    f"{figures_probe['int8_tops']:.3f} TOP/s int8, "
-                    f"{figures_probe['f32_tflops']:.3f} TFLOP/s F32, "
-                    f"{figures_probe['layer_overhead_us']:.0f} us a layer; calibrated on batch "
-                    f"{other}: bandwidth x{c['bandwidth_scale']:.2f} ({c['bandwidth']}), compute "
-                    f"x{c['compute_scale']:.2f} ({c['compute']}), overheads "
-                    f"x{c['overhead_scale']:.2f} ({c['overheads']})")
-    print()
-    print("| model | batch | figure | measured | predicted | error | calibrated (on batch) | error |")
+    def median(v):
+        v = sorted(v)
+        return v[len(v) // 2] if len(v) % 2 else (v[len(v) // 2 - 1] + v[len(v) // 2]) / 2
+
+    print("\nerrors over all rounds, |predicted / measured - 1|\n")
+    print("| model | figure | uncalibrated median | largest | within 25 % | calibrated median | "
+          "largest | within 10 % |")
     print("|---|---|---|---|---|---|---|---|")
-    worst_plain = worst_cal = 0.0
-    for name, b, m, pl, ca, other in rows:
-        for key, label in (("decode", "decode tok/s"), ("prefill", "prefill tok/s"),
-                           ("ttft", "TTFT ms")):
-            e1, e2 = pl[key] / m[key] - 1, ca[key] / m[key] - 1
-            worst_plain, worst_cal = max(worst_plain, abs(e1)), max(worst_cal, abs(e2))
-            print(f"| {name} | {b} | {label} | {m[key]:.1f} | {pl[key]:.1f} | {e1 * 100:+.0f}% | "
-                  f"{ca[key]:.1f} ({other}) | {e2 * 100:+.0f}% |")
-    print()
-    for n in notes:
-        print(n)
-    print(f"\nworst error: {worst_plain * 100:.0f}% uncalibrated, {worst_cal * 100:.0f}% calibrated")
+    for model in models:
+        for key, label in keys:
+            e1 = [abs(row[4][key] / row[3][key] - 1) for row in rows if row[1] == model.stem]
+            e2 = [abs(row[5][key] / row[3][key] - 1) for row in rows if row[1] == model.stem]
+            print(f"| {model.stem} | {label} | {median(e1) * 100:.0f}% | {max(e1) * 100:.0f}% | "
+                  f"{sum(e <= 0.25 for e in e1)}/{len(e1)} | {median(e2) * 100:.0f}% | "
+                  f"{max(e2) * 100:.0f}% | {sum(e <= 0.10 for e in e2)}/{len(e2)} |")
 
 
 if __name__ == "__main__":
