@@ -32,6 +32,17 @@ struct MemoryOptions {
   int32_t num_requests = 4;
   int32_t output_len = 8;
   uint64_t seed = 0;
+  int32_t beam_width = 0;  // > 0: also beam search's blocks against that many copies
+};
+
+// Beam search's sharing, measured: the most blocks one beam-search request of `width` beams
+// holds at once, against `width` independent copies of the same request (no prefix caching,
+// so they share nothing).
+struct BeamMemory {
+  int32_t width = 0;
+  int32_t beam_peak_blocks = 0;
+  int32_t copies_peak_blocks = 0;
+  uint64_t block_bytes = 0;
 };
 
 struct MemoryResult {
@@ -47,7 +58,42 @@ struct MemoryResult {
   bench::KvFit fit;  // at --seq-len
   bench::OfflineResult workload;
   bool interrupted = false;
+  BeamMemory beam;
 };
+
+int32_t peak_blocks(Engine& engine) {
+  int32_t peak = 0;
+  while (engine.has_work()) {
+    engine.step();
+    peak = std::max(peak, engine.stats().scheduler.kv.num_used_blocks);
+  }
+  return peak;
+}
+
+BeamMemory beam_memory(const MemoryOptions& o, const bench::BenchModel& m,
+                       const bench::BenchRequest& request) {
+  BeamMemory b;
+  b.width = o.beam_width;
+  EngineConfig config = bench::engine_config(o.engine, 16384);
+  config.max_num_seqs = std::max(config.max_num_seqs, o.beam_width);
+  GenerationRequest g;
+  g.prompt = request.prompt;
+  g.max_tokens = request.output_len;
+  g.sampling.temperature = 0;
+  {
+    Engine engine(*m.model, *m.backend, config);
+    GenerationRequest beam = g;
+    beam.beam.width = o.beam_width;
+    engine.add_request(beam);
+    b.beam_peak_blocks = peak_blocks(engine);
+    b.block_bytes = engine.kv().bytes() / static_cast<uint64_t>(engine.kv().num_blocks());
+  }
+  config.enable_prefix_caching = false;
+  Engine engine(*m.model, *m.backend, config);
+  for (int32_t i = 0; i < o.beam_width; ++i) engine.add_request(g);
+  b.copies_peak_blocks = peak_blocks(engine);
+  return b;
+}
 
 uint64_t current_rss() {
   const auto m = bench::read_process_memory();
@@ -102,7 +148,9 @@ MemoryResult measure(const MemoryOptions& o, const std::string& path, int thread
   r.rss_engine = current_rss();
   fill_arithmetic(o, *model, engine, r);
   bench::SigintFlag sigint;
-  r.workload = bench::run_batched(engine, workload(o, *model), {&sigint.flag(), nullptr});
+  const std::vector<bench::BenchRequest> requests = workload(o, *model);
+  r.workload = bench::run_batched(engine, requests, {&sigint.flag(), nullptr});
+  if (o.beam_width > 0 && !sigint.raised()) r.beam = beam_memory(o, *model, requests.at(0));
   const auto after = bench::read_process_memory();
   r.peak_rss = after ? after->peak_rss_bytes : 0;
   r.interrupted = sigint.raised();
@@ -178,6 +226,14 @@ Json memory_json(const MemoryOptions& o, const bench::BenchModel& m, const Memor
   Json fits = Json::array();
   for (const bench::KvFit& f : r.fits) fits.push_back(fit_json(f));
   j["fit_table"] = std::move(fits);
+  if (r.beam.width > 0) {
+    j["beam"] = {{"width", r.beam.width},
+                 {"beam_peak_blocks", r.beam.beam_peak_blocks},
+                 {"copies_peak_blocks", r.beam.copies_peak_blocks},
+                 {"block_bytes", r.beam.block_bytes},
+                 {"ratio", static_cast<double>(r.beam.beam_peak_blocks) /
+                               std::max(1, r.beam.copies_peak_blocks)}};
+  }
   j["workload"] = {{"num_requests", r.workload.requests.size()},
                    {"num_finished", r.workload.num_finished()},
                    {"output_tokens", r.workload.num_output_tokens()},
@@ -210,6 +266,16 @@ int report(const MemoryOptions& o, const bench::BenchModel& m, const MemoryResul
   out.text = m.name + (r.interrupted ? " (interrupted)\n\n" : "\n\n") +
              bench::summary_table(m, {row}).to_text() + "\n" + memory_lines(m, r) +
              fit_table(m, r).to_text();
+  if (r.beam.width > 0) {
+    out.text += "\nbeam search, width " + std::to_string(r.beam.width) + ": peak " +
+                std::to_string(r.beam.beam_peak_blocks) + " blocks (" +
+                mib(static_cast<uint64_t>(r.beam.beam_peak_blocks) * r.beam.block_bytes) +
+                ") against " + std::to_string(r.beam.copies_peak_blocks) + " blocks (" +
+                mib(static_cast<uint64_t>(r.beam.copies_peak_blocks) * r.beam.block_bytes) +
+                ") for " + std::to_string(r.beam.width) + " independent copies: " +
+                bench::cell(static_cast<double>(r.beam.beam_peak_blocks) /
+                                std::max(1, r.beam.copies_peak_blocks), 2) + "x\n";
+  }
   out.json = memory_json(o, m, r);
   out.csv = fit_table(m, r);
   out.svg = fit_chart(m, r);
@@ -240,6 +306,10 @@ Action add_bench_memory(CLI::App& bench) {
       ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--seed", o->seed, "Seed of the workload's random prompts")
       ->capture_default_str();
+  cmd->add_option("--beam-width", o->beam_width,
+                  "Also measure the KV blocks of one beam search of this width against as many "
+                  "independent copies of the request")
+      ->check(CLI::Range(1, kMaxBeamWidth));
   return [o] {
     std::unique_ptr<bench::BenchModel> m;
     const MemoryResult r = measure(*o, o->common.model, o->common.threads, m);

@@ -47,6 +47,7 @@ Action add_run(CLI::App& app) {
     SamplingParams sampling;
     uint64_t seed = 0;
     SpeculativeOptions speculative;
+    int32_t beam_width = 0;
   };
   auto o = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("run", "Generate text for one prompt");
@@ -71,6 +72,9 @@ Action add_run(CLI::App& app) {
   cmd->add_flag("--raw", o->raw, "Do not add BOS");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-generation tokens (benchmarks)");
   add_speculative_options(cmd, o->speculative);
+  cmd->add_option("--beam-width", o->beam_width,
+                  "Beam search with this many beams: the likeliest output, printed when done")
+      ->check(CLI::Range(1, kMaxBeamWidth));
   return [o, seed] {
     if (seed->count() > 0) {
       o->sampling.seed = o->seed;
@@ -111,6 +115,7 @@ Action add_run(CLI::App& app) {
     request.sampling = o->sampling;
     request.max_tokens = std::max(1, std::min(o->num_tokens, context - num_prompt));
     if (!o->ignore_eos) request.stop_ids = tokenizer->vocab().eog;
+    request.beam.width = o->beam_width;
 
     g_interrupted = false;
     auto old_handler = std::signal(SIGINT, on_sigint);

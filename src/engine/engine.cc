@@ -102,6 +102,14 @@ void Engine::check_request(const GenerationRequest& r) const {
     fail("n must be in [1, ", kMaxNumSamples, "], got ", r.n);
   }
   r.sampling.validate();
+  if (r.beam.width < 0 || r.beam.width > kMaxBeamWidth) {
+    fail("the beam width must be in [1, ", kMaxBeamWidth, "], got ", r.beam.width);
+  }
+  if (r.beam.width > 0) {
+    if (r.n > r.beam.width) fail("n (", r.n, ") must not exceed the beam width (", r.beam.width, ")");
+    if (r.grammar) fail("beam search does not take a grammar");
+    if (!std::isfinite(r.beam.length_penalty)) fail("the length penalty must be a number");
+  }
   if (r.num_speculative_tokens < -1 || r.num_speculative_tokens > kMaxSpeculativeTokens) {
     fail("num_speculative_tokens must be in [0, ", kMaxSpeculativeTokens, "], got ",
          r.num_speculative_tokens);
@@ -153,6 +161,28 @@ void Engine::add_request(RequestId id, GenerationRequest request) {
 }
 
 void Engine::add_group(RequestId id, GenerationRequest r) {
+  if (r.beam.width > 0) {
+    // One sequence computes the prompt; beams fork from it as the search goes.
+    const RequestId seq_id = next_sequence_id_++;
+    Sequence seq{id, 0, Sampler(r.sampling, r.prompt, vocab_size_)};
+    Group group;
+    group.num_unfinished = 1;
+    group.parent = seq_id;
+    group.num_samples = r.n;
+    group.sampling = r.sampling;
+    group.beam = std::make_unique<BeamSearch>(r.beam, static_cast<int32_t>(r.prompt.size()),
+                                              r.max_tokens, r.stop_ids, seq_id);
+    Request base;
+    base.id = seq_id;
+    base.prompt = std::move(r.prompt);
+    base.max_tokens = r.max_tokens;
+    base.stop_ids = std::move(r.stop_ids);
+    base.cache_key = r.cache_key;
+    scheduler_.add_request(std::move(base));
+    sequences_.emplace(seq_id, std::move(seq));
+    groups_.emplace(id, std::move(group));
+    return;
+  }
   // Samplers first: they are what can still throw.
   std::vector<Sequence> seqs;
   for (int32_t k = 0; k < r.n; ++k) {
@@ -225,6 +255,10 @@ std::vector<OutputEvent> Engine::abort(RequestId id) {
   std::vector<OutputEvent> events;
   auto it = groups_.find(id);
   if (it == groups_.end()) return events;
+  if (it->second.beam) {
+    close_beam_group(id, events, /*aborted=*/true);
+    return events;
+  }
   std::vector<RequestId> seq_ids;
   for (const auto& [seq_id, seq] : sequences_) {
     if (seq.request_id == id) seq_ids.push_back(seq_id);
@@ -257,6 +291,8 @@ std::vector<OutputEvent> Engine::step() {
   std::vector<std::vector<TokenId>> new_tokens;
   std::vector<std::pair<RequestId, size_t>> event_of;  // sequence id -> index into events
   std::vector<std::pair<RequestId, std::vector<SampleResult>>> first_samples;  // of forks
+  std::unordered_map<RequestId, std::vector<BeamCandidates>> beam_present;      // by request
+  std::unordered_map<RequestId, size_t> beam_index;  // beam -> its entry in new_tokens
   size_t row = 0;
   for (const ScheduledRequest& s : plan.requests) {
     if (!s.needs_sample) continue;
@@ -265,6 +301,15 @@ std::vector<OutputEvent> Engine::step() {
                                   num_rows * static_cast<size_t>(vocab_size_));
     row += num_rows;
     Sequence& seq = sequences_.at(s.request_id);
+    if (const Group& group = groups_.at(seq.request_id); group.beam) {
+      // Beam search chooses across the group after this loop; a placeholder for now.
+      std::vector<std::pair<TokenId, double>> top =
+          top_logprobs(logits.first(static_cast<size_t>(vocab_size_)), 2 * group.beam->width());
+      beam_index[s.request_id] = new_tokens.size();
+      new_tokens.push_back({top.empty() ? 0 : top[0].first});
+      beam_present[seq.request_id].push_back({s.request_id, std::move(top)});
+      continue;
+    }
     OutputEvent e = event_for(seq);
     std::vector<TokenId> tokens;
     const std::vector<TokenId>& stop_ids = scheduler_.find(s.request_id)->stop_ids;
@@ -330,6 +375,11 @@ std::vector<OutputEvent> Engine::step() {
   }
   PAGODA_CHECK(row * static_cast<size_t>(vocab_size_) == logits_.size() || batch.num_tokens() == 0);
 
+  std::vector<RequestId> beam_drop;
+  std::vector<std::pair<RequestId, std::vector<std::pair<int64_t, TokenId>>>> beam_forks;
+  if (!beam_present.empty()) {
+    select_beams(beam_present, beam_index, new_tokens, beam_drop, beam_forks);
+  }
   std::vector<Request> finished = scheduler_.commit(plan, new_tokens);
   for (const ScheduledRequest& s : plan.requests) {
     if (!s.needs_sample) continue;
@@ -340,6 +390,7 @@ std::vector<OutputEvent> Engine::step() {
     speculator_->observe(s, num_accepted, r ? r->num_computed_tokens : -1);
   }
   for (Request& r : finished) {
+    if (beam_index.count(r.id)) continue;  // a dropped beam: finish_beam_round frees it
     auto it = std::find_if(event_of.begin(), event_of.end(),
                            [&](const auto& p) { return p.first == r.id; });
     PAGODA_CHECK(it != event_of.end());
@@ -357,8 +408,94 @@ std::vector<OutputEvent> Engine::step() {
   // Between steps again: each waiting sample starts from the parent's blocks with its own first
   // token (or alone, when the parent already finished).
   for (auto& [child, first] : first_samples) start_child(child, std::move(first), events);
+  if (!beam_present.empty()) finish_beam_round(beam_drop, beam_forks, events);
   start_mask_job();
   return events;
+}
+
+void Engine::select_beams(
+    const std::unordered_map<RequestId, std::vector<BeamCandidates>>& present,
+    const std::unordered_map<RequestId, size_t>& index_of,
+    std::vector<std::vector<TokenId>>& new_tokens, std::vector<RequestId>& drop,
+    std::vector<std::pair<RequestId, std::vector<std::pair<int64_t, TokenId>>>>& forks) {
+  for (const auto& [id, candidates] : present) {
+    Group& group = groups_.at(id);
+    const BeamSearch::Round round = group.beam->step(
+        candidates, [&](int64_t beam) -> const std::vector<TokenId>& {
+          return scheduler_.find(beam)->output;
+        });
+    for (const auto& [beam, token] : round.continues) {
+      if (token) {
+        new_tokens[index_of.at(beam)] = {*token};
+      } else {
+        drop.push_back(beam);  // its placeholder is committed, then it is freed
+      }
+    }
+    forks.emplace_back(id, round.forks);
+  }
+}
+
+void Engine::finish_beam_round(
+    const std::vector<RequestId>& drop,
+    const std::vector<std::pair<RequestId, std::vector<std::pair<int64_t, TokenId>>>>& forks,
+    std::vector<OutputEvent>& events) {
+  for (RequestId beam : drop) {
+    auto it = sequences_.find(beam);
+    PAGODA_CHECK(it != sequences_.end());
+    --groups_.at(it->second.request_id).num_unfinished;
+    scheduler_.abort(beam);  // frees its blocks (nothing when commit finished it)
+    sequences_.erase(it);
+  }
+  for (const auto& [id, list] : forks) {
+    Group& group = groups_.at(id);
+    for (const auto& [parent, token] : list) {
+      const RequestId child = next_sequence_id_++;
+      scheduler_.fork(parent, child, token);
+      sequences_.emplace(child, Sequence{id, 0, Sampler(group.sampling, {}, vocab_size_)});
+      ++group.num_unfinished;
+      group.beam->add_beam(parent, child, token);
+    }
+    if (group.beam->done()) close_beam_group(id, events, /*aborted=*/false);
+  }
+}
+
+void Engine::close_beam_group(RequestId id, std::vector<OutputEvent>& events, bool aborted) {
+  Group& group = groups_.at(id);
+  std::vector<BeamHypothesis> best;
+  if (!aborted) {
+    best = group.beam->best(group.num_samples, [&](int64_t beam) -> const std::vector<TokenId>& {
+      return scheduler_.find(beam)->output;
+    });
+  }
+  for (int32_t i = 0; i < group.num_samples; ++i) {
+    OutputEvent e;
+    e.request_id = id;
+    e.index = i;
+    if (aborted) {
+      e.finish_reason = FinishReason::kAbort;
+    } else if (static_cast<size_t>(i) < best.size()) {
+      e.token_ids = best[static_cast<size_t>(i)].output;
+      e.finish_reason = best[static_cast<size_t>(i)].stopped ? FinishReason::kStop
+                                                              : FinishReason::kLength;
+      e.stop_token = best[static_cast<size_t>(i)].stop_token;
+      e.cumulative_logprob = best[static_cast<size_t>(i)].logprob;
+      num_generated_tokens_ += static_cast<int64_t>(e.token_ids.size());
+    } else {
+      e.finish_reason = FinishReason::kLength;
+    }
+    e.request_finished = i + 1 == group.num_samples;
+    events.push_back(std::move(e));
+  }
+  std::vector<RequestId> beams;
+  for (const auto& [seq_id, seq] : sequences_) {
+    if (seq.request_id == id) beams.push_back(seq_id);
+  }
+  for (RequestId beam : beams) {
+    scheduler_.abort(beam);
+    sequences_.erase(beam);
+  }
+  groups_.erase(id);
+  ++num_finished_requests_;
 }
 
 bool Engine::apply_grammar(Sequence& seq, std::span<float> logits,

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "engine/beam_search.h"
 #include "engine/engine_stats.h"
 #include "engine/sampler.h"
 #include "engine/speculator.h"
@@ -49,6 +50,7 @@
 namespace pagoda {
 
 constexpr int32_t kMaxNumSamples = 64;  // n of one request at most
+constexpr int32_t kMaxBeamWidth = 1024;  // beams of one request at most
 
 struct EngineConfig {
   int32_t block_size = kDefaultBlockSize;  // token slots per KV block
@@ -77,6 +79,9 @@ struct GenerationRequest {
   // grammar's sentence is complete (the sample ends there when it has no stop ids). Shared by
   // requests with the same grammar, whose masks it caches. No speculation with a grammar.
   std::shared_ptr<GrammarMasks> grammar;
+  // Beam search (width > 0): the n best of `width` beams by cumulative log-probability, sampling
+  // params ignored; no grammar or speculation with it. The samples arrive at the end, whole.
+  BeamParams beam;
 };
 
 enum class FinishReason { kStop, kLength, kAbort, kError };
@@ -93,6 +98,7 @@ struct OutputEvent {
   TokenId stop_token = kNoToken;              // kStop: the stop id drawn
   std::string error;                          // kError: what went wrong
   bool request_finished = false;              // the request's last event: every sample has finished
+  double cumulative_logprob = 0;              // beam search: the sample's log-probability
   int32_t num_proposed = 0;                   // speculative proposals this step verified
   int32_t num_accepted = 0;                   // of those, accepted (token_ids holds them)
 };
@@ -158,6 +164,10 @@ class Engine {
     int32_t max_tokens = 0;
     std::vector<TokenId> stop_ids;
     uint64_t cache_key = 0;
+    // Beam search: the selection, the samples to return, and the params new beams take.
+    std::unique_ptr<BeamSearch> beam;
+    int32_t num_samples = 1;
+    SamplingParams sampling;
   };
 
   void add_group(RequestId id, GenerationRequest request);
@@ -167,6 +177,20 @@ class Engine {
   // A child of an n > 1 request starts with the first token it drew from the parent's logits.
   void start_child(RequestId child, std::vector<SampleResult> first,
                    std::vector<OutputEvent>& events);
+  // Beam search after the forward pass: each group's round over the beams this step computed.
+  // `index_of` maps a beam to its entry in `new_tokens`; dropped beams are added to `drop`.
+  void select_beams(
+      const std::unordered_map<RequestId, std::vector<BeamCandidates>>& present,
+      const std::unordered_map<RequestId, size_t>& index_of,
+      std::vector<std::vector<TokenId>>& new_tokens, std::vector<RequestId>& drop,
+      std::vector<std::pair<RequestId, std::vector<std::pair<int64_t, TokenId>>>>& forks);
+  // After the commit: forks made, dropped beams freed, finished searches answered.
+  void finish_beam_round(
+      const std::vector<RequestId>& drop,
+      const std::vector<std::pair<RequestId, std::vector<std::pair<int64_t, TokenId>>>>& forks,
+      std::vector<OutputEvent>& events);
+  // Ends a beam search: the n best hypotheses as the request's samples.
+  void close_beam_group(RequestId id, std::vector<OutputEvent>& events, bool aborted);
   // The first sequence of a request failed before its children started: they end too.
   void abort_children_of(RequestId parent_seq, std::vector<OutputEvent>& events);
   // Structured output: masks `logits` ([vocab]) to what seq's grammar allows now. Returns false

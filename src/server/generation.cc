@@ -36,6 +36,7 @@ Generation::Generation(EngineThread& engine, const Tokenizer& tokenizer, const A
     if (!request.ignore_eos) g.stop_ids = tokenizer.vocab().eog;
     g.num_speculative_tokens = request.num_speculative_tokens;
     g.grammar = request.grammar;
+    g.beam = request.beam;
     try {
       streams_.push_back(engine.submit(std::move(g)));
     } catch (const Error& e) {

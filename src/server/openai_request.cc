@@ -10,6 +10,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "engine/engine.h"
 #include "engine/speculator.h"
 #include "grammar/json_schema.h"
 #include "grammar/regex.h"
@@ -175,6 +176,32 @@ void parse_common(const json& body, const ModelContext& model, const RequestLimi
   r.ignore_eos = bool_field(body, "ignore_eos", false);
   r.num_speculative_tokens = static_cast<int32_t>(
       int_field(body, "num_speculative_tokens", -1, 0, kMaxSpeculativeTokens));
+  if (bool_field(body, "use_beam_search", false)) {
+    r.beam.width = static_cast<int32_t>(int_field(body, "best_of", r.n, 1, kMaxNumSamples));
+    if (r.beam.width < r.n) {
+      throw bad_param("best_of", "'best_of' (the beam width) must be at least 'n'");
+    }
+    r.beam.length_penalty = static_cast<float>(number_field(body, "length_penalty", 1.0, -10.0, 10.0));
+    if (const json* es = field(body, "early_stopping")) {
+      if (es->is_boolean()) {
+        r.beam.early_stopping = es->get<bool>() ? EarlyStopping::kTrue : EarlyStopping::kHeuristic;
+      } else if (es->is_string() && *es == "never") {
+        r.beam.early_stopping = EarlyStopping::kNever;
+      } else {
+        throw bad_param("early_stopping", "'early_stopping' must be true, false or \"never\"");
+      }
+    }
+    if (field(body, "logprobs") != nullptr && !(field(body, "logprobs")->is_boolean() &&
+                                                !field(body, "logprobs")->get<bool>())) {
+      throw bad_param("logprobs", "'logprobs' is not supported with beam search");
+    }
+  } else {
+    for (const char* name : {"best_of", "length_penalty", "early_stopping"}) {
+      if (field(body, name) != nullptr) {
+        throw bad_param(name, std::string("'") + name + "' needs 'use_beam_search': true");
+      }
+    }
+  }
   const int64_t min_tokens = int_field(body, "min_tokens", 0, 0, limits.max_tokens);
   if (min_tokens > 0 && !r.ignore_eos) {
     throw bad_param("min_tokens", "'min_tokens' is only supported together with 'ignore_eos'");

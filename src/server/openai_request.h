@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/beam_search.h"
 #include "engine/sampler.h"
 #include "grammar/token_mask.h"
 #include "server/tool_calls.h"
@@ -75,6 +76,8 @@ struct ApiRequest {
   // Structured output (response_format, or the extensions grammar / regex): what the output
   // must match; nullptr: anything.
   std::shared_ptr<GrammarMasks> grammar;
+  // Extension (vLLM): use_beam_search with best_of beams, length_penalty, early_stopping.
+  BeamParams beam;
   // Chat function calling: the tools output is parsed for (empty: none, or tool_choice none).
   std::vector<ToolSpec> tools;
   ToolFormat tool_format = ToolFormat::kJson;
