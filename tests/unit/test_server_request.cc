@@ -191,6 +191,7 @@ TEST_F(ServerWithVocab, ChatTemplatesSeeKeysInRequestOrder) {
     seen = messages.dump() + " " + extra.dump();
     return std::string("x");
   };
+  model_.template_renders_tools = true;  // else pagoda describes the tools in a system message
   const std::string raw =
       R"({"messages": [{"role": "user", "zeta": 1, "content": "hi", "alpha": 2}],)"
       R"( "tools": [{"type": "function", "function": {"name": "f", "b": 1, "a": 2}}]})";
