@@ -95,6 +95,17 @@ std::vector<std::string> notes_for(const SeedRowResult& r, const SeedTableOption
                qps, c.saturated_qps, r.row.seed_qps_low, r.row.seed_qps_high, r.row.seed_qps_low,
                r.row.seed_qps_high, lo, hi, cost.c_str()));
     }
+    // The seed names no lengths: what short requests would give.
+    DeploymentOptions shorter = options.deployment;
+    shorter.num_devices = d.num_devices;
+    shorter.lengths.assign(options.deployment.lengths.size(), {128, 128});
+    shorter.target_qps.reset();
+    const Deployment s = estimate_deployment(r.cost, d.profile, shorter);
+    if (s.capacity) {
+      notes.push_back(strf("with 128-token prompts and replies: %.2g requests/s within the "
+                           "service level, %.2g at any latency",
+                           s.capacity->max_qps, s.capacity->saturated_qps));
+    }
   }
   if (d.profile.kind == DeviceKind::kCpu && options.this_machine) {
     const HardwareProfile& here = *options.this_machine;
