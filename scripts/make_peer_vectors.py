@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Makes greedy test vectors for the models scripts/setup installs, with llama.cpp as the oracle
-(through llama-cpp-python, which builds llama.cpp from source; not needed by CI). Run once:
+(through llama-cpp-python, which builds llama.cpp from source; not needed by CI). Run once, with
+the opt-in models installed too (scripts/setup --models qwen):
 
-    pip install llama-cpp-python
+    pip install llama-cpp-python==0.3.36
     python3 scripts/make_peer_vectors.py > tests/data/peer_greedy.json
 
 For each model and prompt: the prompt ids (BOS as the model says, control tokens parsed) and the
@@ -28,6 +29,19 @@ MODELS = {
         "<|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n",
         "The quick brown fox",
         "Write a haiku about the sea.",
+    ],
+    # The Qwen2 family (attention biases), installed by scripts/setup --models qwen.
+    "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf": [
+        "<|im_start|>user\nWrite a Python function that adds two numbers.<|im_end|>\n"
+        "<|im_start|>assistant\n",
+        "def quicksort(arr):",
+        "The capital of France is",
+    ],
+    "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf": [
+        "<|im_start|>user\nWrite a Python function that adds two numbers.<|im_end|>\n"
+        "<|im_start|>assistant\n",
+        "def quicksort(arr):",
+        "The capital of France is",
     ],
 }
 NUM_TOKENS = 32
@@ -55,6 +69,8 @@ def main():
               "models": {}}
     for name, prompts in MODELS.items():
         path = ROOT / "models" / name
+        if not path.exists():
+            sys.exit(f"make_peer_vectors: {path} is absent: run scripts/setup --models qwen")
         llm = llama_cpp.Llama(model_path=str(path), n_ctx=128, n_batch=128, n_threads=2, logits_all=True,
                               verbose=False)
         cases = []
