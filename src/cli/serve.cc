@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "backend/backend.h"
+#include "cli/chat_support.h"
 #include "cli/commands.h"
 #include "cli/format_util.h"
 #include "cli/speculative_options.h"
@@ -41,18 +42,6 @@ struct ServeOptions {
   int32_t max_model_len = 0;
   EngineConfig engine;
 };
-
-// The template to use: --chat-template, the model file's, or ours for its family; empty: none.
-std::string chat_template_source(const ServeOptions& o, const ModelFile& file, const Vocab& vocab) {
-  if (!o.chat_template_file.empty()) return read_file(o.chat_template_file);
-  if (!vocab.chat_template.empty()) return vocab.chat_template;
-  if (file.config().architecture == "gemma3") return std::string(builtin_chat_template("gemma"));
-  return "";
-}
-
-std::string token_text(const Vocab& vocab, TokenId id) {
-  return vocab.valid(id) ? vocab.tokens[static_cast<size_t>(id)] : std::string();
-}
 
 int32_t resolve_max_model_len(const ServeOptions& o, const Model& model) {
   if (o.max_model_len > 0) return o.max_model_len;
@@ -88,7 +77,8 @@ Action add_serve(CLI::App& app) {
       ->check(CLI::Range(0, 65535));
   cmd->add_option("--api-key", o->server.api_key, "Require this key (Authorization: Bearer KEY)");
   cmd->add_flag("--insecure", o->insecure, "Allow a non-loopback address without --api-key");
-  cmd->add_option("--model-name", o->model_name, "Model id clients use (default: the file name)");
+  cmd->add_option("--model-name", o->model_name,
+                  "Model id clients use (default: the file's general.name, else its stem)");
   cmd->add_option("--chat-template", o->chat_template_file, "Jinja chat template file to use");
   cmd->add_option("-t,--threads", o->threads, "Compute threads (default: all cores)")
       ->check(CLI::Range(0, 1024));
@@ -173,7 +163,8 @@ Action add_serve(CLI::App& app) {
     auto backend = make_cpu_backend(o->threads);
     const Vocab& vocab = tokenizer->vocab();
     std::shared_ptr<ChatTemplate> chat;
-    if (std::string source = chat_template_source(*o, *file, vocab); !source.empty()) {
+    if (std::string source = chat_template_source(o->chat_template_file, *file, vocab);
+        !source.empty()) {
       chat = std::make_shared<ChatTemplate>(std::move(source));
     }
     EngineConfig config = o->engine;
@@ -188,27 +179,20 @@ Action add_serve(CLI::App& app) {
       config.kv_cache_bytes = static_cast<uint64_t>((o->kv_cache_gb > 0 ? o->kv_cache_gb : 1.0) *
                                                     double(uint64_t{1} << 30));
     }
-    server::ModelContext context;
-    context.name = o->model_name.empty() ? std::filesystem::path(o->model).filename().string()
-                                         : o->model_name;
+    server::ModelContext context =
+        server::named_model(o->model, file->config().name, o->model_name);
     context.tokenizer = tokenizer.get();
     context.max_model_len = config.max_model_len;
     context.vocab_size = static_cast<int32_t>(vocab.size());
     context.allow_special_in_content = o->allow_special_in_content;
     if (chat) {
-      const std::string source = chat_template_source(*o, *file, vocab);
+      const std::string source = chat_template_source(o->chat_template_file, *file, vocab);
       context.tool_format = server::tool_format_for_template(source);
       context.template_renders_tools = server::template_renders_tools(source);
     }
     auto grammars = std::make_shared<GrammarCache>(*tokenizer);
     context.compile_grammar = [grammars](const std::string& gbnf) { return grammars->get(gbnf); };
-    if (chat) {
-      const std::string bos = token_text(vocab, vocab.bos), eos = token_text(vocab, vocab.eos);
-      context.render_chat = [chat, bos, eos](const nlohmann::ordered_json& messages,
-                                             bool add_prompt, const nlohmann::ordered_json& extra) {
-        return chat->apply_ordered(messages, add_prompt, bos, eos, extra);
-      };
-    }
+    if (chat) set_chat_renderer(context, chat, vocab);
     nlohmann::json info = {{"id", context.name},
                            {"object", "model"},
                            {"created", 0},

@@ -312,7 +312,9 @@ std::vector<OutputEvent> Engine::step() {
     }
     OutputEvent e = event_for(seq);
     std::vector<TokenId> tokens;
-    const std::vector<TokenId>& stop_ids = scheduler_.find(s.request_id)->stop_ids;
+    const Request& scheduled = *scheduler_.find(s.request_id);
+    e.num_cached_tokens = scheduled.num_cached_tokens;
+    const std::vector<TokenId>& stop_ids = scheduled.stop_ids;
     if (seq.grammar && !apply_grammar(seq, logits, stop_ids)) {
       // The grammar's sentence is complete and nothing may follow it.
       tokens = {0};

@@ -101,6 +101,9 @@ struct OutputEvent {
   double cumulative_logprob = 0;              // beam search: the sample's log-probability
   int32_t num_proposed = 0;                   // speculative proposals this step verified
   int32_t num_accepted = 0;                   // of those, accepted (token_ids holds them)
+  // Prompt tokens whose K/V came from the prefix cache when the sample's sequence was first
+  // admitted (set on events with sampled tokens; forked samples share their parent's prompt).
+  int32_t num_cached_tokens = 0;
 };
 
 class Engine {

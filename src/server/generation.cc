@@ -23,10 +23,13 @@ Generation::Generation(EngineThread& engine, const Tokenizer& tokenizer, const A
                        Clock::time_point arrival)
     : engine_(engine), request_(request), arrival_(arrival) {
   for (size_t p = 0; p < request.prompts.size(); ++p) {
-    for (int32_t i = 0; i < request.n; ++i) choices_.emplace_back(TextOutput(tokenizer, request.stop));
+    for (int32_t i = 0; i < request.n; ++i) {
+      choices_.emplace_back(TextOutput(tokenizer, request.stop, request.prompts[p]));
+    }
     num_prompt_tokens_ += static_cast<int64_t>(request.prompts[p].size());
   }
   num_open_ = static_cast<int32_t>(choices_.size());
+  num_cached_tokens_.assign(request.prompts.size(), 0);
   for (const auto& prompt : request.prompts) {
     GenerationRequest g;
     g.prompt = prompt;
@@ -83,6 +86,12 @@ std::vector<ChoiceDelta> Generation::take() {
   return deltas;
 }
 
+int64_t Generation::num_cached_tokens() const {
+  int64_t total = 0;
+  for (int32_t n : num_cached_tokens_) total += n;
+  return total;
+}
+
 int64_t Generation::num_completion_tokens() const {
   int64_t total = 0;
   for (const Choice& c : choices_) total += c.num_tokens;
@@ -133,6 +142,7 @@ void Generation::apply(const OutputEvent& e, size_t prompt, std::vector<ChoiceDe
   ChoiceDelta d;
   d.index = static_cast<int32_t>(index);
   const Clock::time_point now = Clock::now();
+  num_cached_tokens_[prompt] = std::max(num_cached_tokens_[prompt], e.num_cached_tokens);
   num_proposed_ += e.num_proposed;
   num_accepted_ += e.num_accepted;
   num_verify_steps_ += e.num_proposed > 0 ? 1 : 0;

@@ -68,6 +68,8 @@ class Generation {
 
   const std::vector<Choice>& choices() const { return choices_; }
   int64_t num_prompt_tokens() const { return num_prompt_tokens_; }
+  // Prompt tokens whose K/V came from the prefix cache, over every prompt.
+  int64_t num_cached_tokens() const;
   int64_t num_completion_tokens() const;
   // Speculative proposals verified for this request, and accepted.
   int64_t num_proposed() const { return num_proposed_; }
@@ -90,6 +92,7 @@ class Generation {
   std::vector<Choice> choices_;                         // prompt-major: [prompt * n + index]
   int32_t num_open_ = 0;
   int64_t num_prompt_tokens_ = 0;
+  std::vector<int32_t> num_cached_tokens_;  // [prompts]: the largest a sample reported
   Clock::time_point arrival_;
   std::optional<Clock::time_point> first_token_, last_token_;
   int64_t max_choice_tokens_ = 0;

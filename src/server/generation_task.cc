@@ -13,7 +13,11 @@ namespace {
 
 using nlohmann::json;
 
-std::string sse(const json& j) { return "data: " + dump(j) + "\n\n"; }
+// Responses keep their keys in the order written (top_logprobs most likely first).
+template <typename Json>
+std::string sse(const Json& j) {
+  return "data: " + dump(j) + "\n\n";
+}
 
 }  // namespace
 
@@ -153,7 +157,7 @@ void GenerationTask::send(const std::vector<ChoiceDelta>& deltas) {
       }
       if (d.text.empty() && d.logprobs.empty() && started_[i]) continue;
     }
-    const json chunk = request_->endpoint == Endpoint::kChat
+    const auto chunk = request_->endpoint == Endpoint::kChat
                            ? chat_chunk(head_, tok, *request_, d, !started_[i])
                            : completion_chunk(head_, tok, *request_, d, offsets_[i]);
     started_[i] = true;
@@ -177,7 +181,7 @@ void GenerationTask::complete() {
     ex_->write("data: [DONE]\n\n");
     ex_->finish();
   } else {
-    const json out = request_->endpoint == Endpoint::kChat
+    const auto out = request_->endpoint == Endpoint::kChat
                          ? chat_response(head_, tok, *request_, g)
                          : completion_response(head_, tok, *request_, g);
     ex_->respond({200, "application/json", dump(out), {}});

@@ -183,7 +183,7 @@ void HttpServer::route(const HttpRequest& req, const std::shared_ptr<Exchange>& 
     }
     if (p.rfind("/v1/models/", 0) == 0 && p.size() > 11) {
       const std::string id = p.substr(11);
-      if (id != model_.name) {
+      if (!model_.answers_to(id)) {
         throw ApiError(404, "invalid_request_error", "The model '" + id + "' does not exist",
                        "model", "model_not_found");
       }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <random>
 #include <string>
@@ -83,7 +84,7 @@ void check_model(const json& body, const ModelContext& model, ApiRequest& r) {
   }
   if (!v->is_string()) throw bad_param("model", "'model' must be a string");
   r.model = v->get<std::string>();
-  if (r.model != model.name) {
+  if (!model.answers_to(r.model)) {
     throw ApiError(404, "invalid_request_error",
                    "The model '" + r.model + "' does not exist; this server serves '" +
                        model.name + "'",
@@ -599,6 +600,51 @@ class ContentShield {
 
 }  // namespace
 
+std::vector<TokenId> render_chat_prompt(const ModelContext& model, const ordered_json& messages,
+                                        const ordered_json& extra, std::string* text) {
+  std::string rendered;
+  std::vector<TextRange> plain;
+  if (model.allow_special_in_content) {
+    rendered = model.render_chat(messages, true, extra);
+  } else {
+    ContentShield shield(*model.tokenizer);
+    const ordered_json shielded_messages = shield.apply(messages);
+    const ordered_json shielded_extra = shield.apply(extra);
+    rendered = shield.restore(model.render_chat(shielded_messages, true, shielded_extra), plain);
+  }
+  std::vector<TokenId> ids = model.tokenizer->encode(
+      rendered, {.add_special = false, .parse_special = true, .plain_ranges = plain});
+  if (text != nullptr) *text = std::move(rendered);
+  return ids;
+}
+
+bool ModelContext::answers_to(std::string_view id) const {
+  return id == name || std::find(aliases.begin(), aliases.end(), id) != aliases.end();
+}
+
+ModelContext named_model(const std::string& path, const std::string& general_name,
+                         const std::string& model_name_option) {
+  ModelContext m;
+  const std::filesystem::path p = std::filesystem::path(path).lexically_normal();
+  // A Hugging Face folder given as "dir/" has an empty file name: name it by the folder.
+  const std::filesystem::path file = p.has_filename() ? p : p.parent_path();
+  const std::string file_name = file.filename().string(), stem = file.stem().string();
+  if (!model_name_option.empty()) {
+    m.name = model_name_option;
+  } else if (!general_name.empty()) {
+    m.name = general_name;
+  } else {
+    m.name = stem.empty() ? file_name : stem;
+  }
+  for (const std::string& alias : {file_name, stem}) {
+    if (!alias.empty() && alias != m.name &&
+        std::find(m.aliases.begin(), m.aliases.end(), alias) == m.aliases.end()) {
+      m.aliases.push_back(alias);
+    }
+  }
+  return m;
+}
+
 std::string message_text(const json& content, const std::string& param) {
   if (content.is_null()) return "";
   if (content.is_string()) return content.get<std::string>();
@@ -697,23 +743,13 @@ ApiRequest parse_chat_request(const json& body, const ModelContext& model,
   ordered_json messages_in = messages;
   parse_tools(body, ordered, model, r, extra, messages_in);
   std::string text;
-  std::vector<TextRange> plain;
   try {
-    if (model.allow_special_in_content) {
-      text = model.render_chat(messages_in, true, extra);
-    } else {
-      ContentShield shield(*model.tokenizer);
-      const ordered_json shielded_messages = shield.apply(messages_in);
-      const ordered_json shielded_extra = shield.apply(extra);
-      text = shield.restore(model.render_chat(shielded_messages, true, shielded_extra), plain);
-    }
+    r.prompts.push_back(render_chat_prompt(model, messages_in, extra, &text));
   } catch (const Error& e) {
     throw ApiError(400, "invalid_request_error",
                    std::string("the chat template failed on these messages: ") + e.what(),
                    "messages");
   }
-  r.prompts.push_back(model.tokenizer->encode(
-      text, {.add_special = false, .parse_special = true, .plain_ranges = plain}));
   r.prompt_texts.push_back(text);
   if (r.prompts.back().empty()) throw bad_param("messages", "the rendered chat is empty");
   resolve_max_tokens(body, model, limits, 0, r);  // chat: up to the context by default

@@ -22,7 +22,11 @@ namespace pagoda::server {
 
 // The served model, as request parsing needs it.
 struct ModelContext {
-  std::string name;  // the id /v1/models lists and requests must name (or omit)
+  std::string name;  // the id /v1/models lists and responses carry
+  // Other names requests may use for it: the file's name and its stem.
+  std::vector<std::string> aliases;
+  // True when a request's `model` names this model: its id or one of its aliases.
+  bool answers_to(std::string_view id) const;
   const Tokenizer* tokenizer = nullptr;
   // Renders a chat (messages JSON array, add_generation_prompt, extra template variables such
   // as "tools") into prompt text; throws pagoda::Error when the template fails. Empty: the
@@ -82,6 +86,21 @@ struct ApiRequest {
   std::vector<ToolSpec> tools;
   ToolFormat tool_format = ToolFormat::kJson;
 };
+
+// The prompt of a chat: `messages` rendered by model.render_chat with a generation prompt, then
+// tokenized with control tokens recognised where the template wrote them but not in the text of
+// the messages (unless allow_special_in_content). `text` gets the rendered text. Throws
+// pagoda::Error when the template fails.
+std::vector<TokenId> render_chat_prompt(const ModelContext& model,
+                                        const nlohmann::ordered_json& messages,
+                                        const nlohmann::ordered_json& extra,
+                                        std::string* text = nullptr);
+
+// The id a served model gets: --model-name when set, else the file's general.name, else its
+// stem ("smollm2-135m-instruct-q4_1" for smollm2-135m-instruct-q4_1.gguf). The aliases are
+// the file's name and its stem, when they differ from the id.
+ModelContext named_model(const std::string& path, const std::string& general_name,
+                         const std::string& model_name_option);
 
 // The request body as JSON; 400 when it is not valid JSON or nests arrays and objects deeper
 // than `max_depth` (checked on the text before anything is built).

@@ -4,7 +4,7 @@
 namespace pagoda::server {
 namespace {
 
-using nlohmann::json;
+using json = nlohmann::ordered_json;
 
 const char* object_name(const ApiRequest& r, bool chunk) {
   if (r.endpoint == Endpoint::kChat) return chunk ? "chat.completion.chunk" : "chat.completion";
@@ -28,12 +28,17 @@ json bytes_json(const std::string& s) {
 
 }  // namespace
 
+std::string dump(const nlohmann::json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
 std::string dump(const json& j) { return j.dump(-1, ' ', false, json::error_handler_t::replace); }
 
-json usage_json(int64_t prompt_tokens, int64_t completion_tokens) {
+json usage_json(int64_t prompt_tokens, int64_t completion_tokens, int64_t cached_tokens) {
+  // cached_tokens: prompt tokens served from the prefix cache, as OpenAI's API reports them.
   return {{"prompt_tokens", prompt_tokens},
           {"completion_tokens", completion_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens}};
+          {"total_tokens", prompt_tokens + completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
 }
 
 namespace {
@@ -41,7 +46,7 @@ namespace {
 // The usage of a finished generation; with speculative proposals, how many were made and
 // accepted (an extension: OpenAI clients ignore fields they do not know).
 json usage_of(const Generation& g) {
-  json usage = usage_json(g.num_prompt_tokens(), g.num_completion_tokens());
+  json usage = usage_json(g.num_prompt_tokens(), g.num_completion_tokens(), g.num_cached_tokens());
   if (g.num_proposed() > 0) {
     usage["speculative"] = {{"proposed_tokens", g.num_proposed()},
                             {"accepted_tokens", g.num_accepted()},

@@ -19,8 +19,11 @@ size_t stop_prefix_length(const std::string& text, const std::vector<std::string
   return best;
 }
 
-TextOutput::TextOutput(const Tokenizer& tokenizer, std::vector<std::string> stop)
-    : decoder_(tokenizer), stop_(std::move(stop)) {}
+TextOutput::TextOutput(const Tokenizer& tokenizer, std::vector<std::string> stop,
+                       std::span<const TokenId> prompt)
+    : decoder_(tokenizer), stop_(std::move(stop)) {
+  decoder_.continue_after(prompt);
+}
 
 size_t TextOutput::find_stop(const std::string& text) const {
   size_t first = std::string::npos;

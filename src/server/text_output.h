@@ -4,6 +4,7 @@
 // sent to a client is ever taken back and a stop string is never sent.
 #pragma once
 
+#include <span>
 #include <string>
 #include <vector>
 
@@ -13,7 +14,10 @@ namespace pagoda::server {
 
 class TextOutput {
  public:
-  TextOutput(const Tokenizer& tokenizer, std::vector<std::string> stop);
+  // `prompt`: the tokens the output continues; the text is that of prompt + output minus the
+  // prompt's (see StreamDecoder::continue_after).
+  TextOutput(const Tokenizer& tokenizer, std::vector<std::string> stop,
+             std::span<const TokenId> prompt = {});
 
   // Adds a token; returns the text now safe to send (possibly empty). After a stop string is
   // found, stopped() is true and further tokens are ignored.

@@ -5,6 +5,15 @@
 #include "core/error.h"
 
 namespace pagoda {
+namespace {
+
+// User-defined tokens are text to the model (Gemma 3's "<h1>", runs of spaces), except these:
+// Gemma 3 files type its image markers user-defined too, but they stand for an image, and a
+// model that emits one has not written those characters.
+constexpr std::string_view kNonTextMarkers[] = {"<start_of_image>", "<end_of_image>",
+                                                "<image_soft_token>", "[multimodal]"};
+
+}  // namespace
 
 size_t utf8_len(unsigned char c) {
   if (c < 0x80) return 1;
@@ -30,6 +39,11 @@ Tokenizer::Tokenizer(Vocab vocab) : vocab_(std::move(vocab)), special_by_first_b
       special_by_first_byte_[static_cast<unsigned char>(vocab_.tokens[id][0])].push_back(tid);
     }
   }
+  for (std::string_view marker : kNonTextMarkers) {
+    const TokenId id = vocab_.find(std::string(marker));
+    if (id != kNoToken && vocab_.type(id) == TokenType::kUserDefined) hidden_markers_.push_back(id);
+  }
+  std::sort(hidden_markers_.begin(), hidden_markers_.end());
   for (auto& list : special_by_first_byte_) {
     std::stable_sort(list.begin(), list.end(), [&](TokenId a, TokenId b) {
       return vocab_.tokens[a].size() > vocab_.tokens[b].size();
@@ -106,13 +120,17 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, const EncodeOption
   return out;
 }
 
+bool Tokenizer::is_hidden(TokenId id) const {
+  const TokenType t = vocab_.type(id);
+  if (t == TokenType::kControl || t == TokenType::kUnknown || t == TokenType::kUnused) return true;
+  return t == TokenType::kUserDefined &&
+         std::binary_search(hidden_markers_.begin(), hidden_markers_.end(), id);
+}
+
 std::string Tokenizer::token_to_bytes(TokenId id, bool render_special) const {
   if (!vocab_.valid(id)) fail("token id ", id, " is out of range (vocabulary has ", vocab_.size(), ")");
-  TokenType t = vocab_.type(id);
-  if (t == TokenType::kControl || t == TokenType::kUnknown || t == TokenType::kUnused) {
-    return render_special ? vocab_.tokens[static_cast<size_t>(id)] : std::string();
-  }
-  if (t == TokenType::kUserDefined) return vocab_.tokens[static_cast<size_t>(id)];
+  if (is_hidden(id)) return render_special ? vocab_.tokens[static_cast<size_t>(id)] : std::string();
+  if (vocab_.type(id) == TokenType::kUserDefined) return vocab_.tokens[static_cast<size_t>(id)];
   return piece_bytes(id);
 }
 
@@ -157,6 +175,11 @@ std::string take_complete_utf8(std::string& pending) {
 }
 
 }  // namespace
+
+void StreamDecoder::continue_after(std::span<const TokenId> prompt) {
+  for (TokenId id : prompt) feed(id);
+  pending_.clear();
+}
 
 std::string StreamDecoder::feed(TokenId id) {
   std::string bytes = tokenizer_.token_to_bytes(id, render_special_);

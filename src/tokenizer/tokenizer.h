@@ -36,8 +36,12 @@ class Tokenizer {
   std::vector<TextRange> control_token_ranges(std::string_view text) const;
 
   // The bytes a token stands for in output text (may be part of a UTF-8 character). Control
-  // tokens give their text only when `render_special`, otherwise nothing.
+  // tokens and non-text markers (is_hidden) give their text only when `render_special`,
+  // otherwise nothing.
   std::string token_to_bytes(TokenId id, bool render_special = false) const;
+  // True for tokens that are not text: control, unknown and unused tokens, and the user-defined
+  // tokens that stand for something else (Gemma 3's image markers).
+  bool is_hidden(TokenId id) const;
   // Whole-sequence decode; the space an SPM tokenizer prefixed is removed again.
   std::string decode(const std::vector<TokenId>& ids, bool render_special = false) const;
   // The token's text as stored in the vocabulary (for --pieces).
@@ -68,14 +72,23 @@ class Tokenizer {
 
   // Special tokens by first byte, longest first, so splitting is one pass over the text.
   std::vector<std::vector<TokenId>> special_by_first_byte_;
+  std::vector<TokenId> hidden_markers_;  // sorted: user-defined tokens that are not text
 };
 
 // Streams decoded text: bytes of a UTF-8 character split across tokens are held back until the
 // character is complete; bytes that can never form one become U+FFFD.
+//
+// Generated text continues a prompt: its text is decode(prompt + output) minus decode(prompt),
+// as the peer servers give it. So an output decoder first takes the prompt (continue_after):
+// an SPM tokenizer then keeps the space of the output's first word ("The little dog" continues
+// " was", not "was"), which it drops only at the start of a whole text.
 class StreamDecoder {
  public:
   explicit StreamDecoder(const Tokenizer& tokenizer, bool render_special = false)
       : tokenizer_(tokenizer), render_special_(render_special) {}
+  // Takes the tokens before the output without returning their text. Bytes of a character the
+  // prompt leaves unfinished belong to the prompt's text and are dropped.
+  void continue_after(std::span<const TokenId> prompt);
   // Returns the text that became complete with this token (possibly empty).
   std::string feed(TokenId id);
   // Returns whatever is still held (an incomplete character becomes U+FFFD).

@@ -7,6 +7,7 @@
 #include "server/http_server.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
+#include "server/responses.h"
 #include "server/text_output.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
@@ -158,6 +159,24 @@ TEST_F(ServerWithVocab, ContextLengthErrorSaysBothLengths) {
   EXPECT_TRUE(shape["error"].contains("type") && shape["error"].contains("param"));
 }
 
+// OpenAI's API lists the alternatives most likely first (a plain JSON object would sort them by
+// text: ' jump', ' jumped', ' jumps').
+TEST_F(ServerWithVocab, CompletionTopLogprobsComeMostLikelyFirst) {
+  std::vector<TokenId> ids;
+  for (const char* word : {" jumps", " jumped", " jump"}) {
+    const std::vector<TokenId> t = tokenizer_->encode(word);
+    ASSERT_EQ(t.size(), 1u) << word;
+    ids.push_back(t[0]);
+  }
+  TokenLogprob lp{ids[0], -0.015f, {{ids[0], -0.015f}, {ids[1], -4.73f}, {ids[2], -6.49f}}};
+  const std::string text = dump(completion_logprobs(*tokenizer_, {lp}, 0));
+  const size_t jumps = text.find("\" jumps\":"), jumped = text.find("\" jumped\":"),
+               jump = text.find("\" jump\":");
+  ASSERT_NE(jump, std::string::npos) << text;
+  EXPECT_LT(jumps, jumped) << text;
+  EXPECT_LT(jumped, jump) << text;
+}
+
 TEST_F(ServerWithVocab, ChatNeedsATemplateAndGoodMessages) {
   const json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}};
   EXPECT_THROW(parse_chat_request(body, model_, limits_), ApiError);  // no template
@@ -199,6 +218,31 @@ TEST_F(ServerWithVocab, ChatTemplatesSeeKeysInRequestOrder) {
   EXPECT_EQ(seen,
             R"([{"role":"user","zeta":1,"content":"hi","alpha":2}] )"
             R"({"tools":[{"type":"function","function":{"name":"f","b":1,"a":2}}]})");
+}
+
+// The served id is --model-name, else general.name, else the file's stem; requests may also
+// name the file or its stem.
+TEST(ModelName, IdFromOptionGeneralNameOrStem) {
+  const ModelContext stem = named_model("models/smollm2-135m-instruct-q4_1.gguf", "", "");
+  EXPECT_EQ(stem.name, "smollm2-135m-instruct-q4_1");
+  EXPECT_TRUE(stem.answers_to("smollm2-135m-instruct-q4_1.gguf"));
+  EXPECT_TRUE(stem.answers_to("smollm2-135m-instruct-q4_1"));
+  EXPECT_FALSE(stem.answers_to("smollm2"));
+  const ModelContext general = named_model("/x/qwen.gguf", "Qwen2.5 Coder 0.5B Instruct", "");
+  EXPECT_EQ(general.name, "Qwen2.5 Coder 0.5B Instruct");
+  EXPECT_TRUE(general.answers_to("qwen.gguf"));
+  EXPECT_TRUE(general.answers_to("qwen"));
+  const ModelContext option = named_model("/x/qwen.gguf", "Qwen2.5", "mine");
+  EXPECT_EQ(option.name, "mine");
+  EXPECT_TRUE(option.answers_to("qwen"));
+  EXPECT_FALSE(option.answers_to("Qwen2.5"));
+  EXPECT_EQ(named_model("models/tinystories-656k/", "", "").name, "tinystories-656k");
+}
+
+TEST(Usage, ReportsCachedPromptTokens) {
+  const auto u = usage_json(100, 7, 64);
+  EXPECT_EQ(u.dump(), R"({"prompt_tokens":100,"completion_tokens":7,"total_tokens":107,)"
+                      R"("prompt_tokens_details":{"cached_tokens":64}})");
 }
 
 TEST(Histogram, CumulativeBucketsSumAndCount) {

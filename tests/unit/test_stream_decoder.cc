@@ -65,6 +65,59 @@ TEST(StreamDecoder, DropsOnlyTheFirstPrefixedSpace) {
   EXPECT_EQ(d.feed(tok->vocab().find("\u2581world")), " world");
 }
 
+// Generated text is decode(prompt + output) minus decode(prompt): after a prompt with text, the
+// output's first word keeps its space (stories260K: "The little dog" -> " was", not "was").
+TEST(StreamDecoder, OutputAfterAPromptKeepsItsLeadingSpace) {
+  auto tok = byte_tokenizer();
+  const TokenId hello = tok->vocab().find("\u2581hello"), world = tok->vocab().find("\u2581world");
+  const std::vector<TokenId> prompt = {tok->vocab().bos, hello};
+  StreamDecoder d(*tok);
+  d.continue_after(prompt);
+  EXPECT_EQ(d.feed(world), " world");
+  std::vector<TokenId> all = prompt;
+  all.push_back(world);
+  EXPECT_EQ(tok->decode(all).substr(tok->decode(prompt).size()), " world");
+}
+
+TEST(StreamDecoder, OutputAfterAPromptOfOnlyBosIsAWholeText) {
+  auto tok = byte_tokenizer();
+  const std::vector<TokenId> prompt = {tok->vocab().bos};
+  StreamDecoder d(*tok);
+  d.continue_after(prompt);
+  EXPECT_EQ(d.feed(tok->vocab().find("\u2581hello")), "hello");
+}
+
+TEST(StreamDecoder, ACharacterThePromptLeftUnfinishedIsNotOutput) {
+  auto tok = byte_tokenizer();
+  const std::vector<TokenId> prompt = {tok->vocab().find("\u2581hello"), byte_id(*tok, "<0xC3>")};
+  StreamDecoder d(*tok);
+  d.continue_after(prompt);
+  EXPECT_EQ(d.feed(byte_id(*tok, "<0xA9>")), "\uFFFD");
+  EXPECT_EQ(d.feed(byte_id(*tok, "<0x41>")), "A");
+}
+
+// Gemma 3 types its image markers user-defined, like its "<h1>" tokens; only the markers are
+// hidden from output text (unless specials are rendered).
+TEST(StreamDecoder, NonTextMarkersAreHiddenUnlessSpecialsAreRendered) {
+  Vocab v;
+  v.kind = TokenizerKind::kSpm;
+  v.model = "llama";
+  for (const char* t : {"<unk>", "<s>", "<start_of_image>", "<h1>", "\u2581hi"}) {
+    v.tokens.push_back(t);
+    v.scores.push_back(0);
+  }
+  v.types = {TokenType::kUnknown, TokenType::kControl, TokenType::kUserDefined,
+             TokenType::kUserDefined, TokenType::kNormal};
+  v.unk = 0;
+  v.bos = 1;
+  v.build_index("test");
+  auto tok = Tokenizer::create(std::move(v));
+  EXPECT_TRUE(tok->is_hidden(2));
+  EXPECT_FALSE(tok->is_hidden(3));
+  EXPECT_EQ(tok->decode({4, 2, 3}), "hi<h1>");
+  EXPECT_EQ(tok->decode({1, 4, 2, 3}, /*render_special=*/true), "<s> hi<start_of_image><h1>");
+}
+
 TEST(StreamDecoder, IncompleteCharacterBecomesReplacementOnFlush) {
   auto tok = byte_tokenizer();
   StreamDecoder d(*tok);
