@@ -2,8 +2,10 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <functional>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 namespace pagoda::cli {
 
@@ -19,5 +21,17 @@ Action add_estimate(CLI::App& app);
 Action add_bench(CLI::App& app);
 Action add_serve(CLI::App& app);
 Action add_quantize(CLI::App& app);
+Action add_chat(CLI::App& app);
+
+// A command used wrongly (a missing argument, options that contradict each other): main prints
+// it on one line and exits 2, where bad input (a file, a value) exits 1.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The candidate nearest to `word` by edit distance when it is near enough to be a typo
+// ("runn" -> "run", "--tmep" -> "--temp"); empty otherwise.
+std::string nearest(const std::string& word, const std::vector<std::string>& candidates);
 
 }  // namespace pagoda::cli

@@ -1,14 +1,141 @@
 // pagoda: an LLM inference engine. Subcommands live in one file each under src/cli/.
+//
+// Exit codes: 0 success, 1 bad input (a file, a value the command cannot use), 2 a command used
+// wrongly (unknown command or option, a missing argument), 130 interrupted. Every error is one
+// line on stderr; a mistyped command or option gets the nearest one suggested.
+#include <algorithm>
 #include <iostream>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "cli/commands.h"
 #include "core/error.h"
 
+namespace pagoda::cli {
+
+std::string nearest(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_distance = std::string::npos;
+  for (const std::string& c : candidates) {
+    // Levenshtein distance, one row at a time.
+    std::vector<size_t> row(c.size() + 1);
+    for (size_t j = 0; j <= c.size(); ++j) row[j] = j;
+    for (size_t i = 1; i <= word.size(); ++i) {
+      size_t diagonal = row[0];
+      row[0] = i;
+      for (size_t j = 1; j <= c.size(); ++j) {
+        const size_t above = row[j];
+        row[j] =
+            std::min({row[j] + 1, row[j - 1] + 1, diagonal + (word[i - 1] == c[j - 1] ? 0 : 1)});
+        diagonal = above;
+      }
+    }
+    if (row[c.size()] < best_distance) {
+      best_distance = row[c.size()];
+      best = c;
+    }
+  }
+  // A typo changes a few characters; anything further is another word.
+  const size_t limit = std::max<size_t>(2, word.size() / 3);
+  return best_distance <= limit ? best : std::string();
+}
+
+}  // namespace pagoda::cli
+
+namespace {
+
+std::string did_you_mean(const std::string& hint) {
+  return hint.empty() ? "" : " (did you mean '" + hint + "'?)";
+}
+
+std::string one_line(std::string s) {
+  std::replace(s.begin(), s.end(), '\n', ' ');
+  while (!s.empty() && s.back() == ' ') s.pop_back();
+  return s;
+}
+
+// Every name an option of `cmd` answers to ("-n", "--num-tokens"), help included.
+std::vector<std::string> option_names(const CLI::App* cmd) {
+  std::vector<std::string> names = {"--help", "-h"};
+  for (const CLI::Option* opt : cmd->get_options()) {
+    for (const std::string& s : opt->get_snames()) names.push_back("-" + s);
+    for (const std::string& l : opt->get_lnames()) names.push_back("--" + l);
+  }
+  return names;
+}
+
+// The deepest subcommand the command line chose ("pagoda bench latency" -> latency).
+const CLI::App* chosen_command(const CLI::App& app, int argc, char** argv) {
+  const CLI::App* cmd = &app;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.empty() || arg[0] == '-') continue;
+    const CLI::App* sub = nullptr;
+    for (const CLI::App* s : cmd->get_subcommands({})) {
+      if (s->get_name() == arg) sub = s;
+    }
+    if (sub == nullptr) break;
+    cmd = sub;
+  }
+  return cmd;
+}
+
+std::string command_path(const CLI::App* cmd) {
+  std::string path;
+  for (const CLI::App* c = cmd; c != nullptr; c = c->get_parent()) {
+    path = c->get_parent() == nullptr ? "pagoda" + path : " " + c->get_name() + path;
+  }
+  return path;
+}
+
+// One line for a CLI11 parse error, naming the command and, for a typo, the nearest option.
+std::string usage_message(const CLI::ParseError& e, const CLI::App& app, int argc, char** argv) {
+  const CLI::App* cmd = chosen_command(app, argc, argv);
+  const std::string path = command_path(cmd);
+  std::string what = one_line(e.what());
+  if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
+    // "The following argument(s) was/were not expected: Y X": CLI11 lists them last first.
+    // Name the first option among them (its value follows it), else the first word.
+    const size_t colon = what.find(": ");
+    std::vector<std::string> words;
+    std::istringstream list(colon == std::string::npos ? what : what.substr(colon + 2));
+    for (std::string w; list >> w;) words.insert(words.begin(), w);
+    std::string extra = words.empty() ? what : words.front();
+    for (const std::string& w : words) {
+      if (w.size() > 1 && w[0] == '-') {
+        extra = w;
+        break;
+      }
+    }
+    if (!extra.empty() && extra[0] == '-') {
+      const std::string name = extra.substr(0, extra.find('='));
+      return "unknown option '" + name + "' for '" + path + "'" +
+             did_you_mean(pagoda::cli::nearest(name, option_names(cmd))) + "; see " + path +
+             " --help";
+    }
+    std::vector<std::string> subs;
+    for (const CLI::App* s : cmd->get_subcommands({})) subs.push_back(s->get_name());
+    if (!subs.empty()) {
+      return "unknown command '" + extra + "' for '" + path + "'" +
+             did_you_mean(pagoda::cli::nearest(extra, subs));
+    }
+    return "unexpected argument '" + extra + "' for '" + path + "'; see " + path + " --help";
+  }
+  if (cmd == &app && dynamic_cast<const CLI::RequiredError*>(&e) != nullptr) {
+    return "no command given; see pagoda --help";
+  }
+  return path + ": " + what + "; see " + path + " --help";
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"pagoda: load, inspect and run language models on the CPU"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "pagoda 0.1.0");
+  // --help shows every option's default.
+  app.option_defaults()->always_capture_default();
   std::vector<std::pair<CLI::App*, pagoda::cli::Action>> commands;
   auto add = [&](auto adder) {
     size_t before = app.get_subcommands({}).size();
@@ -19,25 +146,52 @@ int main(int argc, char** argv) {
   add(pagoda::cli::add_tokenize);
   add(pagoda::cli::add_detokenize);
   add(pagoda::cli::add_run);
+  add(pagoda::cli::add_chat);
   add(pagoda::cli::add_synth);
   add(pagoda::cli::add_quantize);
   add(pagoda::cli::add_estimate);
   add(pagoda::cli::add_bench);
   add(pagoda::cli::add_serve);
+  // A word where a subcommand must come ("pagoda runn", "pagoda bench latnecy"): name it, with
+  // the nearest command, before CLI11 reports only that a subcommand is required.
+  {
+    const CLI::App* cmd = &app;
+    for (int i = 1; i < argc && argv[i][0] != '-'; ++i) {
+      std::vector<std::string> names;
+      const CLI::App* next = nullptr;
+      for (const CLI::App* s : cmd->get_subcommands({})) {
+        names.push_back(s->get_name());
+        if (s->get_name() == argv[i]) next = s;
+      }
+      if (names.empty()) break;
+      if (next == nullptr) {
+        const std::string path = command_path(cmd);
+        std::cerr << "error: unknown command '" << argv[i] << "'"
+                  << (cmd == &app ? "" : " for '" + path + "'")
+                  << did_you_mean(pagoda::cli::nearest(argv[i], names)) << "; see " << path
+                  << " --help\n";
+        return 2;
+      }
+      cmd = next;
+    }
+  }
   try {
     app.parse(argc, argv);
+  } catch (const CLI::Success& e) {
+    return app.exit(e);  // --help, --version
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    std::cerr << "error: " << usage_message(e, app, argc, argv) << "\n";
+    return 2;
   }
   try {
     for (auto& [sub, action] : commands) {
       if (sub->parsed()) return action();
     }
-  } catch (const pagoda::Error& e) {
-    std::cerr << "error: " << e.what() << "\n";
-    return 1;
+  } catch (const pagoda::cli::UsageError& e) {
+    std::cerr << "error: " << one_line(e.what()) << "\n";
+    return 2;
   } catch (const std::exception& e) {
-    std::cerr << "error: " << e.what() << "\n";
+    std::cerr << "error: " << one_line(e.what()) << "\n";
     return 1;
   }
   return 1;

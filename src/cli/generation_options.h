@@ -1,0 +1,83 @@
+// What `run` and `chat` share: the model, the engine's size, sampling, how many tokens, and one
+// streamed generation on an Engine with its figures (prefill and decode speed, tokens from the
+// prefix cache).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "backend/backend.h"
+#include "engine/engine.h"
+#include "model/model.h"
+#include "model/model_file.h"
+#include "tokenizer/tokenizer.h"
+
+namespace pagoda::cli {
+
+struct GenerationOptions {
+  std::string model;
+  int32_t num_tokens = 128;  // -n
+  int32_t context = 0;       // 0: the model's, at most 4096
+  int threads = 0;           // 0: all cores
+  std::string backend = "cpu";
+  std::string kv_type = "f32";
+  bool special = false;  // print control tokens the model emits
+  SamplingParams sampling;
+  uint64_t seed = 0;
+  CLI::Option* seed_option = nullptr;
+};
+
+// Adds -m, -n, -c, -t, --backend, --kv-type, --temp, --top-k, --top-p, --min-p, the penalties,
+// --seed and --special to `cmd`. `num_tokens_help` says what -n means for the command.
+void add_generation_options(CLI::App* cmd, GenerationOptions& o,
+                            const std::string& num_tokens_help);
+
+// The options' sampling params, checked (the seed applied when given).
+SamplingParams sampling_params(GenerationOptions& o);
+
+// The context a run gets: -c, else the model's trained length at most 4096.
+int32_t resolve_context(const GenerationOptions& o, const Model& model);
+
+// A model file opened and checked, its tokenizer, weights and backend.
+struct LoadedModel {
+  std::unique_ptr<ModelFile> file;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Backend> backend;
+};
+LoadedModel load_model(const GenerationOptions& o);
+
+// Set by the SIGINT handler that `install_interrupt_handler` puts in place: how many Ctrl-C
+// since the last reset. The handler does not restart interrupted reads, so a read waiting for
+// input returns at once.
+extern std::atomic<int> g_num_interrupts;
+void install_interrupt_handler();
+void restore_interrupt_handler();
+
+// What one generation did.
+struct TurnResult {
+  std::string text;  // the output's text as printed
+  int32_t num_prompt_tokens = 0;
+  int32_t num_cached_tokens = 0;  // prompt tokens whose K/V came from the prefix cache
+  int32_t num_output_tokens = 0;  // tokens delivered (an end-of-generation token not among them)
+  int32_t num_decode_tokens = 0;  // tokens delivered after the first (speed of decoding)
+  double prefill_seconds = 0;     // to the first token
+  double decode_seconds = 0;      // from the first token to the last
+  std::optional<FinishReason> finish;
+  bool interrupted = false;  // Ctrl-C stopped it
+  std::string error;         // the engine failed on it
+};
+
+// Runs `request` on `engine` (which has no other work) to its end, handing each piece of text
+// to `emit` as it becomes complete (prompt + output decoded minus the prompt). A Ctrl-C
+// (g_num_interrupts above `interrupts_before`) aborts it. `show` false: nothing is decoded
+// (run -n 0 only prefills).
+TurnResult run_turn(Engine& engine, const Tokenizer& tokenizer, GenerationRequest request,
+                    bool render_special, int interrupts_before,
+                    const std::function<void(const std::string&)>& emit, bool show = true);
+
+}  // namespace pagoda::cli
