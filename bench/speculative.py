@@ -4,13 +4,13 @@ input-grounded (bench/prompts/spec_grounded.json: the answer copies from the pro
 (bench/prompts/spec_open.json: new code from a one-line request).
 
 Every configuration runs as its own server at once (pagoda without speculation, with n-gram
-lookup, with the draft model, with both; and, given --llama-server, llama.cpp's server without
-and with the same draft), and the requests alternate between them prompt by prompt, round by
-round, so a machine whose speed drifts treats them alike. Each request is a greedy chat
-completion, streamed; its decode speed is (completion tokens - 1) / (time of the last token -
-time of the first). Prints, per prompt set and configuration, the median decode tokens/s over the
-rounds, the speed-up against the same engine without speculation, the acceptance rate and the
-mean accepted length (tokens per verifying step).
+lookup, with the draft model, with both; and, given --llama-server, llama.cpp's server without,
+with n-gram lookup (ngram-simple, 3-token keys) and with the same draft), and the requests
+alternate between them prompt by prompt, round by round, so a machine whose speed drifts treats
+them alike. Each request is a greedy chat completion, streamed; its decode speed is (completion
+tokens - 1) / (time of the last token - time of the first). Prints, per prompt set and
+configuration, the median decode tokens/s over the rounds, the speed-up against the same engine
+without speculation, the acceptance rate and the mean accepted length (tokens per verifying step).
 
     python3 bench/speculative.py --target models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf \\
         --draft models/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf --rounds 3 \\
@@ -142,9 +142,17 @@ def main():
             endpoints.append(Endpoint("llama.cpp plain", [*base, "--port", str(port)], port,
                                       "llama"))
             port = free_port()
+            endpoints.append(Endpoint("llama.cpp ngram", [*base, "--port", str(port),
+                                                          "--spec-type", "ngram-simple",
+                                                          "--spec-ngram-simple-size-n", "3",
+                                                          "--spec-ngram-simple-size-m",
+                                                          str(args.k)],
+                                      port, "llama"))
+            port = free_port()
             endpoints.append(Endpoint("llama.cpp draft", [*base, "--port", str(port), "-md",
-                                                          args.draft, "--draft-max", str(args.k),
-                                                          "-td", str(args.threads)],
+                                                          args.draft, "--spec-type",
+                                                          "draft-simple", "--spec-draft-n-max",
+                                                          str(args.k), "-td", str(args.threads)],
                                       port, "llama"))
         for e in endpoints:
             e.wait()
