@@ -1,40 +1,83 @@
-// The web page (see web_page.h), kept as one raw string: no build step, no external files.
+// The web page (see web_page.h): the markup and style here, the script in web_page_script.cc,
+// joined once. No build step, no external files, nothing fetched from elsewhere.
 #include "server/web_page.h"
 
-namespace pagoda::server {
+#include <string>
 
-std::string_view web_page_html() {
-  static constexpr std::string_view kPage = R"PAGE(<!doctype html>
+namespace pagoda::server {
+namespace {
+
+constexpr std::string_view kHead = R"PAGE(<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>pagoda</title>
 <style>
-  body { font-family: system-ui, sans-serif; margin: 0; display: flex; height: 100vh; color: #222; }
+  * { box-sizing: border-box; }
+  body { font-family: system-ui, sans-serif; margin: 0; display: flex; height: 100vh; color: #1d1d22;
+         background: #fafafb; }
+  nav { width: 190px; padding: 12px; background: #f0f0f3; border-right: 1px solid #ddd;
+        display: flex; flex-direction: column; gap: 6px; overflow-y: auto; font-size: 14px; }
+  nav button.conv { text-align: left; background: none; border: 1px solid transparent; padding: 6px;
+                    border-radius: 6px; cursor: pointer; white-space: nowrap; overflow: hidden;
+                    text-overflow: ellipsis; font-size: 13px; color: #333; }
+  nav button.conv.current { background: #fff; border-color: #ccd; font-weight: 600; }
   main { flex: 1; display: flex; flex-direction: column; padding: 12px; min-width: 0; }
   aside { width: 250px; padding: 12px; background: #f4f4f6; border-left: 1px solid #ddd;
           font-size: 14px; overflow-y: auto; }
-  #log { flex: 1; overflow-y: auto; border: 1px solid #ddd; border-radius: 6px; padding: 8px; }
-  .msg { margin: 6px 0; white-space: pre-wrap; }
-  .user { color: #114; font-weight: 600; }
-  .assistant { color: #222; }
-  .error { color: #a00; }
-  form { display: flex; gap: 6px; margin-top: 8px; }
-  #input { flex: 1; padding: 8px; font-size: 15px; }
-  label { display: block; margin: 6px 0 2px; }
-  aside input { width: 100%; box-sizing: border-box; }
-  table { width: 100%; border-collapse: collapse; }
-  td { padding: 2px 0; } td.v { text-align: right; font-variant-numeric: tabular-nums; }
   h1 { font-size: 18px; margin: 0 0 8px; }
+  #system-box summary { cursor: pointer; font-size: 13px; color: #555; margin-bottom: 4px; }
+  #system { width: 100%; min-height: 44px; font: inherit; font-size: 14px; padding: 6px; }
+  #log { flex: 1; overflow-y: auto; border: 1px solid #ddd; border-radius: 8px; padding: 10px;
+         background: #fff; margin-top: 6px; }
+  #empty { color: #888; text-align: center; margin-top: 18%; }
+  .msg { margin: 8px 0; padding: 8px 10px; border-radius: 8px; line-height: 1.45;
+         overflow-wrap: anywhere; }
+  .msg.user { background: #eef1fb; white-space: pre-wrap; }
+  .msg.user.failed { opacity: 0.55; text-decoration: line-through; }
+  .msg.assistant { background: #fff; border: 1px solid #eee; }
+  .msg.error { background: #fff0f0; color: #a00; border: 1px solid #f3c4c4; white-space: pre-wrap; }
+  .msg .body > :first-child { margin-top: 0; } .msg .body > :last-child { margin-bottom: 0; }
+  .msg .body p { margin: 0 0 8px; }
+  .msg .body h3, .msg .body h4, .msg .body h5 { margin: 10px 0 6px; }
+  .msg .body pre { background: #f4f4f6; border: 1px solid #e2e2e8; border-radius: 6px; padding: 8px;
+                   overflow-x: auto; margin: 6px 0; position: relative; }
+  .msg .body pre .lang { position: absolute; right: 8px; top: 4px; font-size: 11px; color: #888; }
+  .msg .body code { font-family: ui-monospace, monospace; font-size: 13px; background: #f1f1f4;
+                    padding: 1px 3px; border-radius: 3px; }
+  .msg .body pre code { background: none; padding: 0; }
+  .msg .body blockquote { border-left: 3px solid #ccd; margin: 6px 0; padding-left: 10px; color: #555; }
+  .msg .body table { border-collapse: collapse; margin: 6px 0; }
+  .msg .body th, .msg .body td { border: 1px solid #ddd; padding: 3px 8px; }
+  .meta { display: flex; gap: 8px; align-items: center; margin-top: 6px; font-size: 12px; color: #777; }
+  .meta button { font-size: 12px; padding: 1px 8px; }
+  form { display: flex; gap: 6px; margin-top: 8px; align-items: flex-end; }
+  #input { flex: 1; padding: 8px; font: inherit; font-size: 15px; resize: vertical; min-height: 40px; }
+  label { display: block; margin: 6px 0 2px; }
+  aside input, aside select { width: 100%; }
+  table.figures { width: 100%; border-collapse: collapse; }
+  table.figures td { padding: 2px 0; } td.v { text-align: right; font-variant-numeric: tabular-nums; }
+  #chart { width: 100%; height: 64px; background: #fff; border: 1px solid #ddd; border-radius: 4px;
+           margin-top: 6px; }
+  .chart-label { font-size: 11px; color: #777; display: flex; justify-content: space-between; }
 </style>
 </head>
 <body>
+<nav>
+  <button id="new-chat" type="button">+ New chat</button>
+  <div id="conversations"></div>
+</nav>
 <main>
   <h1>pagoda <span id="model" style="font-weight: normal; color: #666"></span></h1>
-  <div id="log"></div>
+  <details id="system-box">
+    <summary>System prompt</summary>
+    <textarea id="system" placeholder="Optional: how the assistant should behave"></textarea>
+  </details>
+  <div id="log"><div id="empty">Ask anything. Replies stream in as the model writes them.</div></div>
   <form id="form">
-    <input id="input" autocomplete="off" placeholder="Type a message and press Enter">
+    <textarea id="input" rows="2" autocomplete="off"
+              placeholder="Type a message; Enter sends, Shift+Enter starts a new line"></textarea>
     <button id="send" type="submit">Send</button>
     <button id="stop" type="button" disabled>Stop</button>
   </form>
@@ -46,11 +89,11 @@ std::string_view web_page_html() {
   <label>Temperature <input id="temperature" type="number" value="0.7" min="0" max="2" step="0.1"></label>
   <label>Top p <input id="top_p" type="number" value="0.95" min="0.01" max="1" step="0.01"></label>
   <label>Top k <input id="top_k" type="number" value="40" min="0" step="1"></label>
-  <label>Max tokens <input id="max_tokens" type="number" value="128" min="1" step="1"></label>
+  <label>Max tokens <input id="max_tokens" type="number" value="512" min="1" step="1"></label>
   <label>Seed (empty: random) <input id="seed" type="number"></label>
   <label>API key <input id="api_key" type="password"></label>
   <h1 style="margin-top: 16px">Engine</h1>
-  <table>
+  <table class="figures">
     <tr><td>tokens/s</td><td class="v" id="tps">-</td></tr>
     <tr><td>running</td><td class="v" id="running">-</td></tr>
     <tr><td>waiting</td><td class="v" id="waiting">-</td></tr>
@@ -60,144 +103,26 @@ std::string_view web_page_html() {
     <tr><td>preemptions</td><td class="v" id="preempt">-</td></tr>
     <tr><td>speculation accepted</td><td class="v" id="spec">-</td></tr>
   </table>
+  <svg id="chart" viewBox="0 0 240 64" preserveAspectRatio="none" aria-label="tokens/s, last minute">
+    <polyline id="chart-line" fill="none" stroke="#4a6cd4" stroke-width="1.5" points=""></polyline>
+  </svg>
+  <div class="chart-label"><span>tokens/s, last minute</span><span id="chart-max">max -</span></div>
 </aside>
 <script>
-"use strict";
-const $ = (id) => document.getElementById(id);
-const history = [];
-let controller = null;
-let modelId = null;
+)PAGE";
 
-function addMessage(role, text) {
-  const div = document.createElement("div");
-  div.className = "msg " + role;
-  div.textContent = text;
-  $("log").appendChild(div);
-  $("log").scrollTop = $("log").scrollHeight;
-  return div;
-}
-
-function headers() {
-  const h = { "Content-Type": "application/json" };
-  if ($("api_key").value) h["Authorization"] = "Bearer " + $("api_key").value;
-  return h;
-}
-
-function requestBody(text) {
-  const body = {
-    model: modelId, stream: true,
-    temperature: Number($("temperature").value), top_p: Number($("top_p").value),
-    top_k: Number($("top_k").value), max_tokens: Number($("max_tokens").value),
-  };
-  if ($("seed").value !== "") body.seed = Number($("seed").value);
-  if ($("endpoint").value === "chat") body.messages = history.slice();
-  else body.prompt = text;
-  return body;
-}
-
-async function send(text) {
-  history.push({ role: "user", content: text });
-  addMessage("user", text);
-  const out = addMessage("assistant", "");
-  out.dataset.state = "streaming";
-  const chat = $("endpoint").value === "chat";
-  controller = new AbortController();
-  $("stop").disabled = false;
-  $("send").disabled = true;
-  let reply = "";
-  try {
-    const res = await fetch(chat ? "/v1/chat/completions" : "/v1/completions", {
-      method: "POST", headers: headers(), body: JSON.stringify(requestBody(text)),
-      signal: controller.signal,
-    });
-    if (!res.ok) {
-      const err = await res.json().catch(() => ({}));
-      throw new Error((err.error && err.error.message) || ("HTTP " + res.status));
-    }
-    const reader = res.body.getReader();
-    const decoder = new TextDecoder();
-    let buffer = "";
-    for (;;) {
-      const { value, done } = await reader.read();
-      if (done) break;
-      buffer += decoder.decode(value, { stream: true });
-      let cut;
-      while ((cut = buffer.indexOf("\n\n")) >= 0) {
-        const event = buffer.slice(0, cut);
-        buffer = buffer.slice(cut + 2);
-        if (!event.startsWith("data: ")) continue;
-        const data = event.slice(6);
-        if (data === "[DONE]") continue;
-        const chunk = JSON.parse(data);
-        if (chunk.error) throw new Error(chunk.error.message);
-        for (const c of chunk.choices || []) {
-          reply += chat ? (c.delta.content || "") : (c.text || "");
-        }
-        out.textContent = reply;
-        $("log").scrollTop = $("log").scrollHeight;
-      }
-    }
-    out.dataset.state = "done";
-  } catch (e) {
-    out.dataset.state = "error";
-    if (e.name !== "AbortError") addMessage("error", String(e.message || e));
-  } finally {
-    history.push({ role: "assistant", content: reply });
-    controller = null;
-    $("stop").disabled = true;
-    $("send").disabled = false;
-  }
-}
-
-$("form").addEventListener("submit", (ev) => {
-  ev.preventDefault();
-  const text = $("input").value.trim();
-  if (!text || controller) return;
-  $("input").value = "";
-  send(text);
-});
-$("stop").addEventListener("click", () => { if (controller) controller.abort(); });
-
-let last = null;
-async function poll() {
-  try {
-    const s = await (await fetch("/stats")).json();
-    if (last) {
-      const dt = s.uptime_s - last.uptime_s;
-      if (dt > 0) $("tps").textContent = ((s.generated_tokens - last.generated_tokens) / dt).toFixed(1);
-    }
-    last = s;
-    $("running").textContent = s.running;
-    $("waiting").textContent = s.waiting;
-    $("kv").textContent = (100 * s.kv_utilization).toFixed(1) + "%";
-    $("blocks").textContent = s.kv_blocks_used + " / " + s.kv_blocks_total;
-    $("hits").textContent = (100 * s.prefix_cache_hit_rate).toFixed(1) + "%";
-    $("preempt").textContent = s.preemptions;
-    $("spec").textContent = s.spec_proposed_tokens > 0
-        ? (100 * s.spec_acceptance_rate).toFixed(1) + "% (" +
-          s.spec_mean_accepted_length.toFixed(2) + " tok/step)"
-        : "off";
-  } catch (e) { /* the server may be restarting */ }
-}
-async function init() {
-  try {
-    const res = await fetch("/v1/models", { headers: headers() });
-    const models = await res.json();
-    if (models.data && models.data.length) {
-      modelId = models.data[0].id;
-      $("model").textContent = modelId;
-      if (!models.data[0].chat_template) $("endpoint").value = "completions";
-    }
-  } catch (e) { /* shown when sending */ }
-  poll();
-  setInterval(poll, 1000);
-}
-init();
+constexpr std::string_view kTail = R"PAGE(
 </script>
 </body>
 </html>
 )PAGE";
-  return kPage;
+
+}  // namespace
+
+std::string_view web_page_html() {
+  static const std::string page =
+      std::string(kHead) + std::string(web_page_script()) + std::string(kTail);
+  return page;
 }
 
 }  // namespace pagoda::server
