@@ -80,10 +80,18 @@ StepPlan Scheduler::schedule() {
 
 bool Scheduler::schedule_running(StepPlan& plan, int32_t& budget) {
   bool any_preempted = false;
-  // While requests wait, a prompt chunk of a running request takes at most half the budget, so
-  // one long prompt cannot hold the queue for its whole prefill.
-  const int32_t prefill_cap =
-      waiting_.empty() ? budget : std::max(kv_.block_size(), config_.max_num_batched_tokens / 2);
+  // A prompt chunk that shares the step with other requests, or holds up waiting ones, takes at
+  // most half the budget, so one long prompt cannot hold the queue for its whole prefill; and
+  // since its attention reads every earlier token of the prompt, past half the budget the chunk
+  // shrinks so that its queries x keys stay what half the budget costs at the prompt's start
+  // (else, late in a long prompt, one step's attention alone takes seconds and every decode
+  // beside it waits). Alone, a prompt takes the whole budget.
+  const int64_t half = std::max(kv_.block_size(), config_.max_num_batched_tokens / 2);
+  auto prefill_cap = [&](const Request& r) -> int32_t {
+    if (waiting_.empty() && plan.requests.empty()) return budget;
+    const int64_t keys = std::max<int64_t>(half, r.num_computed_tokens);
+    return static_cast<int32_t>(std::max<int64_t>(kv_.block_size(), half * half / keys));
+  };
   // Decodes first, then prompt chunks (each pass in admission order): a request already
   // generating gets its token every step, whatever prompt is being computed beside it.
   const std::vector<RequestId> order = running_;
@@ -104,7 +112,7 @@ bool Scheduler::schedule_running(StepPlan& plan, int32_t& budget) {
           decodes ? std::max(0, std::min({r.num_lookahead_tokens, budget - 1,
                                           r.max_tokens - r.num_output_tokens() - 1}))
                   : 0;
-      const int32_t num_new = std::min({num_wanted, budget, decodes ? 1 : prefill_cap}) +
+      const int32_t num_new = std::min({num_wanted, budget, decodes ? 1 : prefill_cap(r)}) +
                               num_proposed;
       bool allocated = false;
       for (;;) {

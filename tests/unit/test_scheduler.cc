@@ -119,10 +119,10 @@ TEST(SchedulerTest, LongPromptIsChunkedByTheBudget) {
 
 TEST(SchedulerTest, RunningFirstThenWaitingWithWhatIsLeft) {
   Scheduler s(make_config(16, 4, 32));
-  s.add_request(make_request(1, 12, 4));
+  s.add_request(make_request(1, 12, 10));
   step(s);  // request 1 prefilled, now decoding
   s.add_request(make_request(2, 30, 4, 500));
-  s.add_request(make_request(3, 5, 4, 900));
+  s.add_request(make_request(3, 5, 10, 900));
   StepOutcome o = step(s);
   ASSERT_EQ(o.plan.requests.size(), 2u);  // 1 + 15: nothing left for request 3
   EXPECT_EQ(o.plan.requests[0].request_id, 1);
@@ -132,25 +132,60 @@ TEST(SchedulerTest, RunningFirstThenWaitingWithWhatIsLeft) {
   EXPECT_FALSE(o.plan.requests[1].needs_sample);
   EXPECT_EQ(o.plan.num_scheduled_tokens, 16);
   EXPECT_EQ(s.find(3)->status, RequestStatus::kWaiting);
-  // Request 3 waits, so request 2's next chunk takes at most half the budget (8) and request 3
-  // is admitted with what is left.
+  // Request 2's next chunk shares the step with request 1's decode and holds up request 3: its
+  // queries x keys stay within half the budget squared (8 x 8 / 15 keys: 4), and request 3 is
+  // admitted with what is left.
   o = step(s);
   ASSERT_EQ(o.plan.requests.size(), 3u);
   EXPECT_EQ(o.plan.requests[1].request_id, 2);
-  EXPECT_EQ(o.plan.requests[1].num_new_tokens, 8);
+  EXPECT_EQ(o.plan.requests[1].num_new_tokens, 4);
   EXPECT_FALSE(o.plan.requests[1].needs_sample);
   EXPECT_EQ(o.plan.requests[2].request_id, 3);
   EXPECT_EQ(o.plan.requests[2].start_position, 0);
   EXPECT_EQ(o.plan.requests[2].num_new_tokens, 5);
-  EXPECT_EQ(o.plan.num_scheduled_tokens, 14);
-  o = step(s);  // nothing waits: request 2 takes the rest of its prompt after two decodes
-  ASSERT_EQ(o.plan.requests.size(), 3u);
-  EXPECT_EQ(o.plan.requests[0].request_id, 1);
-  EXPECT_EQ(o.plan.requests[1].request_id, 3);
-  EXPECT_EQ(o.plan.requests[1].num_new_tokens, 1);
-  EXPECT_EQ(o.plan.requests[2].request_id, 2);
-  EXPECT_EQ(o.plan.requests[2].num_new_tokens, 7);
-  EXPECT_TRUE(o.plan.requests[2].needs_sample);
+  EXPECT_EQ(o.plan.num_scheduled_tokens, 10);
+  // Then requests 1 and 3 decode in every step and request 2 takes a block a step (8 x 8 / 19
+  // and / 23 are below one) until the last 3 tokens of its prompt.
+  std::vector<int32_t> chunks;
+  while (!o.plan.requests.back().needs_sample || o.plan.requests.back().request_id != 2) {
+    o = step(s);
+    ASSERT_EQ(o.plan.requests.size(), 3u);
+    EXPECT_EQ(o.plan.requests[0].request_id, 1);
+    EXPECT_EQ(o.plan.requests[1].request_id, 3);
+    EXPECT_EQ(o.plan.requests[1].num_new_tokens, 1);
+    EXPECT_EQ(o.plan.requests[2].request_id, 2);
+    chunks.push_back(o.plan.requests[2].num_new_tokens);
+  }
+  EXPECT_EQ(chunks, (std::vector<int32_t>{4, 4, 3}));
+}
+
+// Late in a long prompt a chunk beside decodes shrinks with the tokens before it, so the step
+// that computes it costs what a chunk of half the budget costs at the prompt's start.
+TEST(SchedulerTest, ALongPromptsChunksShrinkBesideDecodes) {
+  Scheduler s(make_config(64, 4, 256));  // half the budget: 32, so 32 x 32 queries x keys
+  s.add_request(make_request(1, 3, 300));
+  step(s);  // request 1 prefilled, now decoding
+  s.add_request(make_request(2, 600, 2, 500));
+  std::vector<int32_t> chunks;
+  while (s.find(2)->num_computed_tokens < 600) {
+    const int32_t before = s.find(2)->num_computed_tokens;
+    const StepOutcome o = step(s);
+    const ScheduledRequest* decode = scheduled(o.plan, 1);
+    ASSERT_NE(decode, nullptr);
+    EXPECT_EQ(decode->num_new_tokens, 1);  // request 1 decodes in every step
+    const ScheduledRequest* chunk = scheduled(o.plan, 2);
+    ASSERT_NE(chunk, nullptr);
+    chunks.push_back(chunk->num_new_tokens);
+    if (before > 0 && before + chunk->num_new_tokens < 600) {  // the last chunk is what is left
+      EXPECT_TRUE(chunk->num_new_tokens == 4 || chunk->num_new_tokens * before <= 32 * 32)
+          << "a chunk of " << chunk->num_new_tokens << " after " << before << " tokens";
+    }
+  }
+  ASSERT_GE(chunks.size(), 4u);
+  EXPECT_EQ(chunks[0], 63);  // admitted with what the decode leaves
+  EXPECT_EQ(chunks[1], 16);  // 1024 / 63
+  EXPECT_GE(std::count(chunks.begin(), chunks.end(), 4), 80);  // past 256 tokens, a block a step
+  for (size_t i = 2; i < chunks.size(); ++i) EXPECT_LE(chunks[i], chunks[i - 1]);
 }
 
 TEST(SchedulerTest, DecodesAreNotHeldBackByAnOlderLongPrompt) {
