@@ -2,6 +2,7 @@
 #include "grammar/gbnf.h"
 
 #include <cctype>
+#include <cstdio>
 
 #include "core/error.h"
 
@@ -356,6 +357,20 @@ Grammar parse_gbnf(std::string_view text, const std::string& root) {
   Parser(text, g).parse();
   g.compile(root);
   return g;
+}
+
+std::string gbnf_literal(std::string_view text) {
+  std::string out = "\"";
+  for (unsigned char c : text) {
+    if (c == '"' || c == '\\' || c < 0x20 || c == 0x7F) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02X", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
 }
 
 }  // namespace pagoda

@@ -17,4 +17,8 @@ namespace pagoda {
 // Parses and compiles `text`; throws Error "grammar LINE:COL: problem".
 Grammar parse_gbnf(std::string_view text, const std::string& root = "root");
 
+// A GBNF string literal matching exactly `text` (quotes, backslashes and control bytes as \xHH),
+// for grammars written by code.
+std::string gbnf_literal(std::string_view text);
+
 }  // namespace pagoda

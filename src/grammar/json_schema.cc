@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "grammar/gbnf.h"
 #include "grammar/regex.h"
 
 namespace pagoda {
@@ -31,21 +32,6 @@ json-value ::= json-object | json-array | json-string | json-number | json-boole
 json-object ::= "{" ws (json-string ws ":" ws json-value ws ("," ws json-string ws ":" ws json-value ws)*)? "}"
 json-array ::= "[" ws (json-value ws ("," ws json-value ws)*)? "]"
 )";
-
-// A GBNF string literal for `text` (bytes escaped as \xHH where needed).
-std::string gbnf_literal(const std::string& text) {
-  std::string out = "\"";
-  for (unsigned char c : text) {
-    if (c == '"' || c == '\\' || c < 0x20 || c == 0x7F) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02X", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
-}
 
 std::string digits_class(char lo, char hi) {
   if (lo == hi) return std::string("\"") + lo + "\"";

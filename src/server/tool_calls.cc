@@ -4,6 +4,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "grammar/gbnf.h"
 #include "grammar/json_schema.h"
 
 namespace pagoda::server {
@@ -176,20 +177,6 @@ ParsedToolCalls parse_whole(std::string_view text, ToolFormat format,
   return out;
 }
 
-std::string gbnf_string(std::string_view s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\' || c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02X", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
-}
-
 }  // namespace
 
 ToolFormat tool_format_for_template(const std::string& t) {
@@ -233,9 +220,9 @@ std::string tool_call_gbnf(ToolFormat format, const std::vector<ToolSpec>& tools
     } else {
       rules += json_schema_rules(t.parameters, args);
     }
-    calls.push_back("\"{\" ws " + gbnf_string("\"name\"") + " ws \":\" ws " +
-                    gbnf_string("\"" + t.name + "\"") + " ws \",\" ws " +
-                    gbnf_string(std::string("\"") + args_key + "\"") + " ws \":\" ws " + args +
+    calls.push_back("\"{\" ws " + gbnf_literal("\"name\"") + " ws \":\" ws " +
+                    gbnf_literal("\"" + t.name + "\"") + " ws \",\" ws " +
+                    gbnf_literal(std::string("\"") + args_key + "\"") + " ws \":\" ws " + args +
                     " ws \"}\"");
   }
   if (calls.empty()) fail("no tool named '", only, "'");
