@@ -177,7 +177,7 @@ def test_multi_line_input_is_one_message(pagoda_bin, tmp_path):
 
 def test_piped_chat_prints_only_the_replies(pagoda_bin, tmp_path):
     saved = tmp_path / "chat.json"
-    script = ("/system You are a helpful assistant. Answer briefly.\n"
+    script = ("/system You are a helpful assistant.\n"
               "What is the capital of France?\n"
               "And of Italy?\n"
               f"/save {saved}\n")
@@ -205,7 +205,8 @@ def test_piped_chat_prints_only_the_replies(pagoda_bin, tmp_path):
 
 def test_run_chat_is_one_templated_turn(pagoda_bin):
     r = subprocess.run([str(pagoda_bin), "run", "-m", str(chat_model()), "--chat", "--temp", "0",
-                        "-t", "2", "-n", "32", "-p", "What is the capital of France?"],
+                        "-t", "2", "-n", "32", "--system", "You are a helpful assistant.",
+                        "-p", "What is the capital of France?"],
                        capture_output=True, timeout=600)
     assert r.returncode == 0, r.stderr.decode()
     out = r.stdout.decode()

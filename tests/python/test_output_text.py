@@ -86,7 +86,9 @@ def test_chat_route_text_streamed_equals_whole(pagoda_bin):
     s = Server(pagoda_bin, model, "-t", "2", "--kv-cache-gb", "0.25")
     try:
         client = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0, timeout=300)
-        msgs = [{"role": "user", "content": "What is the capital of France?"}]
+        # SmolLM2's template defaults to a system prompt with which it answers in French.
+        msgs = [{"role": "system", "content": "You are a helpful assistant."},
+                {"role": "user", "content": "What is the capital of France?"}]
         mid = client.models.list().data[0].id
         whole = client.chat.completions.create(model=mid, messages=msgs, temperature=0,
                                                max_tokens=24).choices[0].message.content
