@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "backend/backend.h"
+#include "conformance/greedy.h"
 #include "core/mapped_file.h"
 #include "engine/generator.h"
 #include "model/model.h"
@@ -26,21 +27,6 @@ struct PeerCase {
   std::vector<std::pair<TokenId, float>> top5;  // at the last prompt position
 };
 
-std::vector<TokenId> greedy(Model& model, Backend& backend, const std::vector<TokenId>& prompt,
-                            int32_t n) {
-  Generator gen(model, backend, static_cast<int32_t>(prompt.size()) + n + 1);
-  GenerateOptions options;
-  options.max_new_tokens = n;
-  options.stop_at_eog = false;
-  options.sampling.temperature = 0;
-  std::vector<TokenId> out;
-  gen.generate(prompt, options, {}, [&](TokenId id) {
-    out.push_back(id);
-    return true;
-  });
-  return out;
-}
-
 // Checks prompt ids, greedy ids on every backend, and the top-5 logits of the last position.
 void check_model(const std::string& model_path, const std::vector<PeerCase>& cases,
                  float logit_tolerance) {
@@ -55,9 +41,9 @@ void check_model(const std::string& model_path, const std::vector<PeerCase>& cas
     auto ids = tok->encode(c.prompt, {.add_special = true, .parse_special = false});
     ASSERT_EQ(ids, c.prompt_ids);
     const auto n = static_cast<int32_t>(c.greedy_ids.size());
-    EXPECT_EQ(greedy(*model, *ref, ids, n), c.greedy_ids) << "reference backend";
-    EXPECT_EQ(greedy(*model, *cpu1, ids, n), c.greedy_ids) << "cpu backend, 1 thread";
-    EXPECT_EQ(greedy(*model, *cpu2, ids, n), c.greedy_ids) << "cpu backend, 2 threads";
+    EXPECT_EQ(test::greedy_ids(*model, *ref, ids, n), c.greedy_ids) << "reference backend";
+    EXPECT_EQ(test::greedy_ids(*model, *cpu1, ids, n), c.greedy_ids) << "cpu backend, 1 thread";
+    EXPECT_EQ(test::greedy_ids(*model, *cpu2, ids, n), c.greedy_ids) << "cpu backend, 2 threads";
     if (c.top5.empty()) continue;
     for (Backend* be : {ref.get(), cpu2.get()}) {
       Generator gen(*model, *be, static_cast<int32_t>(ids.size()) + 1);

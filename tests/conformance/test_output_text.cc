@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
+#include "conformance/greedy.h"
 #include "core/mapped_file.h"
 #include "engine/generator.h"
 #include "model/model.h"
@@ -18,21 +19,6 @@
 
 namespace pagoda {
 namespace {
-
-std::vector<TokenId> greedy(Model& model, Backend& backend, const std::vector<TokenId>& prompt,
-                            int32_t n) {
-  Generator gen(model, backend, static_cast<int32_t>(prompt.size()) + n + 1);
-  GenerateOptions options;
-  options.max_new_tokens = n;
-  options.stop_at_eog = false;  // past the end of a turn too: control tokens must stay hidden
-  options.sampling.temperature = 0;
-  std::vector<TokenId> out;
-  gen.generate(prompt, options, {}, [&](TokenId id) {
-    out.push_back(id);
-    return true;
-  });
-  return out;
-}
 
 std::string streamed(const Tokenizer& tok, const std::vector<TokenId>& prompt,
                      const std::vector<TokenId>& output, bool render_special) {
@@ -64,7 +50,7 @@ void check_model(const std::string& path, const std::vector<std::string>& prompt
     SCOPED_TRACE("prompt \"" + p + "\"");
     const std::vector<TokenId> prompt =
         tok->encode(p, {.add_special = true, .parse_special = true, .plain_ranges = {}});
-    const std::vector<TokenId> output = greedy(*model, *backend, prompt, n);
+    const std::vector<TokenId> output = test::greedy_ids(*model, *backend, prompt, n);
     for (bool special : {false, true}) {
       const std::string text = streamed(*tok, prompt, output, special);
       if (text.find("\uFFFD") == std::string::npos) {
