@@ -12,6 +12,8 @@ import urllib.request
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SMOLLM = ROOT / "models" / "smollm2-135m-instruct-q4_1.gguf"
 GEMMA = ROOT / "models" / "gemma-3-270m-q4_k_m.gguf"
+# The chat model scripts/setup installs (docs/chat_models/README.md).
+QWEN = ROOT / "models" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 
 
 class Server:
@@ -75,3 +77,9 @@ def need(path):
     if not path.exists():
         pytest.skip(f"*** {path} is absent: run scripts/setup; SKIPPING ***")
     return path
+
+
+def chat_model():
+    """The chat model setup installs; SmolLM2 (the small instruct model) on a checkout set up
+    before Qwen2.5-Coder-0.5B became the default."""
+    return QWEN if QWEN.exists() else need(SMOLLM)

@@ -13,9 +13,8 @@ import time
 
 import pytest
 
-from server_util import ROOT, SMOLLM, need
+from server_util import SMOLLM, chat_model, need
 
-QWEN = ROOT / "models" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 STATS = re.compile(r"prompt: (\d+) tokens, (\d+) from the prefix cache \| first token: "
                    r"[\d.]+ s \| reply: (\d+) tokens")
 
@@ -82,11 +81,6 @@ def stats_of(text):
     m = STATS.search(text)
     assert m, text
     return tuple(int(g) for g in m.groups())
-
-
-def chat_model():
-    """The best instruct model installed: Qwen2.5-Coder when set up, else SmolLM2."""
-    return QWEN if QWEN.exists() else need(SMOLLM)
 
 
 def test_two_turns_system_clear_and_ctrl_c_in_a_terminal(pagoda_bin):

@@ -11,9 +11,7 @@ import urllib.request
 import openai
 import pytest
 
-from server_util import GEMMA, ROOT, SMOLLM, Server, need
-
-QWEN = ROOT / "models" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+from server_util import GEMMA, QWEN, SMOLLM, Server, chat_model, need
 
 
 def run_text(pagoda_bin, model, prompt, n, *extra):
@@ -82,7 +80,7 @@ def test_gemma_control_tokens_are_not_text_unless_special(pagoda_bin):
 
 
 def test_chat_route_text_streamed_equals_whole(pagoda_bin):
-    model = QWEN if QWEN.exists() else need(SMOLLM)
+    model = chat_model()
     s = Server(pagoda_bin, model, "-t", "2", "--kv-cache-gb", "0.25")
     try:
         client = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0, timeout=300)

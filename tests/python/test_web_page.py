@@ -21,11 +21,10 @@ import time
 
 import pytest
 
-from server_util import ROOT, SMOLLM, Server, need
+from server_util import ROOT, SMOLLM, Server, chat_model, need
 
 ARTIFACTS = pathlib.Path(os.environ.get("PAGODA_ARTIFACTS_DIR", ROOT / "build" / "test-artifacts"))
 SCREENSHOTS = pathlib.Path(os.environ.get("PAGODA_SCREENSHOTS_DIR", ARTIFACTS))
-QWEN = ROOT / "models" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 
 
 def high_fd(fd):
@@ -235,7 +234,7 @@ def last_state(browser):
 
 @pytest.fixture(scope="module")
 def page(pagoda_bin):
-    model = QWEN if QWEN.exists() else need(SMOLLM)
+    model = chat_model()
     server = Server(pagoda_bin, model, "-t", "2", "--kv-tokens", "8192")
     browser = Browser()
     try:
