@@ -1,32 +1,44 @@
 #!/usr/bin/env python3
-"""pagoda against llama.cpp (llama-cpp-python's build) on the same synthetic GGUF files.
+"""pagoda against llama.cpp (llama-cpp-python's build) on the same synthetic GGUF files: prefill
+of a P-token prompt and decode of N tokens, one sequence, T threads.
 
-For each weight type: `pagoda synth` writes a random-weight file with a real model's shape and
-the Llama 3 vocabulary; then, alternating the two engines in one run, prefill of a P-token prompt
-and decode of N tokens are timed at T threads. The script also measures this machine's memory
-bandwidth (a multi-threaded streaming sum, before every round) and reports decode bandwidth =
-weight bytes x tok/s against the best sample taken during that type's rounds.
+For each weight type `pagoda synth` writes a random-weight file with a real model's shape and the
+Llama 3 vocabulary. Then every round runs both engines on the same prompt ids, the order
+alternating round by round (pagoda first in even rounds), each in a fresh process or context:
+
+  pagoda     `pagoda bench throughput -n 1 --prompt-len P --output-len N --kv-type f16`: loads
+             the model, runs one untimed 8-token request (2 output tokens), then the timed one.
+  llama.cpp  llama-cpp-python's low-level API (llama_decode, argmax sampling): loads the model,
+             runs the same untimed 8-token, 2-token request, then the timed one.
+
+Both keep K/V in F16 (llama.cpp's default; pagoda's `--kv-type`, `--kv-type f32` here for its
+own default). Prefill tok/s = P / time to the first token; decode tok/s = (N - 1) / time from
+the first token to the last. The machine's streaming-read bandwidth is sampled before every
+round (bench_kernels when built, else numpy) and decode GB/s = file bytes x decode tok/s is set
+against the best sample of that type's rounds.
+
+Prints every round and, per type, the medians and the median of the rounds' ratios.
 
     pip install llama-cpp-python        # builds llama.cpp from source; not needed by CI
-    # On a CPU with AMX, llama.cpp's AMX kernels may crash on batches: build it without them
-    # (docs/BENCHMARKS.md has the CMAKE_ARGS).
-    python3 bench/compare_llamacpp.py [--like llama-3.2-1b] [--types q4_0,q4_k_m,q8_0,f16]
+    # $LLAMA_CPP_LIB_PATH=DIR uses the libllama.so in DIR instead of the package's own build.
+    python3 bench/compare_llamacpp.py [--like llama-3.2-1b] [--types q4_0,q4_k_m,q8_0,f16] \\
+        [--rounds 3] [--json out.json]
 
 Speed is measured here, never asserted in tests.
 """
 import argparse
-import os
+import json
 import pathlib
-import re
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
 import numpy as np
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-SHARED = pathlib.Path(os.environ.get("PAGODA_SHARED", ROOT.parent / "shared"))
+from benchutil import (ROOT, LlamaCpp, median, print_table, ratio_summary, round_order,
+                       synth_model)
 
 
 def memory_bandwidth(num_threads):
@@ -37,7 +49,6 @@ def memory_bandwidth(num_threads):
         r = subprocess.run([str(tool), f"--benchmark_filter=stream_read/threads:{num_threads}/",
                             "--benchmark_repetitions=5", "--benchmark_format=json"],
                            capture_output=True, text=True, check=True)
-        import json
         runs = [b for b in json.loads(r.stdout)["benchmarks"] if b.get("run_type") == "iteration"]
         return max(b["bytes_per_second"] for b in runs)
     return numpy_bandwidth(num_threads)
@@ -59,36 +70,28 @@ def numpy_bandwidth(num_threads, gib=1.0, repeats=5):
     return best
 
 
-def prompt_text(num_tokens):
-    words = (SHARED / "testdata" / "text" / "war-and-peace.txt").read_text().split()
-    return " ".join(words[2000:2000 + num_tokens])  # trimmed to exact ids below
-
-
-def run_pagoda(binary, model, prompt_file, n, threads):
-    r = subprocess.run([binary, "run", "-m", model, "-f", prompt_file, "-n", str(n), "--temp", "0",
-                        "--raw", "-t", str(threads), "--ignore-eos"], capture_output=True, text=True)
+def run_pagoda(args, model, saved):
+    """(prefill tok/s, decode tok/s) of one warmed request; its prompt ids are written to
+    `saved`."""
+    cmd = [args.pagoda, "bench", "throughput", "-m", str(model), "-n", "1",
+           "--prompt-len", str(args.prompt_tokens), "--output-len", str(args.decode_tokens),
+           "-t", str(args.threads), "--kv-type", args.kv_type,
+           "--max-batched-tokens", str(args.prompt_tokens), "--no-prefix-caching",
+           "--no-progress", "--save-requests", str(saved), "--json", "-"]
+    r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     if r.returncode != 0:
-        raise RuntimeError(r.stderr)
-    m = re.search(r"prefill: (\d+) tokens at ([\d.]+) tok/s \| decode: (\d+) tokens at ([\d.]+)",
-                  r.stderr)
-    return int(m.group(1)), float(m.group(2)), int(m.group(3)), float(m.group(4))
+        raise RuntimeError(f"pagoda exited {r.returncode}: {r.stderr}")
+    run = json.loads(r.stdout)["runs"][0]
+    return (run["prompt_tokens"] / (run["ttft_ms"]["mean"] / 1e3),
+            1e3 / run["decode_ms_per_token"]["mean"])
 
 
-def run_llamacpp(model, prompt_ids, n, threads):
-    import llama_cpp
-    llm = llama_cpp.Llama(model_path=str(model), n_ctx=len(prompt_ids) + n + 8,
-                          n_batch=len(prompt_ids), n_ubatch=len(prompt_ids), n_threads=threads,
-                          n_threads_batch=threads, verbose=False)
-    t0 = time.perf_counter()
-    llm.eval(prompt_ids)
-    prefill = len(prompt_ids) / (time.perf_counter() - t0)
-    token = int(np.argmax(llm.scores[llm.n_tokens - 1])) if llm.scores is not None else 0
-    t0 = time.perf_counter()
-    for _ in range(n):
-        llm.eval([token])
-    decode = n / (time.perf_counter() - t0)
-    del llm
-    return prefill, decode
+def run_llamacpp(args, model, ids):
+    """(prefill tok/s, decode tok/s) of one warmed request on the same ids."""
+    with LlamaCpp(model, 1, len(ids) + args.decode_tokens + 8, args.threads, len(ids)) as engine:
+        engine.single(ids[:8], 2)  # warm-up, as pagoda's
+        prefill_s, decode_s = engine.single(ids, args.decode_tokens)
+    return len(ids) / prefill_s, (args.decode_tokens - 1) / decode_s
 
 
 def main():
@@ -98,67 +101,84 @@ def main():
     ap.add_argument("--prompt-tokens", type=int, default=512)
     ap.add_argument("--decode-tokens", type=int, default=128)
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=2, help="alternations per engine; best kept")
+    ap.add_argument("--rounds", type=int, default=3, help="rounds per type, order alternating")
+    ap.add_argument("--kv-type", default="f16", choices=["f16", "f32"],
+                    help="pagoda's K/V values (llama.cpp's are F16)")
     ap.add_argument("--out-dir", default=str(ROOT / "build" / "bench-models"))
     ap.add_argument("--pagoda", default=str(ROOT / "build" / "pagoda"))
+    ap.add_argument("--json", help="write every round here")
     args = ap.parse_args()
 
     import llama_cpp
     out_dir = pathlib.Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    vocab = SHARED / "testdata" / "vocab" / "ggml-vocab-llama-bpe.gguf"
-    # This VM's bandwidth moves by tens of percent within minutes, so it is sampled before every
-    # round, beside the engines, and each type's decode is set against the best sample taken
-    # during its own rounds (as the engines' best round is kept).
-    def sample_bandwidth():
-        sample = memory_bandwidth(args.threads)
-        print(f"memory bandwidth ({args.threads} threads, streaming sum): {sample / 1e9:.1f} GB/s",
-              flush=True)
-        return sample
+    print(f"llama-cpp-python {llama_cpp.__version__}; {args.like}, {args.threads} threads, "
+          f"prompt {args.prompt_tokens}, decode {args.decode_tokens}, K/V pagoda {args.kv_type}, "
+          f"llama.cpp f16", flush=True)
+    results = []  # per type: rounds
+    with tempfile.TemporaryDirectory() as tmp:
+        saved = pathlib.Path(tmp) / "requests.json"
+        for wtype in args.types.split(","):
+            model = synth_model(args.pagoda, args.like, wtype, out_dir)
+            saved.unlink(missing_ok=True)
+            rounds = []
+            for r in range(args.rounds):
+                # This VM's bandwidth moves by tens of percent within minutes: sampled every round.
+                row = {"round": r, "bandwidth": memory_bandwidth(args.threads)}
+                order = round_order(["pagoda", "llama.cpp"], r)
+                row["first"] = order[0]
+                for engine in order:
+                    if engine == "pagoda":
+                        row["pagoda"] = run_pagoda(args, model, saved)
+                    else:
+                        if not saved.exists():  # the prompt ids come from pagoda's workload
+                            run_pagoda(args, model, saved)
+                        ids = json.loads(saved.read_text())["requests"][0]["prompt"]
+                        row["llama.cpp"] = run_llamacpp(args, model, ids)
+                p, l = row["pagoda"], row["llama.cpp"]
+                print(f"{wtype} round {r} ({order[0]} first): bandwidth "
+                      f"{row['bandwidth'] / 1e9:.1f} GB/s | prefill pagoda {p[0]:.1f} llama.cpp "
+                      f"{l[0]:.1f} ({p[0] / l[0]:.2f}x) | decode pagoda {p[1]:.2f} llama.cpp "
+                      f"{l[1]:.2f} ({p[1] / l[1]:.2f}x)", flush=True)
+                rounds.append(row)
+            results.append({"type": wtype, "file_bytes": model.stat().st_size, "rounds": rounds})
 
     rows = []
-    for wtype in args.types.split(","):
-        model = out_dir / f"{args.like}-{wtype}.gguf"
-        if not model.exists():
-            print(f"synth {model.name} ...", flush=True)
-            subprocess.run([args.pagoda, "synth", "--like", args.like, "--type", wtype, "--vocab",
-                            vocab, "-o", model], check=True)
-        tok = llama_cpp.Llama(model_path=str(model), vocab_only=True, verbose=False)
-        ids = tok.tokenize(prompt_text(args.prompt_tokens * 2).encode(), add_bos=False)
-        ids = ids[:args.prompt_tokens]
-        text = tok.detokenize(ids).decode("utf-8", errors="ignore")
-        ids = tok.tokenize(text.encode(), add_bos=False)  # the exact ids both engines see
-        del tok
-        prompt_file = out_dir / "prompt.txt"
-        prompt_file.write_text(text)
-        weight_bytes = model.stat().st_size
-        best = {"pagoda": [0.0, 0.0], "llama.cpp": [0.0, 0.0]}
-        bandwidth = 0.0
-        for _ in range(args.rounds):
-            bandwidth = max(bandwidth, sample_bandwidth())
-            _, pp, _, tg = run_pagoda(args.pagoda, model, prompt_file, args.decode_tokens, args.threads)
-            best["pagoda"] = [max(best["pagoda"][0], pp), max(best["pagoda"][1], tg)]
-            print(f"  round: pagoda prefill {pp:.1f} decode {tg:.2f}", end="", flush=True)
-            pp, tg = run_llamacpp(model, ids, args.decode_tokens, args.threads)
-            print(f" | llama.cpp prefill {pp:.1f} decode {tg:.2f}", flush=True)
-            best["llama.cpp"] = [max(best["llama.cpp"][0], pp), max(best["llama.cpp"][1], tg)]
-        rows.append((wtype, len(ids), weight_bytes, best, bandwidth))
-        print(f"{wtype}: pagoda prefill {best['pagoda'][0]:.1f} decode {best['pagoda'][1]:.2f} | "
-              f"llama.cpp prefill {best['llama.cpp'][0]:.1f} decode {best['llama.cpp'][1]:.2f}",
-              flush=True)
-
-    print()
-    print(f"{args.like}, {args.threads} threads, prompt {args.prompt_tokens}, decode {args.decode_tokens}; "
-          f"bandwidth: the best streaming-read sample during each type's rounds")
-    print("| type | file | prefill tok/s pagoda | llama.cpp | ratio | decode tok/s pagoda | llama.cpp "
-          "| ratio | decode GB/s pagoda | bandwidth GB/s | % of bandwidth |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for wtype, n, wbytes, b, bandwidth in rows:
-        p, l = b["pagoda"], b["llama.cpp"]
-        gbs = wbytes * p[1] / 1e9
-        print(f"| {wtype} | {wbytes / 2**20:.0f} MiB | {p[0]:.1f} | {l[0]:.1f} | {p[0] / l[0]:.2f}x "
-              f"| {p[1]:.2f} | {l[1]:.2f} | {p[1] / l[1]:.2f}x | {gbs:.1f} | {bandwidth / 1e9:.1f} "
-              f"| {100 * gbs * 1e9 / bandwidth:.0f}% |")
+    for t in results:
+        for x in t["rounds"]:
+            p, l = x["pagoda"], x["llama.cpp"]
+            rows.append([t["type"], x["round"], x["first"], f"{x['bandwidth'] / 1e9:.1f}",
+                         f"{p[0]:.1f}", f"{l[0]:.1f}", f"{p[0] / l[0]:.2f}x", f"{p[1]:.2f}",
+                         f"{l[1]:.2f}", f"{p[1] / l[1]:.2f}x"])
+    print_table(f"Every round ({args.like}, {args.threads} threads, prompt {args.prompt_tokens}, "
+                f"decode {args.decode_tokens}; tok/s):",
+                ["type", "round", "first", "bandwidth GB/s", "prefill pagoda", "llama.cpp", "ratio",
+                 "decode pagoda", "llama.cpp", "ratio"], rows)
+    rows = []
+    for t in results:
+        rs = t["rounds"]
+        pp = [x["pagoda"][0] for x in rs]
+        lp = [x["llama.cpp"][0] for x in rs]
+        pd = [x["pagoda"][1] for x in rs]
+        ld = [x["llama.cpp"][1] for x in rs]
+        bandwidth = max(x["bandwidth"] for x in rs)
+        gbs = t["file_bytes"] * median(pd) / 1e9
+        rows.append([t["type"], f"{t['file_bytes'] / 2**20:.0f} MiB", f"{median(pp):.1f}",
+                     f"{median(lp):.1f}", ratio_summary([a / b for a, b in zip(pp, lp)]),
+                     f"{median(pd):.2f}", f"{median(ld):.2f}",
+                     ratio_summary([a / b for a, b in zip(pd, ld)]), f"{gbs:.1f}",
+                     f"{bandwidth / 1e9:.1f}", f"{100 * gbs * 1e9 / bandwidth:.0f}%"])
+    print_table("Medians over the rounds; ratio: the median of the rounds' ratios (range); "
+                "% of bandwidth: the median decode GB/s against the best sample of the type's "
+                "rounds:",
+                ["type", "file", "prefill tok/s pagoda", "llama.cpp", "ratio",
+                 "decode tok/s pagoda", "llama.cpp", "ratio", "decode GB/s pagoda",
+                 "bandwidth GB/s", "% of bandwidth"], rows)
+    if args.json:
+        pathlib.Path(args.json).write_text(json.dumps(
+            {"like": args.like, "threads": args.threads, "prompt_tokens": args.prompt_tokens,
+             "decode_tokens": args.decode_tokens, "kv_type": args.kv_type, "types": results},
+            indent=1) + "\n")
 
 
 if __name__ == "__main__":
