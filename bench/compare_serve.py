@@ -124,9 +124,10 @@ def main():
                        for r in range(args.rounds)])
     rows = [[c, f"{m(c, 'pagoda', 'output_throughput'):.1f}",
              f"{m(c, 'llama.cpp', 'output_throughput'):.1f}", ratio_summary(ratios[c]),
-             f"{m(c, 'pagoda', 'ttft_ms', 'p50'):.1f}", f"{m(c, 'llama.cpp', 'ttft_ms', 'p50'):.1f}",
-             f"{m(c, 'pagoda', 'tpot_ms', 'p50'):.2f}", f"{m(c, 'llama.cpp', 'tpot_ms', 'p50'):.2f}"]
-            for c in levels]
+             f"{m(c, 'pagoda', 'ttft_ms', 'p50'):.1f}",
+             f"{m(c, 'llama.cpp', 'ttft_ms', 'p50'):.1f}",
+             f"{m(c, 'pagoda', 'tpot_ms', 'p50'):.2f}",
+             f"{m(c, 'llama.cpp', 'tpot_ms', 'p50'):.2f}"] for c in levels]
     print_table("Medians over the rounds (ratio: the median of the rounds' ratios, range):",
                 ["concurrency", *columns], rows)
 

@@ -8,9 +8,9 @@ run one after another.
 round (so each goes first in turn), every one in a fresh process or context with one untimed
 warm-up request:
 
-  all         pagoda bench throughput: every request at once (--max-seqs = the request count);
-              with --sequential the same process then runs the requests one after another,
-              each alone (a fresh engine). It saves the requests' token ids for llama.cpp.
+  all         pagoda bench throughput: every request at once (--max-seqs = the request count).
+  sequential  pagoda bench throughput --max-seqs 1 --no-prefix-caching: the same requests one
+              after another, each alone.
   streams     pagoda bench throughput --max-seqs S: at most S sequences at once.
   llama       llama.cpp: the same token ids and output lengths over S sequence ids in one context
               (continuous batching: a stream that finishes takes the next request; prompts
@@ -20,12 +20,13 @@ warm-up request:
 Both engines keep K/V in F16 (llama.cpp's default; pagoda --kv-type f16). Reported per round:
 wall time, output and total tokens/s (total = (prompt + output tokens) / wall), each pagoda run
 against llama.cpp's run of the same round and the batched run against the sequential one; then
-the medians over the rounds and the median of the rounds' ratios.
+the medians over the rounds and the median of the rounds' ratios. The pagoda runs save the
+requests' token ids, which llama.cpp replays (so round 0 runs pagoda first).
 
     pip install llama-cpp-python        # builds llama.cpp from source; not needed by CI
     # $LLAMA_CPP_LIB_PATH=DIR uses the libllama.so in DIR instead of the package's own build.
     python3 bench/throughput_llamacpp.py [--num-requests 32] [--prompt-len 128:512] \\
-        [--modes all,streams,llama] [--sequential] [--rounds 3]
+        [--modes all,sequential,streams,llama] [--rounds 3]
 
 Speed is measured here, never asserted in tests (the test suite never runs this script).
 """
@@ -79,20 +80,18 @@ def llamacpp_row(args, model, requests):
 
 
 def run_unit(unit, args, model, saved):
-    """The rows of one unit of a round: 'all' (and 'sequential' with --sequential), 'streams'
-    or 'llama'."""
+    """The row of one unit of a round: 'all', 'sequential', 'streams' or 'llama'."""
     if unit == "all":
-        out = run_pagoda(args, model, saved, "--max-seqs", args.num_requests,
-                         *(["--sequential"] if args.sequential else []))
-        rows = [pagoda_row(out["runs"][0], f"batched, all {args.num_requests} at once")]
-        if args.sequential:
-            rows.append(pagoda_row(out["runs"][1], "sequential"))
-        return rows
+        out = run_pagoda(args, model, saved, "--max-seqs", args.num_requests)
+        return pagoda_row(out["runs"][0], f"batched, all {args.num_requests} at once")
+    if unit == "sequential":
+        out = run_pagoda(args, model, saved, "--max-seqs", 1, "--no-prefix-caching")
+        return pagoda_row(out["runs"][0], "sequential")
     if unit == "streams":
         out = run_pagoda(args, model, saved, "--max-seqs", args.streams)
-        return [pagoda_row(out["runs"][0], f"batched, {args.streams} streams")]
+        return pagoda_row(out["runs"][0], f"batched, {args.streams} streams")
     requests = [(r["prompt"], r["output_len"]) for r in json.loads(saved.read_text())["requests"]]
-    return [llamacpp_row(args, model, requests)]
+    return llamacpp_row(args, model, requests)
 
 
 def ratio_cell(x):
@@ -142,19 +141,18 @@ def main():
     ap.add_argument("--kv-type", default="f16", choices=["f16", "f32"],
                     help="pagoda's K/V values (llama.cpp's are F16)")
     ap.add_argument("--modes", default="all,streams,llama",
-                    help="what each round runs, from all, streams, llama")
-    ap.add_argument("--sequential", action="store_true",
-                    help="the 'all' run also runs the requests one after another")
+                    help="what each round runs, from all, sequential, streams, llama")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out-dir", default=str(ROOT / "build" / "bench-models"))
     ap.add_argument("--pagoda", default=str(ROOT / "build" / "pagoda"))
     ap.add_argument("--json-out", help="also write every round's rows as JSON here")
     args = ap.parse_args()
     units = args.modes.split(",")
-    if not set(units) <= {"all", "streams", "llama"} or len(set(units)) != len(units):
-        sys.exit("--modes: a list of distinct names from all, streams, llama")
+    known = {"all", "sequential", "streams", "llama"}
+    if not set(units) <= known or len(set(units)) != len(units):
+        sys.exit("--modes: a list of distinct names from all, sequential, streams, llama")
     if units == ["llama"]:
-        sys.exit("--modes: llama.cpp replays the requests a pagoda run saves: add all or streams")
+        sys.exit("--modes: llama.cpp replays the requests a pagoda run saves: add a pagoda run")
     # Round 0 runs pagoda first, so the requests are saved before llama.cpp replays them.
     units = [u for u in units if u != "llama"] + [u for u in units if u == "llama"]
 
@@ -169,11 +167,11 @@ def main():
             order = round_order(units, r)
             rows = []
             for i, unit in enumerate(order):
-                for row in run_unit(unit, args, model, saved):
-                    row["order"] = i + 1
-                    rows.append(row)
-                    print(f"round {r}: {row['engine']} {row['mode']}: {row['wall_s']:.1f} s, "
-                          f"{row['total_tokens_per_s']:.1f} total tok/s", flush=True)
+                row = run_unit(unit, args, model, saved)
+                row["order"] = i + 1
+                rows.append(row)
+                print(f"round {r}: {row['engine']} {row['mode']}: {row['wall_s']:.1f} s, "
+                      f"{row['total_tokens_per_s']:.1f} total tok/s", flush=True)
             llama = next((x for x in rows if x["engine"] == "llama.cpp"), None)
             seq = next((x for x in rows if x["mode"] == "sequential"), None)
             for x in rows:
