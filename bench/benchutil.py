@@ -86,7 +86,8 @@ def pagoda_serve_cmd(pagoda, model, threads, kv_tokens, batch, max_seqs, kv_type
 def llama_server_cmd(binary, model, threads, kv_tokens, batch, parallel, kv_type="f16"):
     """A function of the port: llama-server with `parallel` slots over one unified KV cache of
     `kv_tokens` cells (continuous batching is its default)."""
-    return lambda port: [binary, "-m", model, "--port", str(port), "--host", "127.0.0.1",
+    return lambda port: [binary, "-m", model, "--alias", pathlib.Path(model).name,
+                         "--port", str(port), "--host", "127.0.0.1",
                          "-t", str(threads), "-c", str(kv_tokens), "-np", str(parallel),
                          "--kv-unified", "-cb", "-b", str(batch), "-ctk", kv_type, "-ctv", kv_type,
                          "--no-webui"]
