@@ -46,6 +46,11 @@ const std::vector<SynthPreset> kPresets = {
     {"qwen2.5-1.5b", make_config("qwen2", 28, 1536, 8960, 12, 2, 128, 151936, 32768, 1000000, true)},
     {"qwen3-0.6b", make_config("qwen3", 28, 1024, 3072, 16, 8, 128, 151936, 40960, 1000000, true)},
     {"gemma3-270m", make_config("gemma3", 18, 640, 2048, 4, 1, 256, 262144, 32768, 1000000, true, 512)},
+    // Test shapes: each family's quirks at a size a test writes in a second. Qwen3's heads are
+    // wider than the hidden size (4 x 128 > 256) and normed per head; Gemma 3's six layers hold
+    // five sliding-window ones and a global one, with a window shorter than the test sequences.
+    {"qwen3-tiny", make_config("qwen3", 3, 256, 768, 4, 2, 128, 151936, 4096, 1000000, true)},
+    {"gemma3-tiny", make_config("gemma3", 6, 256, 768, 4, 1, 128, 262144, 4096, 1000000, true, 32)},
 };
 
 struct TypeRule {
