@@ -1,9 +1,10 @@
 """pagoda synth: random weights, real shapes and a real vocabulary, readable by the gguf package
-and runnable by pagoda itself."""
+and runnable by pagoda itself. That llama.cpp reads synth's files and computes what pagoda does
+on them is checked by the teacher-forced vectors of two synthetic files
+(tests/conformance/test_logits_peer.cc, made once by scripts/make_logit_vectors.py)."""
 import subprocess
 
 import gguf
-import pytest
 
 
 def test_synth_smollm_shape(pagoda_bin, shared_dir, tmp_path):
@@ -41,18 +42,3 @@ def test_synth_rejects_unknown_shape(pagoda_bin, shared_dir, tmp_path):
     assert b"unknown model shape 'gpt-5'" in r.stderr and b"llama-3.2-1b" in r.stderr
     assert not (tmp_path / "x.gguf").exists()
 
-
-@pytest.mark.parametrize("shape,wtype", [("smollm2-135m", "q4_0"), ("qwen2.5-0.5b", "q8_0"),
-                                         ("gemma3-270m", "q4_k_m")])
-def test_synth_loads_in_llama_cpp(pagoda_bin, shared_dir, tmp_path, shape, wtype):
-    """Only where llama-cpp-python is installed (it builds llama.cpp; CI does not)."""
-    llama_cpp = pytest.importorskip("llama_cpp")
-    np = pytest.importorskip("numpy")
-    vocab = shared_dir / "testdata" / "vocab" / "ggml-vocab-gpt-2.gguf"
-    out = tmp_path / f"{shape}.gguf"
-    subprocess.run([pagoda_bin, "synth", "--like", shape, "--type", wtype, "--vocab", vocab, "-o",
-                    out], check=True, capture_output=True, timeout=900)
-    llm = llama_cpp.Llama(model_path=str(out), n_ctx=64, n_threads=2, verbose=False)
-    ids = llm.tokenize(b"Hello world", add_bos=False)
-    llm.eval(ids)
-    assert np.isfinite(llm.scores[llm.n_tokens - 1]).all()
