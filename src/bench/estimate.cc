@@ -7,6 +7,7 @@
 
 #include "core/checked.h"
 #include "core/error.h"
+#include "model/architecture.h"
 #include "model/model_file.h"
 #include "model/synth.h"
 
@@ -236,6 +237,10 @@ WeightEstimate estimate_weights(const ModelConfig& c, const std::string& weights
          "' (known: ", join(estimate_weight_types()), ")");
   }
   if (c.num_layers == 0) fail("estimate: the model has no layers");
+  // A family pagoda does not run is counted as plain Llama-style layers.
+  static const Architecture kPlainLayers;
+  const Architecture* known = find_architecture(c.architecture);
+  const Architecture& arch = known ? *known : kPlainLayers;
   const uint64_t hidden = c.hidden_size, ffn = c.intermediate_size, vocab = c.vocab_size;
   const uint64_t q_dim = uint64_t{c.num_heads} * c.head_dim;
   const uint64_t kv_dim = uint64_t{c.num_kv_heads} * c.head_dim;
@@ -262,21 +267,21 @@ WeightEstimate estimate_weights(const ModelConfig& c, const std::string& weights
     layer_matrix(TensorKind::kLayer, rule->base, kv_dim, hidden);  // attn_k
     layer_matrix(TensorKind::kLayer, mixed, kv_dim, hidden);       // attn_v
     layer_matrix(tail, rule->base, hidden, q_dim);                 // attn_output
-    if (c.architecture == "qwen2") {
+    if (arch.qkv_bias) {
       vec(q_dim);  // q, k, v biases
       vec(kv_dim);
       vec(kv_dim);
     }
-    if (c.architecture == "qwen3" || c.architecture == "gemma3") {
+    if (arch.qk_norm) {
       vec(c.head_dim);  // q_norm, k_norm
       vec(c.head_dim);
     }
-    if (c.architecture == "gemma3") vec(hidden);  // post_attention_norm
+    if (arch.post_norms) vec(hidden);  // post_attention_norm
     vec(hidden);                                  // ffn_norm
     layer_matrix(tail, rule->base, ffn, hidden);  // ffn_gate
     layer_matrix(tail, rule->base, ffn, hidden);  // ffn_up
     layer_matrix(tail, mixed, hidden, ffn);       // ffn_down
-    if (c.architecture == "gemma3") vec(hidden);  // post_ffw_norm
+    if (arch.post_norms) vec(hidden);  // post_ffw_norm
   }
   vec(hidden);  // output_norm
   if (!c.tie_embeddings) gguf_matrix(TensorKind::kOutput, rule->more, vocab, hidden);

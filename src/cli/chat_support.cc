@@ -2,6 +2,7 @@
 #include "cli/chat_support.h"
 
 #include "core/mapped_file.h"
+#include "model/architecture.h"
 
 namespace pagoda::cli {
 namespace {
@@ -16,7 +17,10 @@ std::string chat_template_source(const std::string& template_file, const ModelFi
                                  const Vocab& vocab) {
   if (!template_file.empty()) return read_file(template_file);
   if (!vocab.chat_template.empty()) return vocab.chat_template;
-  if (file.config().architecture == "gemma3") return std::string(builtin_chat_template("gemma"));
+  const Architecture* arch = find_architecture(file.config().architecture);
+  if (arch && !arch->fallback_chat_template.empty()) {
+    return std::string(builtin_chat_template(arch->fallback_chat_template));
+  }
   return "";
 }
 
@@ -24,7 +28,10 @@ std::string chat_template_origin(const std::string& template_file, const ModelFi
                                  const Vocab& vocab) {
   if (!template_file.empty()) return template_file;
   if (!vocab.chat_template.empty()) return "the model file's";
-  if (file.config().architecture == "gemma3") return "pagoda's gemma";
+  const Architecture* arch = find_architecture(file.config().architecture);
+  if (arch && !arch->fallback_chat_template.empty()) {
+    return "pagoda's " + std::string(arch->fallback_chat_template);
+  }
   return "none";
 }
 

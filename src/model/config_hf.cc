@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "format/hf_tokenizer.h"
+#include "model/architecture.h"
 #include "model/config.h"
 
 namespace pagoda {
@@ -79,23 +80,6 @@ class Reader {
   const std::string* source_;
 };
 
-// Gemma3TextConfig's defaults: multimodal gemma-3 files nest a text_config that leaves out
-// every value equal to them, so they must be known here.
-void gemma3_defaults(ModelConfig& c) {
-  c.vocab_size = 262208;
-  c.hidden_size = 2304;
-  c.intermediate_size = 9216;
-  c.num_layers = 26;
-  c.num_heads = 8;
-  c.num_kv_heads = 4;
-  c.head_dim = 256;
-  c.context_length = 131072;
-  c.rms_norm_eps = 1e-6f;
-  c.rope_theta = 1000000.0f;
-  c.sliding_window = 4096;
-  c.tie_embeddings = true;
-}
-
 void read_rope_scaling(const Reader& r, ModelConfig& c) {
   // Newer transformers write rope_parameters (theta inside); older ones rope_scaling.
   for (const char* key : {"rope_scaling", "rope_parameters"}) {
@@ -124,17 +108,15 @@ ModelConfig config_from_hf_json(const std::string& json_text, const std::string&
   if (!model_type) fail(source, ": key 'model_type' is missing");
 
   ModelConfig c;
-  const std::string& t = *model_type;
   // Families that share a forward pass share an architecture name; unknown ones keep their
   // model_type so the loader can name what it does not support.
-  c.architecture = t == "mistral" ? "llama" : t == "gemma3_text" ? "gemma3" : t;
+  const Architecture* arch = find_hf_architecture(*model_type);
+  c.architecture = arch ? std::string(arch->name) : *model_type;
   c.name = top.str("_name_or_path").value_or("");
 
+  if (arch && arch->hf_defaults) arch->hf_defaults(c);
   std::optional<Reader> text_config;
-  if (c.architecture == "gemma3") {
-    gemma3_defaults(c);
-    text_config = top.obj("text_config");  // the multimodal wrapper nests the text model
-  }
+  if (arch && arch->hf_text_config) text_config = top.obj(arch->hf_text_config);
   const Reader& r = text_config ? *text_config : top;
 
   auto set = [](uint32_t& field, std::optional<uint32_t> v) {

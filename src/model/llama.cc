@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "kv/kv_storage.h"
+#include "model/architecture.h"
 #include "model/model.h"
 #include "model/model_file.h"
 #include "model/weights.h"
@@ -82,9 +83,8 @@ LlamaModel::LlamaModel(const ModelFile& file) {
 
   rope_.rotary_dim = static_cast<int32_t>(c.rotary_dim ? c.rotary_dim : c.head_dim);
   rope_.theta = c.rope_theta;
-  // GGUF converters permute Llama's Q/K rows so that rotated pairs are adjacent; Qwen files and
-  // Hugging Face checkpoints keep the split-half (GPT-NeoX) layout.
-  rope_.split_half = !(file.gguf() != nullptr && c.architecture == "llama");
+  rope_.split_half =
+      !(file.gguf() != nullptr && architecture_of(c, file.path()).gguf_rope_adjacent_pairs);
   if (c.rope_scaling_type == "linear" && c.rope_scaling_factor > 0) {
     rope_.position_scale = 1.0f / c.rope_scaling_factor;
   }

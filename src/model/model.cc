@@ -1,5 +1,7 @@
 #include "model/model.h"
 
+#include "model/architecture.h"
+
 #include <algorithm>
 #include <cmath>
 
@@ -106,13 +108,7 @@ std::span<const int32_t> OutputRows::logit_rows() const {
 }
 
 std::unique_ptr<Model> Model::load(const ModelFile& file) {
-  const std::string& arch = file.config().architecture;
-  if (arch == "llama" || arch == "mistral" || arch == "qwen2" || arch == "qwen3") {
-    return load_llama(file);
-  }
-  if (arch == "gemma3") return load_gemma3(file);
-  fail(file.path(), ": architecture '", arch,
-       "' is not supported (supported: llama, mistral, qwen2, qwen3, gemma3)");
+  return architecture_of(file.config(), file.path()).load(file);
 }
 
 std::vector<float> llama3_rope_freq_factors(const ModelConfig& c, int32_t rotary_dim) {

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "format/gguf.h"
 #include "format/gguf_writer.h"
+#include "model/architecture.h"
 #include "quant/reference.h"
 
 namespace pagoda {
@@ -128,6 +129,7 @@ const SynthPreset& find_synth_preset(const std::string& name) {
 void write_synthetic_model(const SynthOptions& o,
                            const std::function<void(uint64_t, uint64_t)>& progress) {
   ModelConfig c = find_synth_preset(o.preset).config;
+  const Architecture& arch = architecture_of(c, "synth preset " + o.preset);
   TypeRule rule = parse_type(o.type);
   if (o.vocab_path.empty()) fail("synth: give --vocab FILE, a GGUF file with a tokenizer to copy");
   auto vocab = GgufFile::open(o.vocab_path);
@@ -174,21 +176,21 @@ void write_synthetic_model(const SynthOptions& o,
     matrix(p + "attn_k.weight", rule.base, kv_dim, hidden);
     matrix(p + "attn_v.weight", rule.file_type == 15 || rule.file_type == 17 ? vd : rule.base, kv_dim, hidden);
     matrix(p + "attn_output.weight", rule.base, hidden, q_dim);
-    if (c.architecture == "qwen2") {
+    if (arch.qkv_bias) {
       vec(p + "attn_q.bias", q_dim, s);
       vec(p + "attn_k.bias", kv_dim, s);
       vec(p + "attn_v.bias", kv_dim, s);
     }
-    if (c.architecture == "qwen3" || c.architecture == "gemma3") {
+    if (arch.qk_norm) {
       vec(p + "attn_q_norm.weight", c.head_dim, 0);
       vec(p + "attn_k_norm.weight", c.head_dim, 0);
     }
-    if (c.architecture == "gemma3") vec(p + "post_attention_norm.weight", hidden, 0);
+    if (arch.post_norms) vec(p + "post_attention_norm.weight", hidden, 0);
     vec(p + "ffn_norm.weight", hidden, 0);
     matrix(p + "ffn_gate.weight", rule.base, ff, hidden);
     matrix(p + "ffn_up.weight", rule.base, ff, hidden);
     matrix(p + "ffn_down.weight", rule.file_type == 15 || rule.file_type == 17 ? vd : rule.base, hidden, ff);
-    if (c.architecture == "gemma3") vec(p + "post_ffw_norm.weight", hidden, 0);
+    if (arch.post_norms) vec(p + "post_ffw_norm.weight", hidden, 0);
   }
   vec("output_norm.weight", hidden, 0);
   if (!c.tie_embeddings) matrix("output.weight", rule.more, vocab_size, hidden);

@@ -1,0 +1,108 @@
+#include "model/architecture.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "model/model.h"
+
+namespace pagoda {
+namespace {
+
+// Gemma3TextConfig's defaults: multimodal gemma-3 files nest a text_config that leaves out
+// every value equal to them, so they must be known here.
+void gemma3_defaults(ModelConfig& c) {
+  c.vocab_size = 262208;
+  c.hidden_size = 2304;
+  c.intermediate_size = 9216;
+  c.num_layers = 26;
+  c.num_heads = 8;
+  c.num_kv_heads = 4;
+  c.head_dim = 256;
+  c.context_length = 131072;
+  c.rms_norm_eps = 1e-6f;
+  c.rope_theta = 1000000.0f;
+  c.sliding_window = 4096;
+  c.tie_embeddings = true;
+}
+
+std::vector<Architecture> make_table() {
+  std::vector<Architecture> t;
+  Architecture llama;
+  llama.name = "llama";
+  llama.gguf_aliases = {"mistral"};
+  llama.hf_model_types = {"llama", "mistral"};
+  llama.gguf_rope_adjacent_pairs = true;
+  llama.load = load_llama;
+  t.push_back(llama);
+
+  Architecture qwen2;
+  qwen2.name = "qwen2";
+  qwen2.hf_model_types = {"qwen2"};
+  qwen2.qkv_bias = true;
+  qwen2.load = load_llama;
+  t.push_back(qwen2);
+
+  Architecture qwen3;
+  qwen3.name = "qwen3";
+  qwen3.hf_model_types = {"qwen3"};
+  qwen3.qk_norm = true;
+  qwen3.load = load_llama;
+  t.push_back(qwen3);
+
+  Architecture gemma3;
+  gemma3.name = "gemma3";
+  gemma3.hf_model_types = {"gemma3", "gemma3_text"};
+  gemma3.hf_text_config = "text_config";
+  gemma3.hf_defaults = gemma3_defaults;
+  gemma3.qk_norm = true;
+  gemma3.post_norms = true;
+  gemma3.fallback_chat_template = "gemma";  // Gemma GGUF files often ship without one
+  gemma3.load = load_gemma3;
+  t.push_back(gemma3);
+  return t;
+}
+
+bool contains(const std::vector<std::string_view>& names, std::string_view name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+}  // namespace
+
+const std::vector<Architecture>& architectures() {
+  static const std::vector<Architecture> table = make_table();
+  return table;
+}
+
+const Architecture* find_architecture(std::string_view gguf_name) {
+  for (const Architecture& a : architectures()) {
+    if (a.name == gguf_name || contains(a.gguf_aliases, gguf_name)) return &a;
+  }
+  return nullptr;
+}
+
+const Architecture* find_hf_architecture(std::string_view model_type) {
+  for (const Architecture& a : architectures()) {
+    if (contains(a.hf_model_types, model_type)) return &a;
+  }
+  return nullptr;
+}
+
+const Architecture& architecture_of(const ModelConfig& config, const std::string& source) {
+  const Architecture* a = find_architecture(config.architecture);
+  if (a == nullptr) {
+    fail(source, ": architecture '", config.architecture, "' is not supported (supported: ",
+         supported_architectures(), ")");
+  }
+  return *a;
+}
+
+std::string supported_architectures() {
+  std::string out;
+  for (const Architecture& a : architectures()) {
+    out += (out.empty() ? "" : ", ") + std::string(a.name);
+    for (std::string_view alias : a.gguf_aliases) out += ", " + std::string(alias);
+  }
+  return out;
+}
+
+}  // namespace pagoda

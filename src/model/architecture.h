@@ -1,0 +1,53 @@
+// The model families pagoda runs, one table entry each: what a family is called in GGUF files
+// and in Hugging Face config.json, its defaults, which optional tensors its layers carry, its
+// RoPE layout in GGUF, the chat template to fall back on, and the loader that builds its forward
+// pass. Everything that differs by family outside the family's own file reads it from here.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "model/config.h"
+
+namespace pagoda {
+
+class Model;
+class ModelFile;
+
+struct Architecture {
+  std::string_view name;                         // general.architecture, and ModelConfig's
+  std::vector<std::string_view> gguf_aliases;    // other general.architecture values it runs
+  std::vector<std::string_view> hf_model_types;  // config.json model_type values
+  // A multimodal wrapper's key holding the text model's config (Gemma 3: text_config), and the
+  // values a config.json may leave out because they equal the family's defaults.
+  const char* hf_text_config = nullptr;
+  void (*hf_defaults)(ModelConfig&) = nullptr;
+  // Optional tensors of every layer: Q/K/V biases (attn_{q,k,v}.bias), per-head Q/K RMSNorm
+  // (attn_{q,k}_norm), and norms after attention and after the feed-forward block
+  // (post_attention_norm, post_ffw_norm).
+  bool qkv_bias = false;
+  bool qk_norm = false;
+  bool post_norms = false;
+  // GGUF converters permute this family's Q/K rows so that rotated pairs are adjacent; other
+  // families, and every Hugging Face checkpoint, rotate the two halves of each head.
+  bool gguf_rope_adjacent_pairs = false;
+  std::string_view fallback_chat_template;  // a builtin template's name; empty: none
+  std::unique_ptr<Model> (*load)(const ModelFile&) = nullptr;
+};
+
+// Every family, in the order `supported_architectures` lists them.
+const std::vector<Architecture>& architectures();
+
+// The family of a GGUF general.architecture value (or a ModelConfig's), or nullptr.
+const Architecture* find_architecture(std::string_view gguf_name);
+// The family of a config.json model_type, or nullptr.
+const Architecture* find_hf_architecture(std::string_view model_type);
+// The family of `config`; throws Error naming `source` and the supported families.
+const Architecture& architecture_of(const ModelConfig& config, const std::string& source);
+
+// "llama, mistral, qwen2, qwen3, gemma3": every GGUF name the table runs.
+std::string supported_architectures();
+
+}  // namespace pagoda
