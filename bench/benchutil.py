@@ -1,7 +1,8 @@
-"""Pieces shared by the comparisons against llama.cpp in bench/ (compare_llamacpp.py,
-throughput_llamacpp.py, compare_serve.py): rounds that rotate which engine goes first, paired
-ratios and their median, servers started and stopped one at a time, the synthetic models, and
-llama.cpp driven through llama-cpp-python's low-level API.
+"""Pieces shared by the benchmark scripts in bench/ (compare_llamacpp.py,
+throughput_llamacpp.py, compare_serve.py, speculative.py, long_prompt_itl.py,
+serve_idle_load.py): rounds that rotate which engine goes first, paired ratios and their median,
+servers started and stopped, the synthetic models, and llama.cpp driven through
+llama-cpp-python's low-level API.
 
 The peers are found from arguments or the environment, never from one machine's paths:
 llama-server from --llama-server or $LLAMA_SERVER; llama-cpp-python's library from its install,
@@ -41,10 +42,12 @@ def ratio_summary(ratios):
 
 
 def print_table(title, columns, rows):
-    """A Markdown table under a title line; `rows` are lists of cells already formatted."""
-    print()
-    print(title)
-    print()
+    """A Markdown table under a title line (none if `title` is None); `rows` are lists of cells
+    already formatted."""
+    if title is not None:
+        print()
+        print(title)
+        print()
     print("| " + " | ".join(columns) + " |")
     print("|" + "---|" * len(columns))
     for row in rows:
@@ -75,22 +78,32 @@ def free_port():
         return s.getsockname()[1]
 
 
-def pagoda_serve_cmd(pagoda, model, threads, kv_tokens, batch, max_seqs, kv_type="f16"):
-    """A function of the port: `pagoda serve` with this KV memory, step budget and slots."""
+def pagoda_serve_cmd(pagoda, model, threads, kv_tokens, batch, max_seqs=None, kv_type="f16",
+                     extra=()):
+    """A function of the port: `pagoda serve` with this KV memory, step budget and slots, then
+    `extra`. With max_seqs or kv_type None the build's default stands; builds from before the
+    access log have no --log-format, and are not given it."""
+    kv = ["--kv-type", kv_type] if kv_type is not None else []
+    seqs = ["--max-seqs", str(max_seqs)] if max_seqs is not None else []
+    help_text = subprocess.run([pagoda, "serve", "--help"], capture_output=True, text=True).stdout
+    log = ["--log-format", "none"] if "--log-format" in help_text else []
     return lambda port: [pagoda, "serve", "-m", model, "--port", str(port), "-t", str(threads),
-                         "--kv-tokens", str(kv_tokens), "--kv-type", kv_type,
-                         "--max-batched-tokens", str(batch), "--max-seqs", str(max_seqs),
-                         "--log-format", "none"]
+                         "--kv-tokens", str(kv_tokens), *kv, "--max-batched-tokens", str(batch),
+                         *seqs, *log, *extra]
 
 
-def llama_server_cmd(binary, model, threads, kv_tokens, batch, parallel, kv_type="f16"):
-    """A function of the port: llama-server with `parallel` slots over one unified KV cache of
-    `kv_tokens` cells (continuous batching is its default)."""
+def llama_server_cmd(binary, model, threads, kv_tokens, batch, parallel, kv_type="f16",
+                     kv_unified=True, extra=()):
+    """A function of the port: llama-server with `parallel` slots over `kv_tokens` cells
+    (continuous batching is its default), then `extra`. With kv_unified the slots share one KV
+    cache; without, each slot gets kv_tokens / parallel of them (llama-server's default for a
+    given -np)."""
+    unified = ["--kv-unified"] if kv_unified else []
     return lambda port: [binary, "-m", model, "--alias", pathlib.Path(model).name,
                          "--port", str(port), "--host", "127.0.0.1",
                          "-t", str(threads), "-c", str(kv_tokens), "-np", str(parallel),
-                         "--kv-unified", "-cb", "-b", str(batch), "-ctk", kv_type, "-ctv", kv_type,
-                         "--no-webui"]
+                         *unified, "-cb", "-b", str(batch), "-ctk", kv_type, "-ctv", kv_type,
+                         "--no-webui", *extra]
 
 
 class Server:
@@ -99,9 +112,9 @@ class Server:
 
     def __init__(self, name, make_cmd, timeout=600):
         self.name, self.timeout = name, timeout
-        port = free_port()
-        self.url = f"http://127.0.0.1:{port}"
-        self.proc = subprocess.Popen(make_cmd(port), stdout=subprocess.DEVNULL,
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(make_cmd(self.port), stdout=subprocess.DEVNULL,
                                      stderr=subprocess.DEVNULL)
 
     def __enter__(self):
