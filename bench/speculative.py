@@ -17,50 +17,24 @@ without speculation, the acceptance rate and the mean accepted length (tokens pe
         [--llama-server PATH/llama-server]
 """
 import argparse
+import contextlib
 import json
 import pathlib
-import signal
-import socket
-import statistics
-import subprocess
 import sys
 import time
 import urllib.request
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from benchutil import (ROOT, Server, llama_server_cmd, median, pagoda_serve_cmd, print_table,
+                       round_order)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class Endpoint(Server):
+    """A server of one engine ("pagoda" or "llama"), started at once; wait for it with
+    __enter__."""
 
-
-class Endpoint:
-    def __init__(self, name, cmd, port, engine):
-        self.name, self.engine = name, engine
-        self.url = f"http://127.0.0.1:{port}"
-        self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-    def wait(self, seconds=600):
-        deadline = time.time() + seconds
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}")
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.5)
-        raise RuntimeError(f"{self.name} did not start")
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
+    def __init__(self, name, make_cmd, engine):
+        super().__init__(name, make_cmd)
+        self.engine = engine
 
     def chat(self, messages, max_tokens, spec_tokens=None):
         body = {"messages": messages, "max_tokens": max_tokens, "temperature": 0, "stream": True,
@@ -118,8 +92,6 @@ def main():
     p.add_argument("--json", help="write every request's figures here")
     args = p.parse_args()
 
-    common = ["serve", "-m", args.target, "-t", str(args.threads), "--kv-tokens", "8192",
-              "--kv-type", "f16", "--max-seqs", "4", "--log-format", "none"]
     pagoda_configs = {
         "plain": [],
         "ngram": ["--spec-method", "ngram", "--num-speculative-tokens", str(args.k)],
@@ -128,34 +100,30 @@ def main():
         "both": ["--draft-model", args.draft, "--spec-method", "both",
                  "--num-speculative-tokens", str(args.k)],
     }
-    endpoints = []
-    try:
+    llama_configs = {
+        "plain": [],
+        "ngram": ["--spec-type", "ngram-simple", "--spec-ngram-simple-size-n", "3",
+                  "--spec-ngram-simple-size-m", str(args.k)],
+        "draft": ["-md", args.draft, "--spec-type", "draft-simple", "--spec-draft-n-max",
+                  str(args.k), "-td", str(args.threads)],
+    }
+    with contextlib.ExitStack() as stack:
+        # Each engine's default step budget (pagoda 512, llama-server 2048); one slot on
+        # llama-server, 8192 cells of K/V in F16 on both.
+        endpoints = []
         for name in args.configs.split(","):
-            port = free_port()
-            endpoints.append(Endpoint(f"pagoda {name}",
-                                      [args.pagoda, *common, "--port", str(port),
-                                       *pagoda_configs[name]], port, "pagoda"))
+            endpoints.append(Endpoint(f"pagoda {name}", pagoda_serve_cmd(
+                args.pagoda, args.target, args.threads, 8192, 512, max_seqs=4,
+                extra=pagoda_configs[name]), "pagoda"))
+            stack.push(endpoints[-1])
         if args.llama_server:
-            base = [args.llama_server, "-m", args.target, "-t", str(args.threads), "-c", "8192",
-                    "-np", "1", "--host", "127.0.0.1", "--no-webui"]
-            port = free_port()
-            endpoints.append(Endpoint("llama.cpp plain", [*base, "--port", str(port)], port,
-                                      "llama"))
-            port = free_port()
-            endpoints.append(Endpoint("llama.cpp ngram", [*base, "--port", str(port),
-                                                          "--spec-type", "ngram-simple",
-                                                          "--spec-ngram-simple-size-n", "3",
-                                                          "--spec-ngram-simple-size-m",
-                                                          str(args.k)],
-                                      port, "llama"))
-            port = free_port()
-            endpoints.append(Endpoint("llama.cpp draft", [*base, "--port", str(port), "-md",
-                                                          args.draft, "--spec-type",
-                                                          "draft-simple", "--spec-draft-n-max",
-                                                          str(args.k), "-td", str(args.threads)],
-                                      port, "llama"))
-        for e in endpoints:
-            e.wait()
+            for name, extra in llama_configs.items():
+                endpoints.append(Endpoint(f"llama.cpp {name}", llama_server_cmd(
+                    args.llama_server, args.target, args.threads, 8192, 2048, 1,
+                    kv_unified=False, extra=extra), "llama"))
+                stack.push(endpoints[-1])
+        for e in endpoints:  # all started above; wait for each to answer
+            e.__enter__()
         results = {}  # (set, endpoint) -> list of request results
         for r in range(args.rounds):
             for set_name in args.sets.split(","):
@@ -163,26 +131,20 @@ def main():
                                       f"spec_{set_name}.json").read_text())["prompts"]
                 for i, prompt in enumerate(prompts):
                     # Rotate which configuration goes first.
-                    order = endpoints[(r + i) % len(endpoints):] + endpoints[:(r + i) % len(endpoints)]
-                    for e in order:
+                    for e in round_order(endpoints, r + i):
                         out = e.chat(prompt["messages"], args.max_tokens)
                         out.update(round=r, prompt=prompt["name"])
                         results.setdefault((set_name, e.name), []).append(out)
                         print(f"round {r} {set_name:8} {prompt['name']:14} {e.name:18} "
                               f"{out['tokens']:4d} tokens {out['decode_tps'] or 0:7.2f} tok/s",
                               file=sys.stderr, flush=True)
-    finally:
-        for e in endpoints:
-            e.stop()
 
-    print("| prompts | engine, proposer | decode tok/s (median) | speed-up | acceptance | "
-          "mean accepted length |")
-    print("|---|---|---|---|---|---|")
+    rows = []
     for set_name in args.sets.split(","):
         base = {}
         for e in endpoints:
             rs = results[(set_name, e.name)]
-            tps = statistics.median(x["decode_tps"] for x in rs if x["decode_tps"])
+            tps = median([x["decode_tps"] for x in rs if x["decode_tps"]])
             engine = e.name.split()[0]
             if e.name.endswith("plain"):
                 base[engine] = tps
@@ -192,7 +154,9 @@ def main():
             acc = f"{100 * accepted / proposed:.1f} %" if proposed else "-"
             mal = f"{(accepted + sum(steps)) / sum(steps):.2f}" if steps else "-"
             speedup = f"{tps / base[engine]:.2f}x" if engine in base else "-"
-            print(f"| {set_name} | {e.name} | {tps:.2f} | {speedup} | {acc} | {mal} |")
+            rows.append([set_name, e.name, f"{tps:.2f}", speedup, acc, mal])
+    print_table(None, ["prompts", "engine, proposer", "decode tok/s (median)", "speed-up",
+                       "acceptance", "mean accepted length"], rows)
     if args.json:
         pathlib.Path(args.json).write_text(json.dumps(
             {f"{k[0]}/{k[1]}": v for k, v in results.items()}, indent=1))
