@@ -10,23 +10,12 @@ Servers run one after the other with the same model, threads, KV memory and step
 """
 import argparse
 import json
-import pathlib
-import signal
-import socket
-import statistics
-import subprocess
 import sys
 import threading
 import time
 import urllib.request
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from benchutil import ROOT, Server, median, pagoda_serve_cmd, print_table, round_order
 
 
 def post(url, body):
@@ -55,25 +44,11 @@ def first_token_time(url, prompt):
 
 
 def measure(name, binary, args):
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    cmd = [binary, "serve", "-m", args.model, "-t", str(args.threads), "--port", str(port),
-           "--kv-tokens", str(args.kv_tokens), "--max-batched-tokens", str(args.budget)]
-    # Builds from before the access log have no --log-format.
-    if "--log-format" in subprocess.run([binary, "serve", "--help"], capture_output=True,
-                                        text=True).stdout:
-        cmd += ["--log-format", "none"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.time() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(url + "/health", timeout=2):
-                    break
-            except OSError:
-                if proc.poll() is not None or time.time() > deadline:
-                    raise RuntimeError(f"{name} did not start")
-                time.sleep(0.3)
+    # The build's default K/V type and slots.
+    make_cmd = pagoda_serve_cmd(binary, args.model, args.threads, args.kv_tokens, args.budget,
+                                kv_type=None)
+    with Server(name, make_cmd, timeout=120) as server:
+        url = server.url
         # Distinct words so the prefix cache cannot shorten the long prompt between runs.
         long_prompt = " ".join(f"w{i % 997}x{i // 997}" for i in range(args.long_words))
         first_token_time(url, "Warm up.")
@@ -100,19 +75,13 @@ def measure(name, binary, args):
         gaps_during = [b - a for a, b in zip(times, times[1:]) if b > sent and a < done]
         return {
             "server": name,
-            "gap_before_ms": 1000 * statistics.median(gaps_before),
-            "gap_during_median_ms": 1000 * statistics.median(gaps_during) if gaps_during else None,
+            "gap_before_ms": 1000 * median(gaps_before),
+            "gap_during_median_ms": 1000 * median(gaps_during) if gaps_during else None,
             "gap_during_max_ms": 1000 * max(gaps_during) if gaps_during else None,
             "tokens_during": len(gaps_during),
             "long_ttft_s": result["long_ttft"],
             "short_ttft_s": result["short_ttft"],
         }
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
 
 
 def main():
@@ -130,19 +99,21 @@ def main():
     servers = [s.split("=", 1) for s in args.server] or [["pagoda", str(ROOT / "build/pagoda")]]
     rows = []
     for r in range(args.rounds):
-        for name, binary in servers if r % 2 == 0 else reversed(servers):
+        for name, binary in round_order(servers, r):
             row = measure(name, binary, args)
             row["round"] = r
             rows.append(row)
             print(json.dumps(row), file=sys.stderr, flush=True)
-    print("| server | round | gap before (median) | gap during long prefill (median / max) | "
-          "tokens during | long prompt TTFT | short request TTFT |")
-    print("|---|---|---|---|---|---|---|")
+    table = []
     for x in rows:
         during = (f"{x['gap_during_median_ms']:.0f} / {x['gap_during_max_ms']:.0f} ms"
                   if x["gap_during_max_ms"] is not None else "no token")
-        print(f"| {x['server']} | {x['round']} | {x['gap_before_ms']:.1f} ms | {during} | "
-              f"{x['tokens_during']} | {x['long_ttft_s']:.2f} s | {x['short_ttft_s']:.2f} s |")
+        table.append([x["server"], x["round"], f"{x['gap_before_ms']:.1f} ms", during,
+                      x["tokens_during"], f"{x['long_ttft_s']:.2f} s",
+                      f"{x['short_ttft_s']:.2f} s"])
+    print_table(None, ["server", "round", "gap before (median)",
+                       "gap during long prefill (median / max)", "tokens during",
+                       "long prompt TTFT", "short request TTFT"], table)
 
 
 if __name__ == "__main__":
