@@ -14,57 +14,15 @@ their ratio, output tokens/s) and writes every run's JSON to --out.
 """
 import argparse
 import json
-import os
 import pathlib
 import re
-import signal
 import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.request
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_healthy(url, proc, seconds=300):
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=5) as r:
-                if r.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise RuntimeError("server did not become healthy")
-
-
-def start_server(kind, binary, model, port, args):
-    if kind == "llama":
-        cmd = [binary, "-m", model, "--port", str(port), "--host", "127.0.0.1",
-               "-np", str(args.parallel), "-t", str(args.threads),
-               "-c", str(args.kv_tokens), "-b", str(args.batch), "--no-webui"]
-    else:
-        cmd = [binary, "serve", "-m", model, "--port", str(port), "-t", str(args.threads),
-               "--kv-tokens", str(args.kv_tokens), "--max-batched-tokens", str(args.batch),
-               "--kv-type", "f16"]
-        if "--log-format" in subprocess.run([binary, "serve", "--help"], capture_output=True,
-                                            text=True).stdout:
-            cmd += ["--log-format", "none"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{port}"
-    wait_healthy(url, proc)
-    return proc, url
+from benchutil import ROOT, Server, llama_server_cmd, pagoda_serve_cmd, print_table
 
 
 class SlowClients:
@@ -148,33 +106,31 @@ def main():
     out = pathlib.Path(args.out)
     out.mkdir(exist_ok=True)
     servers = [s.split("=", 1) for s in (args.server or [f"new={ROOT / 'build' / 'pagoda'}"])]
-    runs = [(name, "pagoda", binary) for name, binary in servers]
+    # pagoda with the build's default slots; llama-server with K/V split among its -np slots,
+    # its default for a given -np.
+    runs = [(name, pagoda_serve_cmd(binary, args.model, args.threads, args.kv_tokens, args.batch))
+            for name, binary in servers]
     if args.llama_server:
-        runs.append((f"llama-server -np {args.parallel}", "llama", args.llama_server))
+        runs.append((f"llama-server -np {args.parallel}",
+                     llama_server_cmd(args.llama_server, args.model, args.threads, args.kv_tokens,
+                                      args.batch, args.parallel, kv_unified=False)))
 
     rows = []
-    for name, kind, binary in runs:
+    for name, make_cmd in runs:
         for idle in (0,) if name in args.skip_idle else (0, args.idle):
-            port = free_port()
-            proc, url = start_server(kind, binary, args.model, port, args)
             label = f"{name}, {idle} idle"
-            try:
-                path = out / (re.sub(r"[^a-z0-9]+", "_", label.lower()) + ".json")
-                if idle:
-                    with SlowClients(port, idle) as slow:
-                        endpoints = bench(args.pagoda, url, args, path)
-                    note = f"{slow.reopened} reopened, {slow.refused} refused"
-                else:
-                    endpoints = bench(args.pagoda, url, args, path)
-                    note = ""
-            except subprocess.TimeoutExpired:
-                endpoints, note = [], "timed out"
-            finally:
-                proc.send_signal(signal.SIGTERM)
+            with Server(name, make_cmd, timeout=300) as server:
                 try:
-                    proc.wait(30)
+                    path = out / (re.sub(r"[^a-z0-9]+", "_", label.lower()) + ".json")
+                    if idle:
+                        with SlowClients(server.port, idle) as slow:
+                            endpoints = bench(args.pagoda, server.url, args, path)
+                        note = f"{slow.reopened} reopened, {slow.refused} refused"
+                    else:
+                        endpoints = bench(args.pagoda, server.url, args, path)
+                        note = ""
                 except subprocess.TimeoutExpired:
-                    proc.kill()
+                    endpoints, note = [], "timed out"
             for e in endpoints:
                 t = e["ttft_ms"]
                 rows.append((label, e["concurrency"], e["completed"], e["failed"], t["p50"],
@@ -182,12 +138,10 @@ def main():
                              e["output_throughput"], note))
             print(f"done: {label} {note}", file=sys.stderr, flush=True)
 
-    print("| server | concurrency | ok | failed | TTFT p50 ms | TTFT p99 ms | p99/p50 | "
-          "output tok/s | slow clients |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]} | {r[4]:.1f} | {r[5]:.1f} | {r[6]:.2f} | "
-              f"{r[7]:.1f} | {r[8]} |")
+    print_table(None, ["server", "concurrency", "ok", "failed", "TTFT p50 ms", "TTFT p99 ms",
+                       "p99/p50", "output tok/s", "slow clients"],
+                [[r[0], r[1], r[2], r[3], f"{r[4]:.1f}", f"{r[5]:.1f}", f"{r[6]:.2f}",
+                  f"{r[7]:.1f}", r[8]] for r in rows])
 
 
 if __name__ == "__main__":
