@@ -4,7 +4,7 @@ builds llama.cpp from source; not needed by CI). Run once from the checkout, aft
 and a build (the synthetic files are written by build/pagoda synth):
 
     pip install llama-cpp-python==0.3.36
-    python3 scripts/make_logit_vectors.py [PAGODA_SHARED]     # default ../shared
+    python3 scripts/make_logit_vectors.py [PAGODA_SHARED [NAME...]]  # default ../shared, all
 
 For each model, a few fixed token sequences (the texts below, tokenized by llama.cpp) are run in
 one batch with logits at every position; at each position the file keeps the 20 largest logits
@@ -20,8 +20,8 @@ how far llama.cpp's own logits on the quantized file are from its exact ones (ov
 top 20), the yardstick for pagoda's CPU backend against exact math.
 
 Models: the three that scripts/setup installs (Gemma 3, Llama / SmolLM2, Qwen2 with biases) and
-two synthetic files (`pagoda synth`, F32 weights, stories260K's 512-token vocabulary) that cover
-Qwen3's per-head Q/K norm and Gemma 3's sliding window without a download. A test writes the same
+synthetic files (`pagoda synth`, F32 weights, a small vocabulary) that cover Qwen3's per-head Q/K
+norm, Gemma 3's sliding window and Phi-3's fused tensors without a download. A test writes the same
 synthetic file again (synth is seeded and thread-count independent) and reads these vectors.
 """
 import json
@@ -67,6 +67,10 @@ MODELS = {
                                        "vocab": "models/stories260K.gguf"}, "texts": [PROSE, CODE]},
     "synth-gemma3-tiny-f32": {"synth": {"like": "gemma3-tiny", "type": "f32", "seed": 1,
                                         "vocab": "models/stories260K.gguf"}, "texts": [PROSE, CODE]},
+    # Phi-3's own vocabulary: llama.cpp sets attributes on its special tokens by the model name.
+    "synth-phi-3-tiny-f32": {"synth": {"like": "phi-3-tiny", "type": "f32", "seed": 1,
+                                       "vocab": "testdata/vocab/ggml-vocab-phi-3.gguf"},
+                             "texts": [PROSE, CODE]},
 }
 
 
@@ -112,8 +116,11 @@ def main():
     shared = pathlib.Path(sys.argv[1] if len(sys.argv) > 1 else ROOT.parent / "shared").resolve()
     out_dir = ROOT / "tests" / "data" / "logits"
     out_dir.mkdir(parents=True, exist_ok=True)
+    only = set(sys.argv[2:])
     with tempfile.TemporaryDirectory() as tmp:
         for name, spec in MODELS.items():
+            if only and name not in only:
+                continue
             if "synth" in spec:
                 path = pathlib.Path(tmp) / f"{name}.gguf"
                 synth(spec["synth"], shared, path)

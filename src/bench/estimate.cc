@@ -263,9 +263,13 @@ WeightEstimate estimate_weights(const ModelConfig& c, const std::string& weights
         rule->k_mix && kquant_mix_more_bits(l, c.num_layers) ? rule->more : rule->base;
     const TensorKind tail = l + 1 == c.num_layers ? TensorKind::kTail : TensorKind::kLayer;
     vec(hidden);                                                   // attn_norm
-    layer_matrix(TensorKind::kLayer, rule->base, q_dim, hidden);   // attn_q
-    layer_matrix(TensorKind::kLayer, rule->base, kv_dim, hidden);  // attn_k
-    layer_matrix(TensorKind::kLayer, mixed, kv_dim, hidden);       // attn_v
+    if (arch.fused_qkv) {
+      layer_matrix(TensorKind::kLayer, rule->base, q_dim + 2 * kv_dim, hidden);  // attn_qkv
+    } else {
+      layer_matrix(TensorKind::kLayer, rule->base, q_dim, hidden);   // attn_q
+      layer_matrix(TensorKind::kLayer, rule->base, kv_dim, hidden);  // attn_k
+      layer_matrix(TensorKind::kLayer, mixed, kv_dim, hidden);       // attn_v
+    }
     layer_matrix(tail, rule->base, hidden, q_dim);                 // attn_output
     if (arch.qkv_bias) {
       vec(q_dim);  // q, k, v biases
@@ -278,8 +282,12 @@ WeightEstimate estimate_weights(const ModelConfig& c, const std::string& weights
     }
     if (arch.post_norms) vec(hidden);  // post_attention_norm
     vec(hidden);                                  // ffn_norm
-    layer_matrix(tail, rule->base, ffn, hidden);  // ffn_gate
-    layer_matrix(tail, rule->base, ffn, hidden);  // ffn_up
+    if (arch.fused_gate_up) {
+      layer_matrix(tail, rule->base, 2 * ffn, hidden);  // ffn_up holding the gate too
+    } else {
+      layer_matrix(tail, rule->base, ffn, hidden);  // ffn_gate
+      layer_matrix(tail, rule->base, ffn, hidden);  // ffn_up
+    }
     layer_matrix(tail, mixed, hidden, ffn);       // ffn_down
     if (arch.post_norms) vec(hidden);  // post_ffw_norm
   }

@@ -49,6 +49,15 @@ std::vector<Architecture> make_table() {
   qwen3.load = load_llama;
   t.push_back(qwen3);
 
+  Architecture phi3;
+  phi3.name = "phi3";
+  phi3.hf_model_types = {"phi3"};
+  phi3.fused_qkv = true;
+  phi3.fused_gate_up = true;
+  phi3.uses_sliding_window = false;
+  phi3.load = load_llama;
+  t.push_back(phi3);
+
   Architecture gemma3;
   gemma3.name = "gemma3";
   gemma3.hf_model_types = {"gemma3", "gemma3_text"};

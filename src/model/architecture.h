@@ -30,6 +30,14 @@ struct Architecture {
   bool qkv_bias = false;
   bool qk_norm = false;
   bool post_norms = false;
+  // Fused tensors as the family's GGUF files store them: attn_qkv (Q, K, V rows in one matrix)
+  // and ffn_up holding the gate's rows before the up projection's (no ffn_gate). The loader
+  // takes separate Q/K/V too where a file has them.
+  bool fused_qkv = false;
+  bool fused_gate_up = false;
+  // Whether attention.sliding_window is honoured; llama.cpp ignores Phi-3's (its files state a
+  // window that the converters do not place on the right layers), and pagoda computes as it does.
+  bool uses_sliding_window = true;
   // GGUF converters permute this family's Q/K rows so that rotated pairs are adjacent; other
   // families, and every Hugging Face checkpoint, rotate the two halves of each head.
   bool gguf_rope_adjacent_pairs = false;
@@ -47,7 +55,7 @@ const Architecture* find_hf_architecture(std::string_view model_type);
 // The family of `config`; throws Error naming `source` and the supported families.
 const Architecture& architecture_of(const ModelConfig& config, const std::string& source);
 
-// "llama, mistral, qwen2, qwen3, gemma3": every GGUF name the table runs.
+// "llama, mistral, qwen2, qwen3, phi3, gemma3": every GGUF name the table runs.
 std::string supported_architectures();
 
 }  // namespace pagoda

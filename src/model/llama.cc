@@ -43,6 +43,8 @@ LlamaModel::LlamaModel(const ModelFile& file) {
   config_ = file.config();
   ModelConfig& c = config_;
   c.validate(file.path());
+  const Architecture& arch = architecture_of(c, file.path());
+  if (!arch.uses_sliding_window) c.sliding_window = 0;
   TensorLookup w(file);
   const int64_t hidden = c.hidden_size, q_dim = int64_t{c.num_heads} * c.head_dim,
                 kv_dim = int64_t{c.num_kv_heads} * c.head_dim;
@@ -55,9 +57,17 @@ LlamaModel::LlamaModel(const ModelFile& file) {
     const std::string p = "blk." + std::to_string(l) + ".";
     LayerWeights L;
     L.attn_norm = w.vector(p + "attn_norm.weight", hidden);
-    L.wq = w.matrix(p + "attn_q.weight", q_dim, hidden);
-    L.wk = w.matrix(p + "attn_k.weight", kv_dim, hidden);
-    L.wv = w.matrix(p + "attn_v.weight", kv_dim, hidden);
+    if (w.has(p + "attn_qkv.weight")) {  // fused, Q then K then V (Phi-3)
+      const std::string qkv = p + "attn_qkv.weight";
+      const int64_t rows = q_dim + 2 * kv_dim;
+      L.wq = w.matrix_rows(qkv, 0, q_dim, rows, hidden);
+      L.wk = w.matrix_rows(qkv, q_dim, kv_dim, rows, hidden);
+      L.wv = w.matrix_rows(qkv, q_dim + kv_dim, kv_dim, rows, hidden);
+    } else {
+      L.wq = w.matrix(p + "attn_q.weight", q_dim, hidden);
+      L.wk = w.matrix(p + "attn_k.weight", kv_dim, hidden);
+      L.wv = w.matrix(p + "attn_v.weight", kv_dim, hidden);
+    }
     L.wo = w.matrix(p + "attn_output.weight", hidden, q_dim);
     if (w.has(p + "attn_q.bias")) {
       L.bq = w.vector(p + "attn_q.bias", q_dim);
@@ -69,8 +79,14 @@ LlamaModel::LlamaModel(const ModelFile& file) {
       L.k_norm = w.vector(p + "attn_k_norm.weight", c.head_dim);
     }
     L.ffn_norm = w.vector(p + "ffn_norm.weight", hidden);
-    L.w_gate = w.matrix(p + "ffn_gate.weight", c.intermediate_size, hidden);
-    L.w_up = w.matrix(p + "ffn_up.weight", c.intermediate_size, hidden);
+    if (arch.fused_gate_up) {  // ffn_up holds the gate's rows, then the up projection's
+      const int64_t ff = c.intermediate_size;
+      L.w_gate = w.matrix_rows(p + "ffn_up.weight", 0, ff, 2 * ff, hidden);
+      L.w_up = w.matrix_rows(p + "ffn_up.weight", ff, ff, 2 * ff, hidden);
+    } else {
+      L.w_gate = w.matrix(p + "ffn_gate.weight", c.intermediate_size, hidden);
+      L.w_up = w.matrix(p + "ffn_up.weight", c.intermediate_size, hidden);
+    }
     L.w_down = w.matrix(p + "ffn_down.weight", hidden, c.intermediate_size);
     layers_.push_back(std::move(L));
   }
@@ -83,8 +99,11 @@ LlamaModel::LlamaModel(const ModelFile& file) {
 
   rope_.rotary_dim = static_cast<int32_t>(c.rotary_dim ? c.rotary_dim : c.head_dim);
   rope_.theta = c.rope_theta;
-  rope_.split_half =
-      !(file.gguf() != nullptr && architecture_of(c, file.path()).gguf_rope_adjacent_pairs);
+  rope_.split_half = !(file.gguf() != nullptr && arch.gguf_rope_adjacent_pairs);
+  if (w.has("rope_factors_long.weight")) {
+    fail(file.path(), ": LongRoPE scaling (rope_factors_long / rope_factors_short, the 128K "
+         "Phi-3 models) is not supported yet");
+  }
   if (c.rope_scaling_type == "linear" && c.rope_scaling_factor > 0) {
     rope_.position_scale = 1.0f / c.rope_scaling_factor;
   }

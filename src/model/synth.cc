@@ -50,8 +50,11 @@ const std::vector<SynthPreset> kPresets = {
     // Test shapes: each family's quirks at a size a test writes in a second. Qwen3's heads are
     // wider than the hidden size (4 x 128 > 256) and normed per head; Gemma 3's six layers hold
     // five sliding-window ones and a global one, with a window shorter than the test sequences.
+    {"phi-3-mini", make_config("phi3", 32, 3072, 8192, 32, 32, 96, 32064, 4096, 10000, false)},
     {"qwen3-tiny", make_config("qwen3", 3, 256, 768, 4, 2, 128, 151936, 4096, 1000000, true)},
     {"gemma3-tiny", make_config("gemma3", 6, 256, 768, 4, 1, 128, 262144, 4096, 1000000, true, 32)},
+    // Phi-3's fused Q/K/V and gate/up tensors, here with grouped K/V heads (Phi-3-medium's).
+    {"phi-3-tiny", make_config("phi3", 3, 256, 768, 4, 2, 64, 32064, 4096, 10000, false)},
 };
 
 struct TypeRule {
@@ -172,9 +175,13 @@ void write_synthetic_model(const SynthOptions& o,
     const std::string p = "blk." + std::to_string(l) + ".";
     const DType vd = kquant_mix_more_bits(l, c.num_layers) ? rule.more : rule.base;
     vec(p + "attn_norm.weight", hidden, 0);
-    matrix(p + "attn_q.weight", rule.base, q_dim, hidden);
-    matrix(p + "attn_k.weight", rule.base, kv_dim, hidden);
-    matrix(p + "attn_v.weight", rule.file_type == 15 || rule.file_type == 17 ? vd : rule.base, kv_dim, hidden);
+    if (arch.fused_qkv) {
+      matrix(p + "attn_qkv.weight", rule.base, q_dim + 2 * kv_dim, hidden);
+    } else {
+      matrix(p + "attn_q.weight", rule.base, q_dim, hidden);
+      matrix(p + "attn_k.weight", rule.base, kv_dim, hidden);
+      matrix(p + "attn_v.weight", rule.file_type == 15 || rule.file_type == 17 ? vd : rule.base, kv_dim, hidden);
+    }
     matrix(p + "attn_output.weight", rule.base, hidden, q_dim);
     if (arch.qkv_bias) {
       vec(p + "attn_q.bias", q_dim, s);
@@ -187,8 +194,12 @@ void write_synthetic_model(const SynthOptions& o,
     }
     if (arch.post_norms) vec(p + "post_attention_norm.weight", hidden, 0);
     vec(p + "ffn_norm.weight", hidden, 0);
-    matrix(p + "ffn_gate.weight", rule.base, ff, hidden);
-    matrix(p + "ffn_up.weight", rule.base, ff, hidden);
+    if (arch.fused_gate_up) {
+      matrix(p + "ffn_up.weight", rule.base, 2 * ff, hidden);
+    } else {
+      matrix(p + "ffn_gate.weight", rule.base, ff, hidden);
+      matrix(p + "ffn_up.weight", rule.base, ff, hidden);
+    }
     matrix(p + "ffn_down.weight", rule.file_type == 15 || rule.file_type == 17 ? vd : rule.base, hidden, ff);
     if (arch.post_norms) vec(p + "post_ffw_norm.weight", hidden, 0);
   }

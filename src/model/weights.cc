@@ -21,7 +21,8 @@ std::string gguf_tensor_name(const std::string& hf) {
       {"self_attn.o_proj", "attn_output"},      {"self_attn.q_norm", "attn_q_norm"},
       {"self_attn.k_norm", "attn_k_norm"},      {"post_attention_layernorm", "ffn_norm"},
       {"mlp.gate_proj", "ffn_gate"},            {"mlp.up_proj", "ffn_up"},
-      {"mlp.down_proj", "ffn_down"},
+      {"mlp.down_proj", "ffn_down"},          {"self_attn.qkv_proj", "attn_qkv"},
+      {"mlp.gate_up_proj", "ffn_up"},
   };
   const std::string prefix = "model.layers.";
   if (hf.rfind(prefix, 0) != 0) return hf;
@@ -53,19 +54,24 @@ const TensorRef& TensorLookup::get(const std::string& name) const {
 }
 
 WeightMatrix TensorLookup::matrix(const std::string& name, int64_t rows, int64_t cols) const {
+  return matrix_rows(name, 0, rows, rows, cols);
+}
+
+WeightMatrix TensorLookup::matrix_rows(const std::string& name, int64_t first, int64_t rows,
+                                       int64_t total_rows, int64_t cols) const {
   const TensorRef& t = get(name);
   if (t.shape.size() != 2 || static_cast<int64_t>(t.shape[0]) != cols ||
-      static_cast<int64_t>(t.shape[1]) != rows) {
+      static_cast<int64_t>(t.shape[1]) != total_rows) {
     std::string have;
     for (uint64_t d : t.shape) have += (have.empty() ? "" : " x ") + std::to_string(d);
-    fail(source_, ": tensor '", name, "' has shape ", have, ", expected ", cols, " x ", rows);
+    fail(source_, ": tensor '", name, "' has shape ", have, ", expected ", cols, " x ", total_rows);
   }
   WeightMatrix w;
   w.type = t.type;
   w.rows = rows;
   w.cols = cols;
-  w.data = t.data;
-  w.row_bytes = t.num_bytes / static_cast<uint64_t>(rows);
+  w.row_bytes = t.num_bytes / static_cast<uint64_t>(total_rows);
+  w.data = t.data + static_cast<uint64_t>(first) * w.row_bytes;
   w.id = new_weight_id();
   w.mapped = true;  // TensorRef::data points into the ModelFile's mapping
   matrices_.push_back(w);

@@ -75,6 +75,11 @@ const LogitCase kCases[] = {
      {1e-3, 5e-4, 2e-3},   // m 4.5e-4, 2.5e-4, none
      {},
      {1e-3, 5e-4, 2e-3}},  // m 4.5e-4, 2.5e-4, none
+    // Phi-3's fused Q/K/V and gate/up tensors, read as row ranges of one matrix.
+    {"synth-phi-3-tiny-f32",
+     {5e-6, 2e-6, 1e-5},   // m 9.3e-7, 6.4e-7, none
+     {},
+     {5e-6, 2e-6, 1e-5}},  // m 7.8e-7, 5.9e-7, none
 };
 
 struct Stats {
@@ -140,13 +145,18 @@ void check(const std::string& what, const Stats& s, const Bounds& b) {
             << " position " << s.worst_position << " token " << s.worst_token << ": "
             << s.worst_pagoda << " against " << s.worst_oracle << "); mean " << mean << " (bound "
             << b.mean_diff << "); " << s.disagreement_gaps.size() << " top-1 disagreements";
-  for (double g : s.disagreement_gaps) std::cerr << " [gap " << g << "]";
+  for (size_t i = 0; i < std::min<size_t>(s.disagreement_gaps.size(), 12); ++i) {
+    std::cerr << " [gap " << s.disagreement_gaps[i] << "]";
+  }
+  if (s.disagreement_gaps.size() > 12) std::cerr << " ...";
   std::cerr << " (near-tie " << b.near_tie << ")\n";
   EXPECT_LE(s.max_diff, b.max_diff) << what;
   EXPECT_LE(mean, b.mean_diff) << what;
-  for (double g : s.disagreement_gaps) {
-    EXPECT_LT(g, b.near_tie) << what << ": pagoda's best token differs where the oracle leads by " << g;
-  }
+  const double widest = s.disagreement_gaps.empty()
+                            ? 0
+                            : *std::max_element(s.disagreement_gaps.begin(), s.disagreement_gaps.end());
+  EXPECT_LT(widest, b.near_tie) << what << ": pagoda's best token differs where the oracle leads by "
+                                << widest;
 }
 
 class LogitsPeer : public ::testing::TestWithParam<LogitCase> {};

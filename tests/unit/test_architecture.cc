@@ -30,11 +30,11 @@ TEST(Architecture, EveryNameResolvesToOneFamily) {
   EXPECT_EQ(find_architecture("mistral")->name, "llama");
   EXPECT_EQ(find_hf_architecture("gemma3_text")->name, "gemma3");
   EXPECT_EQ(find_architecture("gpt-neox"), nullptr);
-  EXPECT_EQ(find_hf_architecture("phi3"), nullptr);
+  EXPECT_EQ(find_hf_architecture("phi3")->name, "phi3");
 }
 
 TEST(Architecture, UnknownFamilyNamesTheSupportedOnes) {
-  EXPECT_EQ(supported_architectures(), "llama, mistral, qwen2, qwen3, gemma3");
+  EXPECT_EQ(supported_architectures(), "llama, mistral, qwen2, qwen3, phi3, gemma3");
   ModelConfig c;
   c.architecture = "falcon";
   try {
@@ -43,7 +43,7 @@ TEST(Architecture, UnknownFamilyNamesTheSupportedOnes) {
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(),
                  "x.gguf: architecture 'falcon' is not supported (supported: llama, mistral, qwen2, "
-                 "qwen3, gemma3)");
+                 "qwen3, phi3, gemma3)");
   }
 }
 

@@ -175,23 +175,27 @@ TEST(Estimate, RealFileWeightsAreTheTensorBytes) {
 
 // The preset arithmetic and pagoda synth's writer must list the same tensors at the same types:
 // write smollm2-135m as Q4_K_M (its 576-wide rows exercise the K-quant fallbacks, its tied
-// embeddings the missing output.weight) and compare with the estimate of the same shape.
+// embeddings the missing output.weight) and each family's test shape (Qwen3's and Gemma 3's
+// extra norms, Phi-3's fused tensors and untied output), and compare with their estimates.
 TEST(Estimate, PresetBytesEqualASynthesizedFile) {
   PAGODA_SHARED_OR_SKIP(vocab, "testdata/vocab/ggml-vocab-gpt-2.gguf");
-  const std::string out = test::temp_dir() + "/smol.gguf";
-  SynthOptions o;
-  o.preset = "smollm2-135m";
-  o.type = "q4_k_m";
-  o.vocab_path = vocab;
-  o.output_path = out;
-  write_synthetic_model(o, nullptr);
-  auto file = ModelFile::open(out);
-  ModelConfig c = preset("smollm2-135m");
-  c.vocab_size = file->config().vocab_size;  // the copied vocabulary's size
-  const WeightEstimate estimated = estimate_weights(c, "q4_k_m");
-  const WeightEstimate actual = file_weights(*file);
-  EXPECT_EQ(estimated.num_parameters, actual.num_parameters);
-  EXPECT_EQ(estimated.num_bytes, actual.num_bytes);
+  for (const char* shape : {"smollm2-135m", "qwen3-tiny", "gemma3-tiny", "phi-3-tiny"}) {
+    SCOPED_TRACE(shape);
+    const std::string out = test::temp_dir() + "/" + shape + ".gguf";
+    SynthOptions o;
+    o.preset = shape;
+    o.type = "q4_k_m";
+    o.vocab_path = vocab;
+    o.output_path = out;
+    write_synthetic_model(o, nullptr);
+    auto file = ModelFile::open(out);
+    ModelConfig c = preset(shape);
+    c.vocab_size = file->config().vocab_size;  // the copied vocabulary's size
+    const WeightEstimate estimated = estimate_weights(c, "q4_k_m");
+    const WeightEstimate actual = file_weights(*file);
+    EXPECT_EQ(estimated.num_parameters, actual.num_parameters);
+    EXPECT_EQ(estimated.num_bytes, actual.num_bytes);
+  }
 }
 
 }  // namespace
