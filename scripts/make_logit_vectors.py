@@ -21,7 +21,8 @@ top 20), the yardstick for pagoda's CPU backend against exact math.
 
 Models: the three that scripts/setup installs (Gemma 3, Llama / SmolLM2, Qwen2 with biases) and
 synthetic files (`pagoda synth`, F32 weights, a small vocabulary) that cover Qwen3's per-head Q/K
-norm, Gemma 3's sliding window and Phi-3's fused tensors without a download. A test writes the same
+norm, Gemma 3's sliding window, Phi-3's fused tensors and Mixtral's and Qwen3-MoE's routed
+experts without a download. A test writes the same
 synthetic file again (synth is seeded and thread-count independent) and reads these vectors.
 """
 import json
@@ -67,6 +68,11 @@ MODELS = {
                                        "vocab": "models/stories260K.gguf"}, "texts": [PROSE, CODE]},
     "synth-gemma3-tiny-f32": {"synth": {"like": "gemma3-tiny", "type": "f32", "seed": 1,
                                         "vocab": "models/stories260K.gguf"}, "texts": [PROSE, CODE]},
+    "synth-mixtral-tiny-f32": {"synth": {"like": "mixtral-tiny", "type": "f32", "seed": 1,
+                                         "vocab": "models/stories260K.gguf"}, "texts": [PROSE, CODE]},
+    "synth-qwen3-moe-tiny-f32": {"synth": {"like": "qwen3-moe-tiny", "type": "f32", "seed": 1,
+                                           "vocab": "models/stories260K.gguf"},
+                                 "texts": [PROSE, CODE]},
     # Phi-3's own vocabulary: llama.cpp sets attributes on its special tokens by the model name.
     "synth-phi-3-tiny-f32": {"synth": {"like": "phi-3-tiny", "type": "f32", "seed": 1,
                                        "vocab": "testdata/vocab/ggml-vocab-phi-3.gguf"},

@@ -282,13 +282,19 @@ WeightEstimate estimate_weights(const ModelConfig& c, const std::string& weights
     }
     if (arch.post_norms) vec(hidden);  // post_attention_norm
     vec(hidden);                                  // ffn_norm
-    if (arch.fused_gate_up) {
+    if (c.num_experts) {  // the router, then each expert's gate, up and down stacked
+      const uint64_t eff = c.expert_ffn_size(), e = c.num_experts;
+      gguf_matrix(TensorKind::kLayer, DType::kF32, e, hidden);
+      layer_matrix(tail, rule->base, eff * e, hidden);
+      layer_matrix(tail, rule->base, eff * e, hidden);
+      layer_matrix(tail, mixed, hidden * e, eff);
+    } else if (arch.fused_gate_up) {
       layer_matrix(tail, rule->base, 2 * ffn, hidden);  // ffn_up holding the gate too
     } else {
       layer_matrix(tail, rule->base, ffn, hidden);  // ffn_gate
       layer_matrix(tail, rule->base, ffn, hidden);  // ffn_up
     }
-    layer_matrix(tail, mixed, hidden, ffn);       // ffn_down
+    if (!c.num_experts) layer_matrix(tail, mixed, hidden, ffn);  // ffn_down
     if (arch.post_norms) vec(hidden);  // post_ffw_norm
   }
   vec(hidden);  // output_norm

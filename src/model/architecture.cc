@@ -49,6 +49,13 @@ std::vector<Architecture> make_table() {
   qwen3.load = load_llama;
   t.push_back(qwen3);
 
+  Architecture qwen3moe;
+  qwen3moe.name = "qwen3moe";
+  qwen3moe.hf_model_types = {"qwen3_moe"};
+  qwen3moe.qk_norm = true;
+  qwen3moe.load = load_llama;
+  t.push_back(qwen3moe);
+
   Architecture phi3;
   phi3.name = "phi3";
   phi3.hf_model_types = {"phi3"};

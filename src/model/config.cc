@@ -15,6 +15,9 @@ void ModelConfig::validate(const std::string& source) const {
   need(num_heads, "the attention head count");
   need(num_kv_heads, "the KV head count");
   need(head_dim, "the head size");
+  if (num_experts != 0 && (num_experts_used == 0 || num_experts_used > num_experts)) {
+    fail(source, ": ", num_experts_used, " experts used per token of ", num_experts);
+  }
   if (num_heads % num_kv_heads != 0) {
     fail(source, ": ", num_heads, " attention heads are not a multiple of ", num_kv_heads,
          " KV heads");
@@ -52,6 +55,11 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   c.rope_scaling_factor = static_cast<float>(f.try_f64(a + "rope.scaling.factor").value_or(0.0));
   c.sliding_window = u32(a + "attention.sliding_window");
   c.tie_embeddings = !f.tensors().empty() && f.find_tensor("output.weight") == nullptr;
+  c.num_experts = u32(a + "expert_count");
+  c.num_experts_used = u32(a + "expert_used_count");
+  c.expert_intermediate = u32(a + "expert_feed_forward_length");
+  c.expert_gating_sigmoid = u32(a + "expert_gating_func") == 2;  // llama.cpp: 1 softmax, 2 sigmoid
+  if (auto norm = f.try_bool(a + "expert_weights_norm")) c.expert_weights_norm = *norm;
   return c;
 }
 

@@ -32,6 +32,14 @@ struct ModelConfig {
   uint32_t rope_original_context = 8192;
   uint32_t sliding_window = 0;       // 0: every layer attends globally
   bool tie_embeddings = false;
+  // Mixture of experts: 0 experts is a dense feed-forward block.
+  uint32_t num_experts = 0;
+  uint32_t num_experts_used = 0;      // top-k per token
+  uint32_t expert_intermediate = 0;   // each expert's FFN size (0: intermediate_size)
+  bool expert_gating_sigmoid = false;  // scores by sigmoid, not softmax over the experts
+  bool expert_weights_norm = true;     // the chosen experts' weights divided by their sum
+
+  uint32_t expert_ffn_size() const { return expert_intermediate ? expert_intermediate : intermediate_size; }
 
   // K and V for one token across all layers, in bytes, at `bytes_per_element` (2 for F16).
   // Counts KV heads, so grouped-query attention is counted right.

@@ -135,6 +135,12 @@ ModelConfig config_from_hf_json(const std::string& json_text, const std::string&
   if (auto eps = r.number("rms_norm_eps")) c.rms_norm_eps = static_cast<float>(*eps);
   if (auto theta = r.number("rope_theta")) c.rope_theta = static_cast<float>(*theta);
   read_rope_scaling(r, c);
+  for (const char* key : {"num_local_experts", "num_experts"}) {
+    if (r.u32(key).value_or(0) > 1) {
+      fail(source, ": a mixture-of-experts checkpoint (", key, " = ", *r.u32(key),
+           "): run it from a GGUF file, whose experts are stacked");
+    }
+  }
   set(c.sliding_window, r.u32("sliding_window"));
   // Qwen2/3 write a window size but only use it when this flag is set.
   if (!r.boolean("use_sliding_window").value_or(true)) c.sliding_window = 0;

@@ -1,5 +1,6 @@
-// The Llama family: Llama 2/3, Mistral, TinyLlama, SmolLM, stories (llama), Qwen2 (Q/K/V
-// biases) and Qwen3 (per-head Q/K RMSNorm). Optional tensors switch those parts on; the step
+// The Llama family: Llama 2/3, Mistral, Mixtral, TinyLlama, SmolLM, stories (llama), Qwen2 (Q/K/V
+// biases), Qwen3 (per-head Q/K RMSNorm), Qwen3-MoE and Phi-3 (fused Q/K/V and gate/up). Optional
+// tensors and the architecture table switch those parts on; the step
 // is one straight line over named buffers.
 #include <cmath>
 
@@ -8,6 +9,7 @@
 #include "model/architecture.h"
 #include "model/model.h"
 #include "model/model_file.h"
+#include "model/moe.h"
 #include "model/weights.h"
 
 namespace pagoda {
@@ -20,6 +22,7 @@ struct LayerWeights {
   std::vector<float> q_norm, k_norm;            // Qwen3: [hd]; else empty
   std::vector<float> ffn_norm;                  // [hidden]
   WeightMatrix w_gate, w_up, w_down;            // [ff, hidden], [ff, hidden], [hidden, ff]
+  MoeWeights moe;                               // mixture of experts instead: Mixtral, Qwen3-MoE
 };
 
 class LlamaModel final : public Model {
@@ -37,6 +40,7 @@ class LlamaModel final : public Model {
   std::vector<float> rope_freq_factors_;
 
   Activations act_;
+  MoeScratch moe_scratch_;
 };
 
 LlamaModel::LlamaModel(const ModelFile& file) {
@@ -79,7 +83,9 @@ LlamaModel::LlamaModel(const ModelFile& file) {
       L.k_norm = w.vector(p + "attn_k_norm.weight", c.head_dim);
     }
     L.ffn_norm = w.vector(p + "ffn_norm.weight", hidden);
-    if (arch.fused_gate_up) {  // ffn_up holds the gate's rows, then the up projection's
+    if (c.num_experts) {
+      L.moe = load_moe(w, p, c);
+    } else if (arch.fused_gate_up) {  // ffn_up holds the gate's rows, then the up projection's
       const int64_t ff = c.intermediate_size;
       L.w_gate = w.matrix_rows(p + "ffn_up.weight", 0, ff, 2 * ff, hidden);
       L.w_up = w.matrix_rows(p + "ffn_up.weight", ff, ff, 2 * ff, hidden);
@@ -87,7 +93,7 @@ LlamaModel::LlamaModel(const ModelFile& file) {
       L.w_gate = w.matrix(p + "ffn_gate.weight", c.intermediate_size, hidden);
       L.w_up = w.matrix(p + "ffn_up.weight", c.intermediate_size, hidden);
     }
-    L.w_down = w.matrix(p + "ffn_down.weight", hidden, c.intermediate_size);
+    if (!c.num_experts) L.w_down = w.matrix(p + "ffn_down.weight", hidden, c.intermediate_size);
     layers_.push_back(std::move(L));
   }
   output_norm_ = w.vector("output_norm.weight", hidden);
@@ -156,6 +162,10 @@ void LlamaModel::forward(Backend& be, const ForwardBatch& batch, KvStorage& kv,
     be.add(act_.x.data(), act_.h.data(), m * hidden);
 
     be.rms_norm(act_.x.data(), L.ffn_norm.data(), m, hidden, c.rms_norm_eps, act_.h.data());
+    if (c.num_experts) {
+      moe_ffn(be, L.moe, c, act_.h.data(), m, moe_scratch_, act_.x.data());
+      continue;
+    }
     be.matmul_many({{&L.w_gate, act_.gate.data()}, {&L.w_up, act_.up.data()}}, act_.h.data(), m);
     be.silu_mul(act_.gate.data(), act_.up.data(), m * ff, act_.gate.data());
     be.matmul(L.w_down, act_.gate.data(), m, act_.h.data());

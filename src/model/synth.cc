@@ -34,6 +34,14 @@ ModelConfig make_config(const char* arch, uint32_t layers, uint32_t hidden, uint
   return c;
 }
 
+SynthPreset moe_config(const char* name, ModelConfig c, uint32_t experts, uint32_t used,
+                       uint32_t expert_ff) {
+  c.num_experts = experts;
+  c.num_experts_used = used;
+  c.expert_intermediate = expert_ff;
+  return {name, c};
+}
+
 // Shapes from each model's published config.json.
 const std::vector<SynthPreset> kPresets = {
     {"llama-3.2-1b", make_config("llama", 16, 2048, 8192, 32, 8, 64, 128256, 131072, 500000, true)},
@@ -53,6 +61,11 @@ const std::vector<SynthPreset> kPresets = {
     {"phi-3-mini", make_config("phi3", 32, 3072, 8192, 32, 32, 96, 32064, 4096, 10000, false)},
     {"qwen3-tiny", make_config("qwen3", 3, 256, 768, 4, 2, 128, 151936, 4096, 1000000, true)},
     {"gemma3-tiny", make_config("gemma3", 6, 256, 768, 4, 1, 128, 262144, 4096, 1000000, true, 32)},
+    moe_config("mixtral-8x7b", make_config("llama", 32, 4096, 14336, 32, 8, 128, 32000, 32768, 1000000, false), 8, 2, 0),
+    moe_config("qwen3-moe-30b-a3b", make_config("qwen3moe", 48, 2048, 6144, 32, 4, 128, 151936, 40960, 1000000, false), 128, 8, 768),
+    // Mixtral's and Qwen3-MoE's routing at test size: 8 experts, 2 used per token.
+    moe_config("mixtral-tiny", make_config("llama", 3, 256, 512, 4, 2, 64, 32000, 4096, 1000000, false), 8, 2, 0),
+    moe_config("qwen3-moe-tiny", make_config("qwen3moe", 3, 256, 768, 4, 2, 128, 151936, 4096, 1000000, true), 8, 2, 256),
     // Phi-3's fused Q/K/V and gate/up tensors, here with grouped K/V heads (Phi-3-medium's).
     {"phi-3-tiny", make_config("phi3", 3, 256, 768, 4, 2, 64, 32064, 4096, 10000, false)},
 };
@@ -158,6 +171,11 @@ void write_synthetic_model(const SynthOptions& o,
   w.add_f32(a + "attention.layer_norm_rms_epsilon", c.rms_norm_eps);
   w.add_u32(a + "vocab_size", c.vocab_size);
   if (c.sliding_window) w.add_u32(a + "attention.sliding_window", c.sliding_window);
+  if (c.num_experts) {
+    w.add_u32(a + "expert_count", c.num_experts);
+    w.add_u32(a + "expert_used_count", c.num_experts_used);
+    w.add_u32(a + "expert_feed_forward_length", c.expert_ffn_size());
+  }
   copy_vocab(*vocab, w);
 
   const uint64_t hidden = c.hidden_size, ff = c.intermediate_size, vocab_size = c.vocab_size;
@@ -166,6 +184,10 @@ void write_synthetic_model(const SynthOptions& o,
   std::vector<Planned> plan;
   auto matrix = [&](std::string name, DType type, uint64_t rows, uint64_t cols) {
     plan.push_back({std::move(name), quant_fallback_type(type, cols), {cols, rows}, s});
+  };
+  // Stacked experts: [cols, rows, experts] in GGUF order.
+  auto experts = [&](std::string name, DType type, uint64_t rows, uint64_t cols) {
+    plan.push_back({std::move(name), quant_fallback_type(type, cols), {cols, rows, c.num_experts}, s});
   };
   auto vec = [&](std::string name, uint64_t n, float scale) {
     plan.push_back({std::move(name), DType::kF32, {n}, scale});
@@ -194,25 +216,38 @@ void write_synthetic_model(const SynthOptions& o,
     }
     if (arch.post_norms) vec(p + "post_attention_norm.weight", hidden, 0);
     vec(p + "ffn_norm.weight", hidden, 0);
-    if (arch.fused_gate_up) {
+    if (c.num_experts) {
+      const uint64_t eff = c.expert_ffn_size();
+      matrix(p + "ffn_gate_inp.weight", DType::kF32, c.num_experts, hidden);  // the router
+      experts(p + "ffn_gate_exps.weight", rule.base, eff, hidden);
+      experts(p + "ffn_up_exps.weight", rule.base, eff, hidden);
+      experts(p + "ffn_down_exps.weight", rule.file_type == 15 || rule.file_type == 17 ? vd : rule.base, hidden, eff);
+    } else if (arch.fused_gate_up) {
       matrix(p + "ffn_up.weight", rule.base, 2 * ff, hidden);
     } else {
       matrix(p + "ffn_gate.weight", rule.base, ff, hidden);
       matrix(p + "ffn_up.weight", rule.base, ff, hidden);
     }
-    matrix(p + "ffn_down.weight", rule.file_type == 15 || rule.file_type == 17 ? vd : rule.base, hidden, ff);
+    if (!c.num_experts) {
+      matrix(p + "ffn_down.weight", rule.file_type == 15 || rule.file_type == 17 ? vd : rule.base, hidden, ff);
+    }
     if (arch.post_norms) vec(p + "post_ffw_norm.weight", hidden, 0);
   }
   vec("output_norm.weight", hidden, 0);
   if (!c.tie_embeddings) matrix("output.weight", rule.more, vocab_size, hidden);
 
   uint64_t total = 0;
-  for (const auto& t : plan) total += row_bytes(t.type, static_cast<int64_t>(t.shape[0])) * (t.shape.size() > 1 ? t.shape[1] : 1);
+  auto rows_of = [](const Planned& t) {  // every dimension after the first
+    uint64_t rows = 1;
+    for (size_t d = 1; d < t.shape.size(); ++d) rows *= t.shape[d];
+    return rows;
+  };
+  for (const auto& t : plan) total += row_bytes(t.type, static_cast<int64_t>(t.shape[0])) * rows_of(t);
   auto written = std::make_shared<uint64_t>(0);
   const int threads = o.num_threads > 0 ? o.num_threads : omp_get_num_procs();
   for (size_t ti = 0; ti < plan.size(); ++ti) {
     const Planned t = plan[ti];
-    const uint64_t cols = t.shape[0], rows = t.shape.size() > 1 ? t.shape[1] : 1;
+    const uint64_t cols = t.shape[0], rows = rows_of(t);
     const uint64_t rb = row_bytes(t.type, static_cast<int64_t>(cols));
     const uint64_t seed = o.seed * 0x9E3779B97F4A7C15ull + ti * 0xD1B54A32D192ED03ull;
     w.add_tensor(t.name, t.type, t.shape, [=](GgufWriter::Sink& sink) {

@@ -60,8 +60,11 @@ WeightMatrix TensorLookup::matrix(const std::string& name, int64_t rows, int64_t
 WeightMatrix TensorLookup::matrix_rows(const std::string& name, int64_t first, int64_t rows,
                                        int64_t total_rows, int64_t cols) const {
   const TensorRef& t = get(name);
-  if (t.shape.size() != 2 || static_cast<int64_t>(t.shape[0]) != cols ||
-      static_cast<int64_t>(t.shape[1]) != total_rows) {
+  // A 3-D tensor (stacked experts: [cols, rows, experts]) is rows x experts rows of cols.
+  const int64_t stored_rows = t.shape.size() == 2   ? static_cast<int64_t>(t.shape[1])
+                              : t.shape.size() == 3 ? static_cast<int64_t>(t.shape[1] * t.shape[2])
+                                                    : -1;
+  if (stored_rows != total_rows || static_cast<int64_t>(t.shape[0]) != cols) {
     std::string have;
     for (uint64_t d : t.shape) have += (have.empty() ? "" : " x ") + std::to_string(d);
     fail(source_, ": tensor '", name, "' has shape ", have, ", expected ", cols, " x ", total_rows);

@@ -19,7 +19,8 @@ class TensorLookup {
   // A 2-D matrix [rows, cols]; throws Error naming the tensor when absent or of another shape.
   WeightMatrix matrix(const std::string& gguf_name, int64_t rows, int64_t cols) const;
   // Rows [first, first + rows) of a matrix of `total_rows` x `cols`, as a matrix of its own: a
-  // view, for fused tensors (Phi-3's attn_qkv holds Q, K and V; its ffn_up the gate and up).
+  // view, for fused tensors (Phi-3's attn_qkv holds Q, K and V; its ffn_up the gate and up) and
+  // stacked experts (a 3-D tensor's experts one after the other).
   WeightMatrix matrix_rows(const std::string& gguf_name, int64_t first, int64_t rows,
                            int64_t total_rows, int64_t cols) const;
   // A 1-D tensor of `size` elements converted to float (norm weights, biases).

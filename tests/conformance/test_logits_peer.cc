@@ -75,6 +75,15 @@ const LogitCase kCases[] = {
      {1e-3, 5e-4, 2e-3},   // m 4.5e-4, 2.5e-4, none
      {},
      {1e-3, 5e-4, 2e-3}},  // m 4.5e-4, 2.5e-4, none
+    // Routed experts: 8, two used per token, softmax gating, weights normalized.
+    {"synth-mixtral-tiny-f32",
+     {5e-6, 1e-6, 1e-5},   // m 7.1e-7, 3.0e-7, none
+     {},
+     {5e-6, 1e-6, 1e-5}},  // m 6.8e-7, 2.5e-7, none
+    {"synth-qwen3-moe-tiny-f32",
+     {5e-6, 1e-6, 1e-5},   // m 8.5e-7, 3.8e-7, none
+     {},
+     {5e-6, 1e-6, 1e-5}},  // m 7.6e-7, 3.2e-7, none
     // Phi-3's fused Q/K/V and gate/up tensors, read as row ranges of one matrix.
     {"synth-phi-3-tiny-f32",
      {5e-6, 2e-6, 1e-5},   // m 9.3e-7, 6.4e-7, none

@@ -34,7 +34,7 @@ TEST(Architecture, EveryNameResolvesToOneFamily) {
 }
 
 TEST(Architecture, UnknownFamilyNamesTheSupportedOnes) {
-  EXPECT_EQ(supported_architectures(), "llama, mistral, qwen2, qwen3, phi3, gemma3");
+  EXPECT_EQ(supported_architectures(), "llama, mistral, qwen2, qwen3, qwen3moe, phi3, gemma3");
   ModelConfig c;
   c.architecture = "falcon";
   try {
@@ -43,7 +43,7 @@ TEST(Architecture, UnknownFamilyNamesTheSupportedOnes) {
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(),
                  "x.gguf: architecture 'falcon' is not supported (supported: llama, mistral, qwen2, "
-                 "qwen3, phi3, gemma3)");
+                 "qwen3, qwen3moe, phi3, gemma3)");
   }
 }
 

@@ -176,10 +176,12 @@ TEST(Estimate, RealFileWeightsAreTheTensorBytes) {
 // The preset arithmetic and pagoda synth's writer must list the same tensors at the same types:
 // write smollm2-135m as Q4_K_M (its 576-wide rows exercise the K-quant fallbacks, its tied
 // embeddings the missing output.weight) and each family's test shape (Qwen3's and Gemma 3's
-// extra norms, Phi-3's fused tensors and untied output), and compare with their estimates.
+// extra norms, Phi-3's fused tensors and untied output, the MoE shapes' router and stacked
+// experts), and compare with their estimates.
 TEST(Estimate, PresetBytesEqualASynthesizedFile) {
   PAGODA_SHARED_OR_SKIP(vocab, "testdata/vocab/ggml-vocab-gpt-2.gguf");
-  for (const char* shape : {"smollm2-135m", "qwen3-tiny", "gemma3-tiny", "phi-3-tiny"}) {
+  for (const char* shape : {"smollm2-135m", "qwen3-tiny", "gemma3-tiny", "phi-3-tiny", "mixtral-tiny",
+                            "qwen3-moe-tiny"}) {
     SCOPED_TRACE(shape);
     const std::string out = test::temp_dir() + "/" + shape + ".gguf";
     SynthOptions o;

@@ -1,0 +1,93 @@
+#include "model/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "model/weights.h"
+
+namespace pagoda {
+
+MoeWeights load_moe(const TensorLookup& w, const std::string& p, const ModelConfig& c) {
+  const int64_t experts = c.num_experts, hidden = c.hidden_size, ff = c.expert_ffn_size();
+  MoeWeights m;
+  m.router = w.matrix(p + "ffn_gate_inp.weight", experts, hidden);
+  for (int64_t e = 0; e < experts; ++e) {
+    m.gate.push_back(w.matrix_rows(p + "ffn_gate_exps.weight", e * ff, ff, experts * ff, hidden));
+    m.up.push_back(w.matrix_rows(p + "ffn_up_exps.weight", e * ff, ff, experts * ff, hidden));
+    m.down.push_back(w.matrix_rows(p + "ffn_down_exps.weight", e * hidden, hidden, experts * hidden, ff));
+  }
+  return m;
+}
+
+Routing route(const float* logits, int64_t tokens, const ModelConfig& c) {
+  const int64_t experts = c.num_experts, used = c.num_experts_used;
+  Routing r;
+  r.experts.resize(static_cast<size_t>(tokens * used));
+  r.weights.resize(r.experts.size());
+  std::vector<float> score(static_cast<size_t>(experts));
+  std::vector<int32_t> order(static_cast<size_t>(experts));
+  for (int64_t t = 0; t < tokens; ++t) {
+    const float* l = logits + t * experts;
+    if (c.expert_gating_sigmoid) {
+      for (int64_t e = 0; e < experts; ++e) score[e] = 1.0f / (1.0f + std::exp(-l[e]));
+    } else {
+      const float top = *std::max_element(l, l + experts);
+      float sum = 0;
+      for (int64_t e = 0; e < experts; ++e) sum += score[e] = std::exp(l[e] - top);
+      for (int64_t e = 0; e < experts; ++e) score[e] /= sum;
+    }
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + used, order.end(), [&](int32_t a, int32_t b) {
+      return score[a] != score[b] ? score[a] > score[b] : a < b;
+    });
+    float total = 0;
+    for (int64_t k = 0; k < used; ++k) total += score[order[k]];
+    for (int64_t k = 0; k < used; ++k) {
+      r.experts[t * used + k] = order[k];
+      r.weights[t * used + k] = c.expert_weights_norm ? score[order[k]] / total : score[order[k]];
+    }
+  }
+  return r;
+}
+
+void moe_ffn(Backend& be, const MoeWeights& w, const ModelConfig& c, const float* x,
+             int64_t tokens, MoeScratch& s, float* residual) {
+  const int64_t experts = c.num_experts, used = c.num_experts_used;
+  const int64_t hidden = c.hidden_size, ff = c.expert_ffn_size();
+  s.logits.resize(static_cast<size_t>(tokens * experts));
+  be.matmul(w.router, x, tokens, s.logits.data());
+  const Routing r = route(s.logits.data(), tokens, c);
+
+  std::vector<int64_t> rows;
+  std::vector<float> weights;
+  for (int64_t e = 0; e < experts; ++e) {
+    rows.clear();
+    weights.clear();
+    for (int64_t i = 0; i < tokens * used; ++i) {
+      if (r.experts[i] == e) {
+        rows.push_back(i / used);
+        weights.push_back(r.weights[i]);
+      }
+    }
+    const auto n = static_cast<int64_t>(rows.size());
+    if (n == 0) continue;
+    s.x.resize(static_cast<size_t>(n * hidden));
+    s.gate.resize(static_cast<size_t>(n * ff));
+    s.up.resize(s.gate.size());
+    s.y.resize(s.x.size());
+    for (int64_t i = 0; i < n; ++i) {
+      std::copy(x + rows[i] * hidden, x + (rows[i] + 1) * hidden, s.x.data() + i * hidden);
+    }
+    be.matmul_many({{&w.gate[e], s.gate.data()}, {&w.up[e], s.up.data()}}, s.x.data(), n);
+    be.silu_mul(s.gate.data(), s.up.data(), n * ff, s.gate.data());
+    be.matmul(w.down[e], s.gate.data(), n, s.y.data());
+    for (int64_t i = 0; i < n; ++i) {
+      float* out = residual + rows[i] * hidden;
+      const float* in = s.y.data() + i * hidden;
+      for (int64_t j = 0; j < hidden; ++j) out[j] += weights[i] * in[j];
+    }
+  }
+}
+
+}  // namespace pagoda

@@ -1,0 +1,45 @@
+// A mixture-of-experts feed-forward block (Mixtral, Qwen3-MoE): a router scores every expert for
+// each token, the token goes through its top-k experts' SwiGLU blocks, and their outputs are
+// summed with the router's weights. In a batch each expert multiplies only the tokens routed to
+// it, gathered into one product, so its weights are read once per step.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "backend/backend.h"
+#include "model/config.h"
+
+namespace pagoda {
+
+class TensorLookup;
+
+struct MoeWeights {
+  WeightMatrix router;                       // [experts, hidden]
+  std::vector<WeightMatrix> gate, up, down;  // per expert: [ff, hidden], [ff, hidden], [hidden, ff]
+};
+
+// Layer `prefix`'s router (ffn_gate_inp) and stacked expert tensors (ffn_{gate,up,down}_exps),
+// each expert a view of its rows.
+MoeWeights load_moe(const TensorLookup& w, const std::string& prefix, const ModelConfig& c);
+
+// The expert choice of each token: `used` experts and their weights, row after row.
+struct Routing {
+  std::vector<int32_t> experts;  // [tokens, used]
+  std::vector<float> weights;    // [tokens, used]
+};
+
+// From router logits [tokens, experts]: softmax (or sigmoid) scores, the `used` best (ties to the
+// lower index), their scores as weights, divided by their sum when the model normalizes them.
+Routing route(const float* logits, int64_t tokens, const ModelConfig& c);
+
+// Buffers moe_ffn grows to the largest batch it has seen.
+struct MoeScratch {
+  std::vector<float> logits, x, gate, up, y;
+};
+
+// Adds the block's output for x[tokens, hidden] to residual[tokens, hidden].
+void moe_ffn(Backend& be, const MoeWeights& w, const ModelConfig& c, const float* x,
+             int64_t tokens, MoeScratch& s, float* residual);
+
+}  // namespace pagoda
