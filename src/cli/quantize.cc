@@ -1,43 +1,139 @@
 // pagoda quantize -i IN.gguf -o OUT.gguf --type TYPE: the same model in another weight type, for
 // comparing types with `pagoda bench quality --ref` (see model/quantize.h).
+//
+// stderr gets one line per tensor (its name, the type change and the round-trip error) and, on
+// a terminal, a bar redrawn in place under them; stdout gets the summary.
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <iostream>
+#include <string>
 
 #include "cli/commands.h"
 #include "cli/format_util.h"
 #include "model/quantize.h"
 
 namespace pagoda::cli {
+namespace {
+
+struct Options {
+  QuantizeOptions quantize;
+  bool quiet = false;
+};
+
+std::string type_name(DType t) { return std::string(dtype_traits(t).name); }
+
+std::string error_text(double error) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3e", error);
+  return buf;
+}
+
+// The per-tensor lines and, on a terminal, the bar; nothing with --quiet.
+class Display {
+ public:
+  explicit Display(bool quiet) : quiet_(quiet), tty_(isatty(STDERR_FILENO) == 1) {}
+
+  void update(const QuantizeProgress& p) {
+    if (quiet_) return;
+    if (p.tensor_done) {
+      if (tty_) std::fputs("\r\033[K", stderr);
+      const int width = static_cast<int>(std::to_string(p.num_tensors).size());
+      std::string what =
+          p.from == p.to ? type_name(p.from) + ", " + human_bytes(p.tensor_bytes_in) + ", copied"
+                         : type_name(p.from) + " -> " + type_name(p.to) + ", " +
+                               human_bytes(p.tensor_bytes_in) + " -> " +
+                               human_bytes(p.tensor_bytes_out) + ", rel. RMS error " +
+                               error_text(p.error) + (p.requantized ? " (requantized)" : "");
+      std::fprintf(stderr, "quantize: [%*zu/%zu] %.*s %s\n", width, p.tensor + 1, p.num_tensors,
+                   static_cast<int>(p.name.size()), p.name.data(), what.c_str());
+    }
+    if (!tty_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (!p.tensor_done && drawn_ && now - last_draw_ < std::chrono::milliseconds(100)) return;
+    last_draw_ = now;
+    drawn_ = true;
+    constexpr int kWidth = 30;
+    const int filled = p.bytes_total ? static_cast<int>(kWidth * static_cast<double>(p.bytes_done) /
+                                                        static_cast<double>(p.bytes_total))
+                                     : kWidth;
+    std::fprintf(stderr, "\r\033[Kquantize [%s%s] tensor %zu/%zu, %s of %s",
+                 std::string(filled, '#').c_str(), std::string(kWidth - filled, '.').c_str(),
+                 p.tensor + 1, p.num_tensors, human_bytes(p.bytes_done).c_str(),
+                 human_bytes(p.bytes_total).c_str());
+    std::fflush(stderr);
+  }
+
+  // Clears the bar; also when quantizing failed part way.
+  ~Display() {
+    if (drawn_) std::fputs("\r\033[K", stderr);
+  }
+
+ private:
+  bool quiet_;
+  bool tty_;
+  bool drawn_ = false;
+  std::chrono::steady_clock::time_point last_draw_;
+};
+
+}  // namespace
 
 Action add_quantize(CLI::App& app) {
-  auto o = std::make_shared<QuantizeOptions>();
+  auto o = std::make_shared<Options>();
+  QuantizeOptions& q = o->quantize;
   auto* cmd = app.add_subcommand("quantize", "Write a GGUF model's weights in another type");
+  cmd->footer(
+      "stderr shows each tensor as it is written: its name, its type in and out, its size in and "
+      "out, and the round trip's relative RMS error ||w - deq(q(w))|| / ||w|| (w: the values "
+      "decoded from the input); on a terminal a bar counts tensors and bytes. stdout gets the "
+      "summary: bytes in and out, and the tensor with the largest error. A tensor the input holds "
+      "quantized that --type would write in another type (f32 aside) is refused (exit 1) unless "
+      "--allow-requantize is given.");
   std::string names;
   for (const auto& n : quantize_type_names()) names += (names.empty() ? "" : " ") + n;
-  cmd->add_option("-i,--input", o->input_path, "GGUF model file")->required();
-  cmd->add_option("-o,--output", o->output_path, "Output GGUF path")->required();
-  cmd->add_option("--type", o->type, "Weight type: " + names)
+  cmd->add_option("-i,--input", q.input_path, "GGUF model file")->required();
+  cmd->add_option("-o,--output", q.output_path, "Output GGUF path")->required();
+  cmd->add_option("--type", q.type, "Weight type: " + names)
       ->required()
       ->check(CLI::IsMember(quantize_type_names()));
-  cmd->add_option("-t,--threads", o->num_threads, "Threads (default: all cores)")
+  cmd->add_option("-t,--threads", q.num_threads, "Threads (default: all cores)")
       ->check(CLI::Range(0, 1024));
+  cmd->add_flag("--allow-requantize", q.allow_requantize,
+                "Requantize tensors the input already holds quantized (any type but F32, F16, "
+                "BF16) into another type; refused without it, as the errors compound (decoding "
+                "them to f32 is exact and always allowed)");
+  cmd->add_flag("-q,--quiet", o->quiet,
+                "No per-tensor lines or progress bar on stderr (warnings and the summary still "
+                "print)");
   return [o] {
-    const bool tty = isatty(STDERR_FILENO);
-    int last_percent = -1;
-    uint64_t total_bytes = 0;
-    quantize_model(*o, [&](uint64_t done, uint64_t total) {
-      total_bytes = total;
-      const int percent = total ? static_cast<int>(100 * done / total) : 100;
-      if (percent != last_percent && tty) {
-        std::fprintf(stderr, "\rquantize: %3d%% of %s", percent, human_bytes(total).c_str());
-        last_percent = percent;
+    const QuantizeOptions& q = o->quantize;
+    if (q.allow_requantize) {
+      const Requantization r = find_requantization(q);
+      if (r.count > 0) {
+        std::fprintf(stderr,
+                     "warning: %s: requantizing %zu already quantized tensor%s (first %s, %s "
+                     "-> %s); the errors compound, and each error reported is against the "
+                     "input's quantized values, not the original weights\n",
+                     q.input_path.c_str(), r.count, r.count == 1 ? "" : "s", r.first.c_str(),
+                     type_name(r.from).c_str(), type_name(r.to).c_str());
       }
-    });
-    if (tty) std::fprintf(stderr, "\n");
-    std::cout << "wrote " << o->output_path << " (" << human_bytes(total_bytes) << " of tensors, "
-              << o->type << ")\n";
+    }
+    QuantizeSummary s;
+    {
+      Display display(o->quiet);
+      s = quantize_model(q, [&](const QuantizeProgress& p) { display.update(p); });
+    }
+    std::cout << "wrote " << q.output_path << " (" << q.type << "): " << s.num_tensors
+              << " tensors, " << human_bytes(s.bytes_in) << " -> " << human_bytes(s.bytes_out)
+              << " (" << s.num_converted << " converted";
+    if (s.num_requantized > 0) std::cout << ", " << s.num_requantized << " of them requantized";
+    std::cout << ", " << s.num_tensors - s.num_converted << " copied)\n";
+    if (!s.worst_name.empty()) {
+      std::cout << "worst tensor: " << s.worst_name << " " << type_name(s.worst_from) << " -> "
+                << type_name(s.worst_to) << ", rel. RMS error " << error_text(s.worst_error)
+                << "\n";
+    }
     return 0;
   };
 }

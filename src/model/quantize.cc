@@ -4,7 +4,9 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <memory>
+#include <cmath>
+#include <functional>
+#include <limits>
 
 #include "core/error.h"
 #include "format/gguf.h"
@@ -89,6 +91,91 @@ DType target_type(const GgufTensorInfo& t, const TypeRule& rule, bool has_output
   return type;
 }
 
+// A tensor already quantized that is written in another type; decoding to F32 is exact.
+bool requantizes(DType from, DType to) {
+  return from != to && is_quantized_type(from) && to != DType::kF32;
+}
+
+// Each tensor's output type, the byte totals, and what would be requantized.
+struct Plan {
+  std::vector<DType> types;
+  uint64_t bytes_in = 0, bytes_out = 0;
+  Requantization requantization;
+};
+
+Plan make_plan(const GgufFile& in, const QuantizeOptions& o, const TypeRule& rule) {
+  const auto arch = in.try_string("general.architecture");
+  const uint32_t num_layers =
+      arch ? static_cast<uint32_t>(in.try_u64(*arch + ".block_count").value_or(0)) : 0;
+  const bool has_output = in.find_tensor("output.weight") != nullptr;
+  Plan plan;
+  for (const auto& t : in.tensors()) {
+    const DType type = target_type(t, rule, has_output, num_layers);
+    if (type != t.type && !can_dequantize(t.type)) {
+      fail(o.input_path, ": tensor ", t.name, ": cannot decode its type ",
+           dtype_traits(t.type).name);
+    }
+    if (type != t.type && !can_quantize(type)) {
+      fail("quantize: cannot encode ", dtype_traits(type).name, " (tensor ", t.name, ")");
+    }
+    if (requantizes(t.type, type)) {
+      Requantization& r = plan.requantization;
+      if (r.count++ == 0) {
+        r.first = t.name;
+        r.from = t.type;
+        r.to = type;
+      }
+    }
+    plan.types.push_back(type);
+    const uint64_t rows = t.num_elements / t.shape[0];
+    plan.bytes_in += t.num_bytes;
+    plan.bytes_out +=
+        type == t.type ? t.num_bytes : row_bytes(type, static_cast<int64_t>(t.shape[0])) * rows;
+  }
+  return plan;
+}
+
+// ‖w − ŵ‖ / ‖w‖ from the two sums of squares.
+double relative_error(double diff2, double ref2) {
+  if (ref2 > 0) return std::sqrt(diff2 / ref2);
+  return diff2 > 0 ? std::numeric_limits<double>::infinity() : 0.0;
+}
+
+// Writes `t` encoded as `type` to `sink` in chunks, calling wrote(bytes) after each; returns
+// the round trip's relative error against the values decoded from `t`.
+double convert_tensor(const GgufTensorInfo& t, DType type, int threads, GgufWriter::Sink& sink,
+                      const std::function<void(uint64_t)>& wrote) {
+  const int64_t cols = static_cast<int64_t>(t.shape[0]);
+  const uint64_t rows = t.num_elements / t.shape[0];
+  const uint64_t in_rb = row_bytes(t.type, cols), out_rb = row_bytes(type, cols);
+  const uint64_t chunk_rows = std::max<uint64_t>(1, (8u << 20) / std::max<uint64_t>(out_rb, 1));
+  std::vector<uint8_t> out;
+  double diff2 = 0, ref2 = 0;
+  for (uint64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
+    const uint64_t n = std::min(chunk_rows, rows - r0);
+    out.resize(n * out_rb);
+#pragma omp parallel num_threads(threads)
+    {
+      std::vector<float> row(static_cast<size_t>(cols)), back(static_cast<size_t>(cols));
+#pragma omp for schedule(static) reduction(+ : diff2, ref2)
+      for (int64_t r = 0; r < static_cast<int64_t>(n); ++r) {
+        dequantize_row(t.type, t.data + (r0 + r) * in_rb, row.data(), cols);
+        uint8_t* dst = out.data() + r * out_rb;
+        quantize_row(type, row.data(), dst, cols);
+        dequantize_row(type, dst, back.data(), cols);
+        for (int64_t c = 0; c < cols; ++c) {
+          const double x = row[c], d = x - back[c];
+          diff2 += d * d;
+          ref2 += x * x;
+        }
+      }
+    }
+    sink.write(out.data(), out.size());
+    wrote(out.size());
+  }
+  return relative_error(diff2, ref2);
+}
+
 }  // namespace
 
 const std::vector<std::string>& quantize_type_names() {
@@ -100,15 +187,31 @@ const std::vector<std::string>& quantize_type_names() {
   return names;
 }
 
-void quantize_model(const QuantizeOptions& o,
-                    const std::function<void(uint64_t, uint64_t)>& progress) {
+bool is_quantized_type(DType type) {
+  return type != DType::kF32 && type != DType::kF16 && type != DType::kBF16;
+}
+
+Requantization find_requantization(const QuantizeOptions& o) {
+  const TypeRule& rule = find_rule(o.type);
+  auto in = GgufFile::open(o.input_path);
+  return make_plan(*in, o, rule).requantization;
+}
+
+QuantizeSummary quantize_model(const QuantizeOptions& o,
+                               const std::function<void(const QuantizeProgress&)>& progress) {
   const TypeRule& rule = find_rule(o.type);
   if (o.output_path.empty()) fail("quantize: give -o OUT.gguf");
   auto in = GgufFile::open(o.input_path);
-  const auto arch = in->try_string("general.architecture");
-  const uint32_t num_layers =
-      arch ? static_cast<uint32_t>(in->try_u64(*arch + ".block_count").value_or(0)) : 0;
-  const bool has_output = in->find_tensor("output.weight") != nullptr;
+  const Plan plan = make_plan(*in, o, rule);
+  if (const Requantization& r = plan.requantization; r.count > 0 && !o.allow_requantize) {
+    const std::string others =
+        r.count > 1 ? str_cat(" (and ", r.count - 1, " more tensor", r.count > 2 ? "s" : "", ")")
+                    : "";
+    fail(o.input_path, ": tensor ", r.first, " is already quantized (", dtype_traits(r.from).name,
+         "); --type ", o.type, " would requantize it to ", dtype_traits(r.to).name, others,
+         ", which loses quality as the errors compound: quantize the F32, F16 or BF16 original, "
+         "or pass --allow-requantize");
+  }
 
   GgufWriter w;
   for (const auto& [key, value] : in->metadata()) {
@@ -121,61 +224,58 @@ void quantize_model(const QuantizeOptions& o,
   w.set_value("general.file_type", GgufWriter::make_uint(GgufType::kUint32, rule.file_type));
   w.set_value("general.quantization_version", GgufWriter::make_uint(GgufType::kUint32, 2));
 
-  uint64_t total = 0;
-  std::vector<DType> types;
-  for (const auto& t : in->tensors()) {
-    const DType type = target_type(t, rule, has_output, num_layers);
-    if (type != t.type && !can_dequantize(t.type)) {
-      fail(o.input_path, ": tensor ", t.name, ": cannot decode its type ",
-           dtype_traits(t.type).name);
-    }
-    if (type != t.type && !can_quantize(type)) {
-      fail("quantize: cannot encode ", dtype_traits(type).name, " (tensor ", t.name, ")");
-    }
-    types.push_back(type);
-    const uint64_t rows = t.num_elements / t.shape[0];
-    total += type == t.type ? t.num_bytes
-                            : row_bytes(type, static_cast<int64_t>(t.shape[0])) * rows;
-  }
-
-  auto written = std::make_shared<uint64_t>(0);
+  QuantizeSummary summary;
+  summary.num_tensors = in->tensors().size();
+  summary.bytes_in = plan.bytes_in;
+  summary.bytes_out = plan.bytes_out;
+  summary.num_requantized = plan.requantization.count;
+  uint64_t written = 0;
   const int threads = o.num_threads > 0 ? o.num_threads : omp_get_num_procs();
+  // The producers run inside w.write() below, while these locals live.
   for (size_t ti = 0; ti < in->tensors().size(); ++ti) {
     const GgufTensorInfo& t = in->tensors()[ti];
-    const DType type = types[ti];
-    if (type == t.type) {
-      w.add_tensor(t.name, t.type, t.shape, [&t, written, total, &progress](GgufWriter::Sink& s) {
-        s.write(t.data, t.num_bytes);
-        *written += t.num_bytes;
-        if (progress) progress(*written, total);
-      });
-      continue;
-    }
+    const DType type = plan.types[ti];
     const int64_t cols = static_cast<int64_t>(t.shape[0]);
-    const uint64_t rows = t.num_elements / t.shape[0];
-    const uint64_t in_rb = row_bytes(t.type, cols), out_rb = row_bytes(type, cols);
-    w.add_tensor(t.name, type, t.shape, [=, &t, &progress](GgufWriter::Sink& sink) {
-      const uint64_t chunk_rows = std::max<uint64_t>(1, (8u << 20) / std::max<uint64_t>(out_rb, 1));
-      std::vector<uint8_t> out;
-      for (uint64_t r0 = 0; r0 < rows; r0 += chunk_rows) {
-        const uint64_t n = std::min(chunk_rows, rows - r0);
-        out.resize(n * out_rb);
-#pragma omp parallel num_threads(threads)
-        {
-          std::vector<float> row(static_cast<size_t>(cols));
-#pragma omp for schedule(static)
-          for (int64_t r = 0; r < static_cast<int64_t>(n); ++r) {
-            dequantize_row(t.type, t.data + (r0 + r) * in_rb, row.data(), cols);
-            quantize_row(type, row.data(), out.data() + r * out_rb, cols);
+    QuantizeProgress p;
+    p.tensor = ti;
+    p.num_tensors = in->tensors().size();
+    p.from = t.type;
+    p.to = type;
+    p.requantized = requantizes(t.type, type);
+    p.tensor_bytes_in = t.num_bytes;
+    p.tensor_bytes_out =
+        type == t.type ? t.num_bytes : row_bytes(type, cols) * (t.num_elements / t.shape[0]);
+    p.bytes_total = plan.bytes_out;
+    if (type != t.type) ++summary.num_converted;
+    w.add_tensor(
+        t.name, type, t.shape,
+        [&t, type, threads, p, &written, &summary, &progress](GgufWriter::Sink& sink) mutable {
+          p.name = t.name;
+          auto wrote = [&](uint64_t bytes) {
+            written += bytes;
+            p.bytes_done = written;
+            if (progress) progress(p);
+          };
+          if (type == t.type) {
+            sink.write(t.data, t.num_bytes);
+            wrote(t.num_bytes);
+          } else {
+            p.error = convert_tensor(t, type, threads, sink, wrote);
+            // A NaN error (a NaN weight) counts as the worst.
+            const double worst = summary.worst_error;
+            if (summary.worst_name.empty() || (!std::isnan(worst) && !(p.error <= worst))) {
+              summary.worst_name = t.name;
+              summary.worst_from = t.type;
+              summary.worst_to = type;
+              summary.worst_error = p.error;
+            }
           }
-        }
-        sink.write(out.data(), out.size());
-        *written += out.size();
-        if (progress) progress(*written, total);
-      }
-    });
+          p.tensor_done = true;
+          if (progress) progress(p);
+        });
   }
   w.write(o.output_path);
+  return summary;
 }
 
 }  // namespace pagoda

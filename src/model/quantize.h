@@ -6,13 +6,19 @@
 // whole number of blocks fall back to a type that fits (see synth.h).
 //
 // This is for comparing weight types of one model (`pagoda bench quality --ref`), not an
-// importance-matrix quantizer: requantizing an already quantized file compounds the error.
+// importance-matrix quantizer. Requantizing an already quantized file compounds the error, so,
+// as llama.cpp does, it is refused unless asked for (allow_requantize); decoding one to F32 is
+// exact and always allowed.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
+
+#include "core/dtype.h"
 
 namespace pagoda {
 
@@ -21,14 +27,63 @@ struct QuantizeOptions {
   std::string output_path;  // the GGUF file to write
   std::string type;         // f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q4_k q4_k_m q5_k_m q6_k
   int num_threads = 0;      // 0 = every core
+  // Write tensors that are already quantized (any type but F32, F16, BF16) in another type
+  // other than F32; without it quantize_model refuses such a file.
+  bool allow_requantize = false;
 };
 
 // The names QuantizeOptions::type accepts, in the order above.
 const std::vector<std::string>& quantize_type_names();
 
-// Writes the file; `progress` (may be empty) is called with (bytes written, total bytes).
-// Throws Error naming the input, the tensor or the type on a problem.
-void quantize_model(const QuantizeOptions& options,
-                    const std::function<void(uint64_t, uint64_t)>& progress);
+// Whether a tensor of this type counts as quantized (anything but F32, F16 and BF16).
+bool is_quantized_type(DType type);
+
+// The already quantized tensors `options` would write in another type, F32 aside (count 0 when
+// none); `first` names the first of them. Throws Error as quantize_model does on a bad input.
+struct Requantization {
+  size_t count = 0;
+  std::string first;
+  DType from = DType::kF32, to = DType::kF32;
+};
+Requantization find_requantization(const QuantizeOptions& options);
+
+// Where quantize_model stands, for a progress display. It is reported as each tensor's bytes
+// are written (tensor_done false), and once more when a tensor is complete (tensor_done true,
+// `error` set).
+struct QuantizeProgress {
+  size_t tensor = 0;  // the tensor being written, 0-based, in file order
+  size_t num_tensors = 0;
+  std::string_view name;
+  DType from = DType::kF32;  // its type in the input
+  DType to = DType::kF32;    // its type in the output; `from` when copied as it is
+  bool requantized = false;  // already quantized, and written in another type (not F32)
+  uint64_t tensor_bytes_in = 0, tensor_bytes_out = 0;
+  uint64_t bytes_done = 0;   // output tensor bytes written so far, this tensor's included
+  uint64_t bytes_total = 0;  // output tensor bytes in all
+  bool tensor_done = false;
+  // With tensor_done: the relative RMS error of the round trip, ‖w − deq(q(w))‖ / ‖w‖ over the
+  // whole tensor, where w are the values as decoded from the input (for a requantized tensor,
+  // the input's quantized values, not the original weights). 0 for a tensor copied as it is or
+  // decoded to F32; 0 for an all-zero w that stays zero, infinity when it does not.
+  double error = 0;
+};
+
+struct QuantizeSummary {
+  size_t num_tensors = 0;
+  size_t num_converted = 0;    // written in another type
+  size_t num_requantized = 0;  // of those, already quantized ones
+  uint64_t bytes_in = 0;       // tensor bytes read
+  uint64_t bytes_out = 0;      // tensor bytes written
+  // The converted tensor with the largest error (empty name when none was converted).
+  std::string worst_name;
+  DType worst_from = DType::kF32, worst_to = DType::kF32;
+  double worst_error = 0;
+};
+
+// Writes the file; `progress` (may be empty) is called as described above. Throws Error naming
+// the input, the tensor or the type on a problem, the refused requantization included; nothing
+// is written at `output_path` then.
+QuantizeSummary quantize_model(const QuantizeOptions& options,
+                               const std::function<void(const QuantizeProgress&)>& progress);
 
 }  // namespace pagoda
