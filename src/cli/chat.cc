@@ -45,13 +45,14 @@ struct ChatOptions {
 
 // Reads lines from standard input. A Ctrl-C ends the wait: the signal may be delivered to any
 // of the compute threads, so the wait polls the handler's counter rather than counting on
-// read(2) failing with EINTR in this thread.
+// read(2) failing with EINTR in this thread. `since` is the counter as it was before the prompt
+// was shown, so a Ctrl-C typed as soon as the prompt appears is not lost.
 class LineReader {
  public:
   enum class Status { kLine, kEof, kInterrupted };
-  Status read(std::string& line) {
+  Status read(std::string& line, int since) {
     line.clear();
-    const int interrupts = g_num_interrupts.load();
+    const int interrupts = since;
     while (true) {
       if (const size_t nl = buffer_.find('\n'); nl != std::string::npos) {
         line = buffer_.substr(0, nl);
@@ -136,21 +137,21 @@ class ChatSession {
   }
 
  private:
-  void prompt(const char* p) const {
-    if (!interactive_) return;
-    std::cout << p << std::flush;
+  // Shows the prompt; returns the interrupt counter as it was just before.
+  int prompt(const char* p) const {
+    const int since = g_num_interrupts.load();
+    if (interactive_) std::cout << p << std::flush;
+    return since;
   }
 
   // One message: a line, lines joined by a trailing backslash, or a """ block.
   LineReader::Status read_message(LineReader& reader, std::string& text) {
-    prompt(">>> ");
     std::string line;
-    LineReader::Status s = reader.read(line);
+    LineReader::Status s = reader.read(line, prompt(">>> "));
     if (s != LineReader::Status::kLine) return s;
     if (line == "\"\"\"") {
       while (true) {
-        prompt("... ");
-        s = reader.read(line);
+        s = reader.read(line, prompt("... "));
         if (s != LineReader::Status::kLine) return s;
         if (line == "\"\"\"") break;
         text += text.empty() ? line : "\n" + line;
@@ -160,8 +161,7 @@ class ChatSession {
     while (!line.empty() && line.back() == '\\') {
       line.pop_back();
       text += line + "\n";
-      prompt("... ");
-      s = reader.read(line);
+      s = reader.read(line, prompt("... "));
       if (s != LineReader::Status::kLine) return s;
     }
     text += line;
