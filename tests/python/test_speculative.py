@@ -26,7 +26,8 @@ def draft(pagoda_bin, tmp_path_factory):
     """SmolLM2 requantized to Q4_0: a draft with the target's vocabulary."""
     path = tmp_path_factory.mktemp("draft") / "smollm2-q4_0.gguf"
     subprocess.run([str(pagoda_bin), "quantize", "-i", str(need(SMOLLM)), "-o", str(path),
-                    "--type", "q4_0"], check=True, capture_output=True, timeout=300)
+                    "--type", "q4_0", "--allow-requantize"],
+                   check=True, capture_output=True, timeout=300)
     return path
 
 
