@@ -83,17 +83,19 @@ LlamaModel::LlamaModel(const ModelFile& file) {
       L.k_norm = w.vector(p + "attn_k_norm.weight", c.head_dim);
     }
     L.ffn_norm = w.vector(p + "ffn_norm.weight", hidden);
+    const int64_t ff = c.intermediate_size;
     if (c.num_experts) {
       L.moe = load_moe(w, p, c);
-    } else if (arch.fused_gate_up) {  // ffn_up holds the gate's rows, then the up projection's
-      const int64_t ff = c.intermediate_size;
-      L.w_gate = w.matrix_rows(p + "ffn_up.weight", 0, ff, 2 * ff, hidden);
-      L.w_up = w.matrix_rows(p + "ffn_up.weight", ff, ff, 2 * ff, hidden);
     } else {
-      L.w_gate = w.matrix(p + "ffn_gate.weight", c.intermediate_size, hidden);
-      L.w_up = w.matrix(p + "ffn_up.weight", c.intermediate_size, hidden);
+      if (arch.fused_gate_up) {  // ffn_up holds the gate's rows, then the up projection's
+        L.w_gate = w.matrix_rows(p + "ffn_up.weight", 0, ff, 2 * ff, hidden);
+        L.w_up = w.matrix_rows(p + "ffn_up.weight", ff, ff, 2 * ff, hidden);
+      } else {
+        L.w_gate = w.matrix(p + "ffn_gate.weight", ff, hidden);
+        L.w_up = w.matrix(p + "ffn_up.weight", ff, hidden);
+      }
+      L.w_down = w.matrix(p + "ffn_down.weight", hidden, ff);
     }
-    if (!c.num_experts) L.w_down = w.matrix(p + "ffn_down.weight", hidden, c.intermediate_size);
     layers_.push_back(std::move(L));
   }
   output_norm_ = w.vector("output_norm.weight", hidden);

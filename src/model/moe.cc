@@ -59,17 +59,16 @@ void moe_ffn(Backend& be, const MoeWeights& w, const ModelConfig& c, const float
   be.matmul(w.router, x, tokens, s.logits.data());
   const Routing r = route(s.logits.data(), tokens, c);
 
-  std::vector<int64_t> rows;
-  std::vector<float> weights;
+  // Each expert's tokens (rows of x, ascending) and their weights, in one pass over the routing.
+  std::vector<std::vector<int64_t>> rows_of(static_cast<size_t>(experts));
+  std::vector<std::vector<float>> weights_of(static_cast<size_t>(experts));
+  for (int64_t i = 0; i < tokens * used; ++i) {
+    rows_of[r.experts[i]].push_back(i / used);
+    weights_of[r.experts[i]].push_back(r.weights[i]);
+  }
   for (int64_t e = 0; e < experts; ++e) {
-    rows.clear();
-    weights.clear();
-    for (int64_t i = 0; i < tokens * used; ++i) {
-      if (r.experts[i] == e) {
-        rows.push_back(i / used);
-        weights.push_back(r.weights[i]);
-      }
-    }
+    const std::vector<int64_t>& rows = rows_of[e];
+    const std::vector<float>& weights = weights_of[e];
     const auto n = static_cast<int64_t>(rows.size());
     if (n == 0) continue;
     s.x.resize(static_cast<size_t>(n * hidden));

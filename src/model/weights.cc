@@ -64,6 +64,10 @@ WeightMatrix TensorLookup::matrix_rows(const std::string& name, int64_t first, i
   const int64_t stored_rows = t.shape.size() == 2   ? static_cast<int64_t>(t.shape[1])
                               : t.shape.size() == 3 ? static_cast<int64_t>(t.shape[1] * t.shape[2])
                                                     : -1;
+  if (first < 0 || rows < 0 || first + rows > total_rows) {
+    fail(source_, ": rows ", first, " .. ", first + rows, " of tensor '", name, "' past its ",
+         total_rows, " rows");
+  }
   if (stored_rows != total_rows || static_cast<int64_t>(t.shape[0]) != cols) {
     std::string have;
     for (uint64_t d : t.shape) have += (have.empty() ? "" : " x ") + std::to_string(d);
