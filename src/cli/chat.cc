@@ -45,14 +45,14 @@ struct ChatOptions {
 
 // Reads lines from standard input. A Ctrl-C ends the wait: the signal may be delivered to any
 // of the compute threads, so the wait polls the handler's counter rather than counting on
-// read(2) failing with EINTR in this thread. `since` is the counter as it was before the prompt
-// was shown, so a Ctrl-C typed as soon as the prompt appears is not lost.
+// read(2) failing with EINTR in this thread. `handled` is how many interrupts the session has
+// already acted on: any beyond it ends the wait, so a Ctrl-C that lands between two reads (while
+// a message or the prompt is printed) is not lost.
 class LineReader {
  public:
   enum class Status { kLine, kEof, kInterrupted };
-  Status read(std::string& line, int since) {
+  Status read(std::string& line, int handled) {
     line.clear();
-    const int interrupts = since;
     while (true) {
       if (const size_t nl = buffer_.find('\n'); nl != std::string::npos) {
         line = buffer_.substr(0, nl);
@@ -61,7 +61,7 @@ class LineReader {
       }
       pollfd fd{STDIN_FILENO, POLLIN, 0};
       const int ready = ::poll(&fd, 1, 100);
-      if (g_num_interrupts.load() != interrupts) return Status::kInterrupted;
+      if (g_num_interrupts.load() != handled) return Status::kInterrupted;
       if (ready == 0 || (ready < 0 && errno == EINTR)) continue;
       char chunk[4096];
       const ssize_t n = ::read(STDIN_FILENO, chunk, sizeof chunk);
@@ -116,6 +116,7 @@ class ChatSession {
         return 0;
       }
       if (status == LineReader::Status::kInterrupted) {
+        handled_ += 1;  // one at a time: a second one already pending leaves at the next read
         if (armed) {
           std::cout << "\n" << std::flush;
           return 0;
@@ -130,18 +131,19 @@ class ChatSession {
         armed = false;
         continue;
       }
-      const int interrupts = g_num_interrupts.load();
       turn(text);
-      armed = g_num_interrupts.load() > interrupts;
+      // A Ctrl-C during the reply stopped it; the next one leaves.
+      const int now = g_num_interrupts.load();
+      armed = now > handled_;
+      handled_ = now;
     }
   }
 
  private:
-  // Shows the prompt; returns the interrupt counter as it was just before.
+  // Shows the prompt; returns the interrupts already acted on, for the read that follows.
   int prompt(const char* p) const {
-    const int since = g_num_interrupts.load();
     if (interactive_) std::cout << p << std::flush;
-    return since;
+    return handled_;
   }
 
   // One message: a line, lines joined by a trailing backslash, or a """ block.
@@ -281,7 +283,7 @@ class ChatSession {
     request.max_tokens = std::max(1, std::min(o_.gen.num_tokens, num_context_ - num_prompt));
     request.stop_ids = m_.tokenizer->vocab().eog;
     const TurnResult r = run_turn(
-        *engine_, *m_.tokenizer, std::move(request), o_.gen.special, g_num_interrupts.load(),
+        *engine_, *m_.tokenizer, std::move(request), o_.gen.special, handled_,
         [](const std::string& piece) { std::cout << piece << std::flush; });
     std::cout << "\n" << std::flush;
     if (!r.error.empty()) {
@@ -312,6 +314,7 @@ class ChatSession {
   server::ModelContext context_;
   int32_t num_context_ = 0;
   std::unique_ptr<Engine> engine_;
+  int handled_ = 0;  // interrupts acted on so far (g_num_interrupts starts at 0)
   SamplingParams sampling_;
   ordered_json messages_ = ordered_json::array();
   SessionTotals totals_;
