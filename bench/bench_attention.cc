@@ -34,16 +34,16 @@ struct Case {
 };
 
 // `seqs` sequences with `context` cached tokens, of which the last `new_tokens` are the queries.
-Case make_case(int32_t seqs, int32_t context, int32_t new_tokens, pagoda::DType kv_type) {
+Case make_case(int32_t seqs, int32_t context, int32_t new_tokens, pagoda::KvType kv_type) {
   Case c;
   const int32_t blocks_per_seq = (context + kBlock - 1) / kBlock;
   const int64_t num_blocks = int64_t{seqs} * blocks_per_seq;
-  const size_t value_bytes = kv_type == pagoda::DType::kF16 ? 2 : 4;
-  const size_t layer_bytes = num_blocks * kBlock * kKvHeads * kHeadDim * value_bytes;
+  const auto head_bytes = static_cast<size_t>(pagoda::kv_head_bytes(kv_type, kHeadDim));
+  const size_t layer_bytes = num_blocks * kBlock * kKvHeads * head_bytes;
   std::mt19937 rng(3);
   c.k = pagoda::LargeBuffer(layer_bytes, "K");
   c.v = pagoda::LargeBuffer(layer_bytes, "V");
-  for (size_t i = 0; i < layer_bytes; i += 2) {  // small values, valid as F16 and as F32
+  for (size_t i = 0; i + 1 < layer_bytes; i += 2) {  // small values in every type
     const uint16_t h = static_cast<uint16_t>(0x2c00 + rng() % 0x400);
     std::memcpy(c.k.data() + i, &h, 2);
     std::memcpy(c.v.data() + i, &h, 2);
@@ -70,11 +70,11 @@ Case make_case(int32_t seqs, int32_t context, int32_t new_tokens, pagoda::DType 
              blocks_per_seq, kBlock};
   c.params = {kHeads, kKvHeads, kHeadDim, 0.125f, 0, 0.0f};
   c.layer = {c.k.data(), c.v.data(), kv_type};
-  c.kv_bytes_read = 2.0 * seqs * context * kKvHeads * kHeadDim * value_bytes;
+  c.kv_bytes_read = 2.0 * seqs * context * kKvHeads * static_cast<double>(head_bytes);
   return c;
 }
 
-void attention(benchmark::State& state, pagoda::DType kv_type, int32_t new_tokens) {
+void attention(benchmark::State& state, pagoda::KvType kv_type, int32_t new_tokens) {
   const auto seqs = static_cast<int32_t>(state.range(0));
   const auto context = static_cast<int32_t>(state.range(1));
   Case c = make_case(seqs, context, new_tokens, kv_type);
@@ -91,8 +91,9 @@ void attention(benchmark::State& state, pagoda::DType kv_type, int32_t new_token
 }  // namespace
 
 int main(int argc, char** argv) {
-  for (pagoda::DType type : {pagoda::DType::kF32, pagoda::DType::kF16}) {
-    const std::string name(pagoda::dtype_traits(type).name);
+  for (const pagoda::KvTypeInfo& t : pagoda::kv_types()) {
+    const pagoda::KvType type = t.type;
+    const std::string name(t.name);
     benchmark::RegisterBenchmark(("decode/" + name + "/threads:2").c_str(), attention, type, 1)
         ->ArgNames({"seqs", "context"})
         ->Args({64, 384})

@@ -8,6 +8,7 @@
 #include <memory>
 #include <string>
 
+#include "backend/kv_format.h"
 #include "core/dtype.h"
 
 namespace pagoda {
@@ -43,8 +44,7 @@ struct RopeParams {
 };
 
 // Where each token's K/V goes and what each sequence attends to. K/V storage is in blocks of
-// `block_size` token slots: [num_blocks, block_size, num_kv_heads, head_dim] per layer; a
-// contiguous cache is the special case of one sequence whose block table is 0, 1, 2, ...
+// `block_size` token slots (backend/kv_format.h); a contiguous cache is the special case of one sequence whose block table is 0, 1, 2, ...
 struct AttentionBatch {
   int32_t num_tokens = 0;
   const int32_t* positions = nullptr;     // [num_tokens]
@@ -56,32 +56,12 @@ struct AttentionBatch {
   int32_t block_size = 16;
 };
 
-// One layer's K/V memory, values of `type`, F32 or F16 (half the memory; converted on write and
-// read, attention math in F32). Both are num_blocks blocks of the same size, each head's part of
-// a block one contiguous run (so attention streams it):
-//   k: [num_blocks, num_kv_heads, head_dim, block_size], keys transposed within each block, so
-//      one head's keys of a block lie side by side per dimension and attention scores a whole
-//      block in vector lanes without transposing at read time (key_index);
-//   v: [num_blocks, num_kv_heads, block_size, head_dim] (value_index).
+// One layer's K/V memory in `type` (layout: backend/kv_format.h; attention math in F32).
 struct KvLayer {
   void* k = nullptr;
   void* v = nullptr;
-  DType type = DType::kF32;
+  KvType type = KvType::kF32;
 };
-
-// Index of element d of `head`'s key in `slot` within a layer's k memory.
-inline int64_t key_index(int64_t slot, int32_t block_size, int32_t num_kv_heads, int32_t head_dim,
-                         int32_t head, int32_t d) {
-  const int64_t block = slot / block_size;
-  return ((block * num_kv_heads + head) * head_dim + d) * block_size + slot % block_size;
-}
-
-// Index of element d of `head`'s value in `slot` within a layer's v memory.
-inline int64_t value_index(int64_t slot, int32_t block_size, int32_t num_kv_heads, int32_t head_dim,
-                           int32_t head, int32_t d) {
-  const int64_t block = slot / block_size;
-  return ((block * num_kv_heads + head) * block_size + slot % block_size) * head_dim + d;
-}
 
 struct AttentionParams {
   int32_t num_heads = 0;
@@ -91,6 +71,11 @@ struct AttentionParams {
   int32_t window = 0;         // 0: attend to all earlier positions; else the last `window`
   float softcap = 0.0f;       // 0: none; else scores = softcap * tanh(scores / softcap)
 };
+
+// Writes each token's K and V into its slot (backend/kv_format.h): what every backend's
+// write_kv does, so that all store the same bytes.
+void store_kv_tokens(const float* k, const float* v, const AttentionBatch& batch,
+                     const AttentionParams& params, KvLayer cache);
 
 class Backend {
  public:

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "backend/kv_format.h"
 #include "core/error.h"
 
 namespace pagoda::bench {
@@ -42,7 +43,9 @@ void add_engine_options(CLI::App& cmd, EngineOptions& o) {
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
   cmd.add_flag("--no-prefix-caching", o.no_prefix_caching, "Do not share cached prompt blocks");
-  cmd.add_option("--kv-type", o.kv_type, "KV cache values: f32, or f16 for half the memory")->capture_default_str();
+  cmd.add_option("--kv-type", o.kv_type, kv_type_help())
+      ->capture_default_str()
+      ->check(CLI::IsMember(kv_type_name_list()));
 }
 
 Table summary_table(const BenchModel& model, const std::vector<SummaryRow>& rows) {

@@ -50,7 +50,7 @@ EngineConfig engine_config(const EngineOptions& o, int64_t default_kv_tokens) {
   c.max_num_seqs = o.max_num_seqs;
   c.max_num_batched_tokens = o.max_num_batched_tokens;
   c.enable_prefix_caching = !o.no_prefix_caching;
-  c.kv_type = parse_kv_cache_type(o.kv_type);
+  c.kv_type = parse_kv_type(o.kv_type);
   if (o.kv_cache_gb > 0) {
     c.kv_cache_bytes = static_cast<uint64_t>(std::llround(o.kv_cache_gb * 1073741824.0));
   } else {

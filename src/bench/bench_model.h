@@ -45,7 +45,7 @@ struct EngineOptions {
   int32_t max_num_batched_tokens = 2048;
   int32_t block_size = kDefaultBlockSize;
   bool no_prefix_caching = false;
-  std::string kv_type = "f32";  // f32 or f16
+  std::string kv_type = "f16";  // backend/kv_format.h
 };
 // Throws Error for both budgets at once or a size that is not a size.
 EngineConfig engine_config(const EngineOptions& options, int64_t default_kv_tokens);

@@ -346,7 +346,7 @@ WeightEstimate file_weights(const ModelFile& file) {
   return tally.finish(tally.types());
 }
 
-DType parse_kv_type(const std::string& name) {
+DType parse_estimate_kv_type(const std::string& name) {
   for (const auto& known : estimate_kv_types()) {
     if (known == name && name != "fp8") return *dtype_from_name(name);
   }
@@ -355,13 +355,13 @@ DType parse_kv_type(const std::string& name) {
 
 std::string kv_type_label(const std::string& name) {
   if (name == "fp8") return "FP8";
-  return std::string(dtype_traits(parse_kv_type(name)).name);
+  return std::string(dtype_traits(parse_estimate_kv_type(name)).name);
 }
 
 namespace {
 uint64_t kv_row_bytes(const std::string& kv_type, uint64_t num_elements, const char* what) {
   if (kv_type == "fp8") return num_elements;  // one byte each, one scale per tensor
-  return rows_bytes(parse_kv_type(kv_type), 1, num_elements, what);
+  return rows_bytes(parse_estimate_kv_type(kv_type), 1, num_elements, what);
 }
 }  // namespace
 

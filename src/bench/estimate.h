@@ -65,7 +65,7 @@ WeightEstimate estimate_weights(const ModelConfig& config, const std::string& we
 // Exact: the sum of the file's tensor bytes.
 WeightEstimate file_weights(const ModelFile& file);
 
-DType parse_kv_type(const std::string& name);  // throws Error listing the known types (not fp8)
+DType parse_estimate_kv_type(const std::string& name);  // throws Error listing the known types (not fp8)
 std::string kv_type_label(const std::string& name);  // "f16" -> "F16", "fp8" -> "FP8"
 // 2 (K and V) x layers x KV heads x head_dim elements, at the type's block size.
 uint64_t kv_bytes_per_token(const ModelConfig& config, DType kv_type);

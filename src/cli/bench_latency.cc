@@ -34,7 +34,7 @@ struct LatencyOptions {
   int32_t runs = 5;
   int32_t warmup = 1;
   int32_t max_batched_tokens = 2048;
-  std::string kv_type = "f32";  // f32 or f16
+  std::string kv_type = "f16";
   uint64_t seed = 0;
   SpeculativeOptions speculative;
 };
@@ -71,7 +71,7 @@ EngineConfig latency_engine_config(const LatencyOptions& o, int32_t num_prompt_t
   c.max_num_seqs = 1;
   c.max_num_batched_tokens = o.max_batched_tokens;
   c.enable_prefix_caching = false;
-  c.kv_type = parse_kv_cache_type(o.kv_type);
+  c.kv_type = parse_kv_type(o.kv_type);
   return c;
 }
 
@@ -227,10 +227,9 @@ Action add_bench_latency(CLI::App& bench) {
   cmd->add_option("--max-batched-tokens", o->max_batched_tokens, "Prompt tokens per step at most")
       ->capture_default_str()
       ->check(CLI::Range(1, 1 << 20));
-  cmd->add_option("--kv-type", o->kv_type,
-                  "KV cache values: f32 (the default), or f16 for half the memory")
+  cmd->add_option("--kv-type", o->kv_type, kv_type_help())
       ->capture_default_str()
-      ->check(CLI::IsMember({"f32", "f16"}));
+      ->check(CLI::IsMember(kv_type_name_list()));
   cmd->add_option("--seed", o->seed, "Seed of the random prompt")->capture_default_str();
   add_speculative_options(cmd, o->speculative);
   return [o] {

@@ -98,7 +98,7 @@ class ChatSession {
     config.max_num_batched_tokens = 512;
     config.max_num_seqs = 1;
     config.enable_prefix_caching = true;  // the earlier turns' K/V serve the next turn
-    config.kv_type = parse_kv_cache_type(o.gen.kv_type);
+    config.kv_type = parse_kv_type(o.gen.kv_type);
     engine_ = std::make_unique<Engine>(*m.model, *m.backend, config);
     sampling_ = sampling_params(o.gen);
     if (!o.system.empty()) messages_.push_back({{"role", "system"}, {"content", o.system}});

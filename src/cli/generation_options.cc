@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "backend/kv_format.h"
 #include "core/error.h"
 #include "model/model_check.h"
 
@@ -41,8 +42,9 @@ void add_generation_options(CLI::App* cmd, GenerationOptions& o,
   cmd->add_option("-t,--threads", o.threads, "Threads (0: all cores)")->check(CLI::Range(0, 1024));
   cmd->add_option("--backend", o.backend, "cpu or reference")
       ->check(CLI::IsMember({"cpu", "reference"}));
-  cmd->add_option("--kv-type", o.kv_type, "KV cache values: f32, or f16 for half the memory")
-      ->check(CLI::IsMember({"f32", "f16"}));
+  cmd->add_option("--kv-type", o.kv_type, kv_type_help())
+      ->capture_default_str()
+      ->check(CLI::IsMember(kv_type_name_list()));
   cmd->add_option("--temp", o.sampling.temperature, "Temperature; 0 = greedy")->default_val(0.8f);
   cmd->add_option("--top-k", o.sampling.top_k, "Keep the k most likely tokens; 0 = off")
       ->default_val(40);

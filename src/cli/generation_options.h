@@ -24,7 +24,7 @@ struct GenerationOptions {
   int32_t context = 0;       // 0: the model's, at most 4096
   int threads = 0;           // 0: all cores
   std::string backend = "cpu";
-  std::string kv_type = "f32";
+  std::string kv_type = "f16";
   bool special = false;  // print control tokens the model emits
   SamplingParams sampling;
   uint64_t seed = 0;

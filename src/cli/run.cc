@@ -118,7 +118,7 @@ Action add_run(CLI::App& app) {
     config.max_num_batched_tokens = 512;  // prompt tokens per step
     config.max_num_seqs = 1;
     config.enable_prefix_caching = false;  // one prompt: nothing to share
-    config.kv_type = parse_kv_cache_type(o->gen.kv_type);
+    config.kv_type = parse_kv_type(o->gen.kv_type);
     DraftModel draft;
     config.speculative = speculative_config(o->speculative, *m.file, draft);
     Engine engine(*m.model, *m.backend, config);

@@ -30,7 +30,7 @@ namespace {
 
 struct ServeOptions {
   std::string model, model_name, chat_template_file;
-  std::string kv_type = "f32";
+  std::string kv_type = "f16";
   std::string log_format = "text";
   bool allow_special_in_content = false;
   SpeculativeOptions speculative;
@@ -86,8 +86,9 @@ Action add_serve(CLI::App& app) {
       ->check(CLI::Range(0.0, 4096.0));
   cmd->add_option("--kv-tokens", o->kv_tokens, "KV cache size in tokens (instead of --kv-cache-gb)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
-  cmd->add_option("--kv-type", o->kv_type, "KV cache values: f32, or f16 for half the memory")
-      ->check(CLI::IsMember({"f32", "f16"}));
+  cmd->add_option("--kv-type", o->kv_type, kv_type_help())
+      ->capture_default_str()
+      ->check(CLI::IsMember(kv_type_name_list()));
   cmd->add_option("--block-size", o->engine.block_size, "Tokens per KV block")->default_val(16)
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--max-batched-tokens", o->engine.max_num_batched_tokens,
@@ -170,7 +171,7 @@ Action add_serve(CLI::App& app) {
     EngineConfig config = o->engine;
     config.max_model_len = resolve_max_model_len(*o, *model);
     warn_past_trained_context(config.max_model_len, model->config().context_length);
-    config.kv_type = parse_kv_cache_type(o->kv_type);
+    config.kv_type = parse_kv_type(o->kv_type);
     DraftModel draft;
     config.speculative = speculative_config(o->speculative, *file, draft);
     if (o->kv_tokens > 0) {

@@ -26,9 +26,9 @@ int32_t num_kv_blocks_in_budget(const EngineConfig& config, const ModelConfig& m
     }
     return static_cast<int32_t>(num_blocks);
   }
-  const size_t value_bytes = config.kv_type == DType::kF16 ? 2 : sizeof(float);
   return BlockPool::num_blocks_for_budget(
-      config.kv_cache_bytes, model.kv_bytes_per_token(value_bytes), config.block_size);
+      config.kv_cache_bytes, KvStorage::slot_bytes(model, config.kv_type) * 2 * model.num_layers,
+      config.block_size);
 }
 
 // The blocks the budget gives, refused up front when they cannot fit in memory: the kernel

@@ -61,7 +61,9 @@ struct EngineConfig {
   uint64_t kv_cache_bytes = 0;
   int64_t num_kv_cache_tokens = 0;
   int32_t max_model_len = 0;  // prompt + max_tokens at most; 0: only the KV budget limits
-  DType kv_type = DType::kF32;  // K/V values: F32, or F16 for half the memory per token
+  // K/V values (backend/kv_format.h). F32 here, the exact one the conformance tests compare;
+  // the commands default to F16.
+  KvType kv_type = KvType::kF32;
   SpeculativeConfig speculative;  // proposals to verify per step (off by default)
 };
 

@@ -45,7 +45,7 @@ ForwardBatch draft_batch(const std::vector<DraftSeq>& seqs, int32_t block_size, 
 }  // namespace
 
 Speculator::Speculator(const SpeculativeConfig& config, Backend& backend, int32_t num_blocks,
-                       int32_t block_size, DType kv_type)
+                       int32_t block_size, KvType kv_type)
     : config_(config), backend_(backend), block_size_(block_size) {
   if (config_.num_tokens < 0 || config_.num_tokens > kMaxSpeculativeTokens) {
     fail("speculative decoding: the number of proposed tokens must be in [0, ",

@@ -71,7 +71,7 @@ class Speculator {
   // `num_blocks`, `block_size`, `kv_type`: the target's KV cache, which the draft's mirrors.
   // Throws Error when the config asks for a draft without one, or k is out of range.
   Speculator(const SpeculativeConfig& config, Backend& backend, int32_t num_blocks,
-             int32_t block_size, DType kv_type);
+             int32_t block_size, KvType kv_type);
 
   // A sequence the engine runs: `num_tokens` proposals per step (-1: the config's default; 0:
   // none), drawn for a draft with `params`' temperature and truncation.

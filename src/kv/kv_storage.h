@@ -1,8 +1,6 @@
-// The K/V tensors of every layer, in blocks of `block_size` token slots, values of one type, F32
-// or F16 (half the bytes per token; the backends convert on write and read). Per layer:
-//   v: [num_blocks, num_kv_heads, block_size, head_dim]
-//   k: [num_blocks, num_kv_heads, head_dim, block_size] (keys transposed within a block; KvLayer)
-// A block is one contiguous range of each, so copying a block copies its bytes.
+// The K/V tensors of every layer, in blocks of `block_size` token slots, values of one KvType
+// (F32, F16, or 8-bit codes with scales; layout in backend/kv_format.h: the backends convert on
+// write and read). A block is one contiguous range of each, so copying a block copies its bytes.
 // Which blocks a sequence owns is the control plane's business (block tables); this class only
 // holds the memory.
 #pragma once
@@ -11,7 +9,6 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "core/dtype.h"
 #include "core/large_buffer.h"
 #include "model/config.h"
 
@@ -19,37 +16,33 @@ namespace pagoda {
 
 class KvStorage {
  public:
-  // Throws Error for a type other than F32 / F16 or an empty cache.
+  // Throws Error for an empty cache.
   KvStorage(const ModelConfig& config, int32_t num_blocks, int32_t block_size,
-            DType type = DType::kF32);
+            KvType type = KvType::kF32);
 
   int32_t num_blocks() const { return num_blocks_; }
   int32_t block_size() const { return block_size_; }
-  DType type() const { return type_; }
-  size_t value_bytes() const { return type_ == DType::kF16 ? 2 : 4; }
+  KvType type() const { return type_; }
   KvLayer layer(int32_t l) {
     return {k_[static_cast<size_t>(l)].data(), v_[static_cast<size_t>(l)].data(), type_};
   }
-  // F32 storage only (tests that look at values): throws Error for F16.
+  // F32 storage only (tests that look at values): throws Error for other types.
   float* k(int32_t layer);
   float* v(int32_t layer);
   uint64_t bytes() const { return bytes_; }
 
   // Bytes per token slot per layer for one of K or V.
-  static uint64_t slot_bytes(const ModelConfig& config, DType type);
+  static uint64_t slot_bytes(const ModelConfig& config, KvType type);
 
  private:
   int32_t num_blocks_;
   int32_t block_size_;
-  DType type_;
+  KvType type_;
   uint64_t bytes_ = 0;
-  // [num_layers][num_blocks * block_size * kv_heads * head_dim * value_bytes], zeroed; huge
+  // [num_layers][num_blocks * block_size * slot_bytes], zeroed; huge
   // pages where the system gives them, since attention reads blocks scattered over all of it
   std::vector<LargeBuffer> k_;
   std::vector<LargeBuffer> v_;
 };
-
-// "f32" / "f16" → the KV cache type; throws Error naming the allowed values otherwise.
-DType parse_kv_cache_type(const std::string& name);
 
 }  // namespace pagoda

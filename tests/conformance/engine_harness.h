@@ -181,7 +181,7 @@ inline EngineConfig config_with(int64_t kv_tokens, bool prefix_caching, int32_t 
 // ids must be those of plain decoding alone; and speculation must have been tried.
 inline void check_batch_invariance(const std::string& path, Backend& backend, int count,
                                    int32_t max_prompt, int32_t max_output, bool all_variants = true,
-                                   DType kv_type = DType::kF32,
+                                   KvType kv_type = KvType::kF32,
                                    const SpeculativeConfig* spec = nullptr) {
   LoadedModel m = load(path);
   const std::vector<GenerationRequest> requests = make_requests(m, count, max_prompt, max_output);

@@ -41,7 +41,17 @@ TEST(EngineBatchInvariance, Stories260KCpu) {
 TEST(EngineBatchInvariance, Stories260KCpuF16Cache) {
   PAGODA_SHARED_OR_SKIP(shared, "");
   auto backend = make_cpu_backend(2);
-  check_batch_invariance(stories260k(shared), *backend, 16, 100, 24, true, DType::kF16);
+  check_batch_invariance(stories260k(shared), *backend, 16, 100, 24, true, KvType::kF16);
+}
+
+// Q8_0 / FP8 caches quantize each token's vector on its own, so the batch cannot change them.
+TEST(EngineBatchInvariance, Stories260KCpuQuantizedCaches) {
+  PAGODA_SHARED_OR_SKIP(shared, "");
+  auto backend = make_cpu_backend(2);
+  for (KvType type : {KvType::kQ8_0, KvType::kFp8}) {
+    SCOPED_TRACE(kv_type_info(type).name);
+    check_batch_invariance(stories260k(shared), *backend, 16, 100, 24, false, type);
+  }
 }
 
 TEST(EngineBatchInvariance, TinyStories656KReference) {

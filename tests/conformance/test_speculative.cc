@@ -66,14 +66,14 @@ TEST(EngineSpeculative, NgramGreedyIsLossless) {
   PAGODA_SHARED_OR_SKIP(shared, "");
   auto backend = make_cpu_backend(2);
   const SpeculativeConfig spec = spec_config(SpecMethod::kNgram, 4);
-  check_batch_invariance(stories260k(shared), *backend, 16, 100, 24, true, DType::kF32, &spec);
+  check_batch_invariance(stories260k(shared), *backend, 16, 100, 24, true, KvType::kF32, &spec);
 }
 
 TEST(EngineSpeculative, NgramGreedyIsLosslessOnTheReferenceBackend) {
   PAGODA_SHARED_OR_SKIP(shared, "");
   auto backend = make_reference_backend();
   const SpeculativeConfig spec = spec_config(SpecMethod::kNgram, 3);
-  check_batch_invariance(stories260k(shared), *backend, 16, 100, 24, false, DType::kF32, &spec);
+  check_batch_invariance(stories260k(shared), *backend, 16, 100, 24, false, KvType::kF32, &spec);
 }
 
 TEST(EngineSpeculative, DraftGreedyIsLossless) {
@@ -81,7 +81,7 @@ TEST(EngineSpeculative, DraftGreedyIsLossless) {
   auto backend = make_cpu_backend(2);
   LoadedModel draft = requantized(stories260k(shared), "q4_0");
   const SpeculativeConfig spec = spec_config(SpecMethod::kDraft, 3, draft.model.get());
-  check_batch_invariance(stories260k(shared), *backend, 16, 100, 24, true, DType::kF32, &spec);
+  check_batch_invariance(stories260k(shared), *backend, 16, 100, 24, true, KvType::kF32, &spec);
 }
 
 TEST(EngineSpeculative, BothGreedyIsLosslessWithAnF16Cache) {
@@ -89,7 +89,7 @@ TEST(EngineSpeculative, BothGreedyIsLosslessWithAnF16Cache) {
   auto backend = make_cpu_backend(2);
   LoadedModel draft = requantized(stories260k(shared), "q8_0");
   const SpeculativeConfig spec = spec_config(SpecMethod::kBoth, 5, draft.model.get());
-  check_batch_invariance(stories260k(shared), *backend, 16, 100, 24, false, DType::kF16, &spec);
+  check_batch_invariance(stories260k(shared), *backend, 16, 100, 24, false, KvType::kF16, &spec);
 }
 
 TEST(EngineSpeculative, SmolLM2DraftingForItselfRequantized) {
@@ -99,7 +99,7 @@ TEST(EngineSpeculative, SmolLM2DraftingForItselfRequantized) {
   auto backend = make_cpu_backend(2);
   LoadedModel draft = requantized(path, "q4_0");
   const SpeculativeConfig spec = spec_config(SpecMethod::kBoth, 4, draft.model.get());
-  check_batch_invariance(path, *backend, 16, 24, 8, false, DType::kF32, &spec);
+  check_batch_invariance(path, *backend, 16, 24, 8, false, KvType::kF32, &spec);
 }
 
 // The same model as its own draft: under greedy decoding every proposal is accepted, so each

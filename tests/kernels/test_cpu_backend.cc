@@ -162,7 +162,7 @@ struct PagedAttention {
   std::vector<int32_t> context;     // per sequence: tokens in the cache after this step
   std::vector<int32_t> new_tokens;  // per sequence: how many of them are this step's queries
   int32_t max_blocks = 0;
-  DType kv_type = DType::kF32;
+  KvType kv_type = KvType::kF32;
 
   std::vector<float> run(Backend& backend, bool shuffled, uint32_t seed) const {
     const auto num_seqs = static_cast<int32_t>(context.size());
@@ -174,10 +174,11 @@ struct PagedAttention {
     std::vector<int32_t> table(order.begin(), order.end());  // [num_seqs, max_blocks]
 
     // The whole history goes into the cache through write_kv; then the new tokens attend.
-    // F32 caches hold NaN where nothing was written; F16 ones the same in half the floats.
-    const size_t cache_floats = static_cast<size_t>(num_blocks * block_size * kv_dim) /
-                                (kv_type == DType::kF16 ? 2 : 1) + 1;
-    std::vector<float> k_cache(cache_floats, NAN), v_cache(cache_floats, NAN);
+    // All ones where nothing was written: NaN in F32 and F16 caches, and codes and scales
+    // that would show in a quantized one.
+    const size_t cache_bytes = static_cast<size_t>(int64_t{num_blocks} * block_size * params.num_kv_heads *
+                                                   kv_head_bytes(kv_type, params.head_dim));
+    std::vector<uint8_t> k_cache(cache_bytes, 0xff), v_cache(cache_bytes, 0xff);
     const KvLayer cache{k_cache.data(), v_cache.data(), kv_type};
     std::vector<int32_t> positions, query_start = {0};
     std::vector<int64_t> slots;
@@ -244,10 +245,29 @@ TEST_P(CpuOps, PagedAttentionMatchesTheReference) {
 TEST_P(CpuOps, PagedAttentionWithF16Cache) {
   for (PagedAttention c : attention_cases()) {
     const std::vector<float> f32 = c.run(*ref_, false, 0);
-    c.kv_type = DType::kF16;
+    c.kv_type = KvType::kF16;
     const std::vector<float> want = c.run(*ref_, false, 0);
     expect_close(c.run(*cpu_, true, 7), want, 2e-5f, 2e-5f);
     expect_close(want, f32, 2e-3f, 2e-3f);
+  }
+}
+
+// Q8_0 and FP8 caches: both backends store the same codes (backend/kv_format.cc), so the fast
+// one matches the reference as closely as with F32; and the result stays near the F32 cache's,
+// within twice the worst |error| / (1 + |value|) measured over these cases: Q8_0 1.5e-2, FP8
+// 7.6e-2 (3 mantissa bits: up to 6% per value). Random normal K/V, so no outliers to hide behind.
+TEST_P(CpuOps, PagedAttentionWithQuantizedCaches) {
+  for (KvType type : {KvType::kQ8_0, KvType::kFp8}) {
+    for (PagedAttention c : attention_cases()) {
+      SCOPED_TRACE(testing::Message() << kv_type_info(type).name << " heads " << c.params.num_heads << "/"
+                                      << c.params.num_kv_heads << " dim " << c.params.head_dim);
+      const std::vector<float> f32 = c.run(*ref_, false, 0);
+      c.kv_type = type;
+      const std::vector<float> want = c.run(*ref_, false, 0);
+      expect_close(c.run(*cpu_, true, 7), want, 2e-5f, 2e-5f);
+      const float bound = type == KvType::kQ8_0 ? 3e-2f : 1.5e-1f;
+      expect_close(want, f32, bound, bound);
+    }
   }
 }
 
@@ -263,7 +283,7 @@ TEST_P(CpuOps, ShuffledBlockTableEqualsContiguous) {
 // Many sequences decoding one token each: enough of them that each item takes all KV heads of
 // its sequence (attention.cc, make_items), shuffled blocks, F32 and F16 caches.
 TEST_P(CpuOps, ManyDecodingSequences) {
-  for (DType kv_type : {DType::kF32, DType::kF16}) {
+  for (KvType kv_type : {KvType::kF32, KvType::kF16, KvType::kQ8_0, KvType::kFp8}) {
     for (AttentionParams params : {AttentionParams{8, 2, 64, 0.125f, 0, 0.0f},
                                    AttentionParams{6, 3, 20, 0.2f, 9, 30.0f}}) {
       PagedAttention c;

@@ -89,8 +89,8 @@ TEST(Estimate, UnknownNamesListTheKnownOnes) {
     EXPECT_NE(std::string(e.what()).find("smollm2-135m"), std::string::npos);
   }
   EXPECT_THROW(estimate_weights(preset("llama-3-8b"), "q3_x"), Error);
-  EXPECT_THROW(parse_kv_type("q4_k"), Error);  // no K-quant caches
-  EXPECT_EQ(parse_kv_type("q8_0"), DType::kQ8_0);
+  EXPECT_THROW(parse_estimate_kv_type("q4_k"), Error);  // no K-quant caches
+  EXPECT_EQ(parse_estimate_kv_type("q8_0"), DType::kQ8_0);
 }
 
 TEST(Estimate, MaxBatchArithmetic) {

@@ -51,9 +51,8 @@ class AttentionRun {
   AttentionRun(const Kernels& k, const float* q, KvLayer cache, const AttentionBatch& batch,
                const AttentionParams& p, float* out)
       : k_(k), q_(q), cache_(cache), batch_(batch), p_(p), out_(out),
-        f16_(cache.type == DType::kF16),
-        value_bytes_(f16_ ? 2 : 4),
-        block_values_(int64_t{p.num_kv_heads} * p.head_dim * batch.block_size) {}
+        head_bytes_(kv_head_bytes(cache.type, p.head_dim)),
+        block_bytes_(int64_t{p.num_kv_heads} * head_bytes_ * batch.block_size) {}
 
   // Rows are ordered (KV head, token, query head of that KV head): each KV head's rows are
   // contiguous for qk_block, and each (KV head, token) pair's for pv_rows.
@@ -90,7 +89,7 @@ class AttentionRun {
     const auto* v_base = static_cast<const uint8_t*>(cache_.v);
     // One head's keys (or values) of a block are a contiguous slab, and the item's heads' slabs
     // one contiguous run at this offset into the block.
-    const int64_t slab_bytes = dim * bs * value_bytes_;
+    const int64_t slab_bytes = bs * head_bytes_;
     const int64_t run_offset = int64_t{item.kv_head} * slab_bytes;
     const int64_t run_bytes = item.num_kv_heads * slab_bytes;
     for (int32_t b = first_block; b <= last_block; ++b) {
@@ -98,19 +97,19 @@ class AttentionRun {
       if (b < last_block) {
         // The next block's keys for the next call, its values for the weighted sums below: they
         // sit anywhere in the pool, so no hardware prefetcher sees them coming.
-        const int64_t next = table[b + 1] * block_values_ * value_bytes_ + run_offset;
+        const int64_t next = table[b + 1] * block_bytes_ + run_offset;
         for (int64_t offset = 0; offset < run_bytes; offset += 64) {
           __builtin_prefetch(k_base + next + offset);
           __builtin_prefetch(v_base + next + offset);
         }
       }
-      const int64_t at = block * block_values_ * value_bytes_ + run_offset;
+      const int64_t at = block * block_bytes_ + run_offset;
       for (int32_t kv = 0; kv < item.num_kv_heads; ++kv) {
-        k_.qk_block(s.q_rows.data() + kv * rows_per_kv, rows_per_kv, k_base + at + kv * slab_bytes, f16_,
+        k_.qk_block(s.q_rows.data() + kv * rows_per_kv, rows_per_kv, k_base + at + kv * slab_bytes, cache_.type,
                     dim, bs, s.scores.data() + kv * rows_per_kv * width + (b - first_block) * bs, width);
         const uint8_t* values = v_base + at + kv * slab_bytes;
         const void** row = s.value_rows.data() + kv * width + (b - first_block) * bs;
-        for (int32_t o = 0; o < bs; ++o) row[o] = values + o * dim * value_bytes_;
+        for (int32_t o = 0; o < bs; ++o) row[o] = values + o * head_bytes_;
       }
     }
 
@@ -132,7 +131,7 @@ class AttentionRun {
           inv_sum[h] = 1.0f / k_.exp_shift_sum(row, n, top);
         }
         float* o = out_ + (int64_t{t} * p_.num_heads + item.first_head + kv * heads_per_kv) * dim;
-        k_.pv_rows(p, width, heads_per_kv, s.value_rows.data() + kv * width + (first - base), f16_, n, dim,
+        k_.pv_rows(p, width, heads_per_kv, s.value_rows.data() + kv * width + (first - base), cache_.type, n, dim,
                    o, dim);
         for (int32_t h = 0; h < heads_per_kv; ++h) k_.scale(o + h * dim, inv_sum[h], dim);
       }
@@ -148,9 +147,8 @@ class AttentionRun {
   const AttentionBatch& batch_;
   const AttentionParams& p_;
   float* out_;
-  bool f16_;
-  int64_t value_bytes_;
-  int64_t block_values_;  // values per block of K or V (all heads)
+  int64_t head_bytes_;   // one head's K (or V) of one token
+  int64_t block_bytes_;  // one block of K (or V), all heads
 };
 
 // Splits the batch into items: each sequence's tokens in runs, times KV heads, times parts of

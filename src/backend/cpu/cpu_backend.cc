@@ -114,20 +114,7 @@ class CpuBackend final : public Backend {
 
   void write_kv(const float* k, const float* v, const AttentionBatch& batch,
                 const AttentionParams& p, KvLayer cache) override {
-    const int64_t stride = static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
-    std::vector<uint16_t> half(cache.type == DType::kF16 ? static_cast<size_t>(2 * stride) : 0);
-    for (int32_t t = 0; t < batch.num_tokens; ++t) {
-      const int64_t slot = batch.slot_mapping[t];
-      if (cache.type == DType::kF16) {
-        kernels().f32_to_f16(k + t * stride, half.data(), stride);
-        kernels().f32_to_f16(v + t * stride, half.data() + stride, stride);
-        store_token(half.data(), half.data() + stride, slot, batch, p, static_cast<uint16_t*>(cache.k),
-                    static_cast<uint16_t*>(cache.v));
-      } else {
-        store_token(k + t * stride, v + t * stride, slot, batch, p, static_cast<float*>(cache.k),
-                    static_cast<float*>(cache.v));
-      }
-    }
+    store_kv_tokens(k, v, batch, p, cache);
   }
 
   void attention(const float* q, KvLayer cache, const AttentionBatch& batch,
@@ -177,21 +164,6 @@ class CpuBackend final : public Backend {
     }
     const int64_t num_chunks = (n + kElementChunk - 1) / kElementChunk;
     pool_.run(num_chunks, [&](int64_t c, int) { f(c * kElementChunk, std::min(kElementChunk, n - c * kElementChunk)); });
-  }
-
-  // One token's K and V ([num_kv_heads, head_dim] values each, already in the cache's type) into
-  // `slot`: key element i = head * head_dim + d lies block_size values after element i - 1, and
-  // each head's value run block_size * head_dim values after the previous head's (backend.h).
-  template <typename T>
-  static void store_token(const T* kt, const T* vt, int64_t slot, const AttentionBatch& batch,
-                          const AttentionParams& p, T* k_cache, T* v_cache) {
-    const int64_t bs = batch.block_size, stride = int64_t{p.num_kv_heads} * p.head_dim;
-    T* kd = k_cache + key_index(slot, batch.block_size, p.num_kv_heads, p.head_dim, 0, 0);
-    T* vd = v_cache + value_index(slot, batch.block_size, p.num_kv_heads, p.head_dim, 0, 0);
-    for (int64_t i = 0; i < stride; ++i) kd[i * bs] = kt[i];
-    for (int32_t h = 0; h < p.num_kv_heads; ++h) {
-      std::memcpy(vd + h * bs * p.head_dim, vt + h * p.head_dim, static_cast<size_t>(p.head_dim) * sizeof(T));
-    }
   }
 
   // The packed kernel for w at this level, if w is to be packed (it has an id).

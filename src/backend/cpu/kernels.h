@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "backend/cpu/cpu_features.h"
+#include "backend/kv_format.h"
 #include "core/dtype.h"
 
 namespace pagoda::cpu {
@@ -110,14 +111,17 @@ struct Kernels {
   // keys alone, never by how many rows share a call, so a token's attention does not depend on
   // what it is batched with.
   //   qk_block: scores of num_rows query rows against one KV block's keys of one head, stored
-  //     transposed (`k`: [dim, block_size] values, F16 when `f16`):
+  //     transposed in `type` (`k`: the head's key slab, backend/kv_format.h):
   //       scores[r * s_stride + o] = q_r . key_o   for o < block_size
-  //     summed as two chains (even and odd dimensions) added at the end.
-  //   pv_rows: out_r = sum_{j < num_values} p[r * p_stride + j] * v_j, v_j being `dim` values at
-  //     v[j] (F16 when `f16`), summed in order of j.
-  void (*qk_block)(const float* const* q, int num_rows, const void* k, bool f16, int64_t dim,
+  //     summed as two chains (even and odd dimensions) added at the end; for Q8_0 / FP8, two
+  //     chains over each group of the codes, added and then times the group's scale into the
+  //     score (group after group).
+  //   pv_rows: out_r = sum_{j < num_values} p[r * p_stride + j] * v_j, v_j being the value row
+  //     at v[j] in `type` (Q8_0 / FP8: code times its group's scale, a product exact in F32),
+  //     summed in order of j.
+  void (*qk_block)(const float* const* q, int num_rows, const void* k, KvType type, int64_t dim,
                    int block_size, float* scores, int64_t s_stride) = nullptr;
-  void (*pv_rows)(const float* p, int64_t p_stride, int num_rows, const void* const* v, bool f16,
+  void (*pv_rows)(const float* p, int64_t p_stride, int num_rows, const void* const* v, KvType type,
                   int num_values, int64_t dim, float* out, int64_t out_stride) = nullptr;
 
   // F16 K/V cache rows: conversions with round-to-nearest-even (as F16C does).

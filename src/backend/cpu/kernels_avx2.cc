@@ -14,6 +14,8 @@
 #include <utility>
 
 #include "core/dtype.h"
+#include "quant/fp16.h"
+#include "quant/fp8.h"
 
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
@@ -64,10 +66,28 @@ struct Vec16 {
     std::memcpy(buf, p, static_cast<size_t>(n) * 2);
     return {_mm256_cvtph_ps(load128(buf)), _mm256_cvtph_ps(load128(buf + 8))};
   }
+  // KV codes (kv_format.h): int8 as is; E4M3 as 2^-8 times its value (quant/fp8.h).
+  static __m128i load_bytes(const void* p, int n) {
+    if (n >= 16) return load128(p);
+    alignas(16) uint8_t buf[16] = {};
+    std::memcpy(buf, p, static_cast<size_t>(n));
+    return load128(buf);
+  }
+  static Vec16 load_i8(const int8_t* p, int n) {
+    const __m128i x = load_bytes(p, n);
+    return {_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(x)), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(x, 8)))};
+  }
+  static Vec16 load_fp8(const uint8_t* p, int n) {
+    const __m256i w = _mm256_cvtepu8_epi16(load_bytes(p, n));
+    const __m256i h = _mm256_or_si256(_mm256_and_si256(_mm256_slli_epi16(w, 8), _mm256_set1_epi16(-0x8000)),
+                                      _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16(0x3f80)));
+    return {_mm256_cvtph_ps(_mm256_castsi256_si128(h)), _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1))};
+  }
   static Vec16 bcast(float x) {
     const __m256 v = _mm256_set1_ps(x);
     return {v, v};
   }
+  static Vec16 mul(Vec16 a, Vec16 b) { return {_mm256_mul_ps(a.lo, b.lo), _mm256_mul_ps(a.hi, b.hi)}; }
   static Vec16 fma(Vec16 a, Vec16 b, Vec16 c) {
     return {_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
   }
@@ -86,6 +106,7 @@ struct Vec16 {
   }
 };
 constexpr int kQkRows = 3;
+constexpr int kQkRowsQuantized = 2;  // three Vec16 chains a row: 2 rows fill the 16 registers
 constexpr int kPvRows = 2;
 constexpr int kPvVecs = 2;
 

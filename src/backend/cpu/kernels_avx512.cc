@@ -15,6 +15,8 @@
 #include <utility>
 
 #include "core/dtype.h"
+#include "quant/fp16.h"
+#include "quant/fp8.h"
 
 #if defined(__clang__)
 #pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"))), apply_to = function)
@@ -52,9 +54,21 @@ struct Vec16 {
   static Vec16 load(const uint16_t* p, int n) {
     return {_mm512_cvtph_ps(n >= 16 ? load256(p) : _mm256_maskz_loadu_epi16(first(n), p))};
   }
+  // KV codes (kv_format.h): int8 as is; E4M3 as 2^-8 times its value (quant/fp8.h).
+  static Vec16 load_i8(const int8_t* p, int n) {
+    const __m128i x = n >= 16 ? load128(p) : _mm_maskz_loadu_epi8(first(n), p);
+    return {_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(x))};
+  }
+  static Vec16 load_fp8(const uint8_t* p, int n) {
+    const __m256i w = _mm256_cvtepu8_epi16(n >= 16 ? load128(p) : _mm_maskz_loadu_epi8(first(n), p));
+    const __m256i h = _mm256_or_si256(_mm256_and_si256(_mm256_slli_epi16(w, 8), _mm256_set1_epi16(-0x8000)),
+                                      _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16(0x3f80)));
+    return {_mm512_cvtph_ps(h)};
+  }
   static Vec16 bcast(float x) { return {_mm512_set1_ps(x)}; }
   static Vec16 fma(Vec16 a, Vec16 b, Vec16 c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
   static Vec16 add(Vec16 a, Vec16 b) { return {_mm512_add_ps(a.v, b.v)}; }
+  static Vec16 mul(Vec16 a, Vec16 b) { return {_mm512_mul_ps(a.v, b.v)}; }
   void store(float* p, int n) const {
     if (n >= 16) {
       _mm512_storeu_ps(p, v);
@@ -64,6 +78,7 @@ struct Vec16 {
   }
 };
 constexpr int kQkRows = 8;
+constexpr int kQkRowsQuantized = 8;
 constexpr int kPvRows = 4;
 constexpr int kPvVecs = 4;
 

@@ -9,6 +9,7 @@
 #include "backend/cpu/kernels.h"
 #include "quant/blocks.h"
 #include "quant/fp16.h"
+#include "quant/fp8.h"
 
 namespace pagoda::cpu {
 namespace {
@@ -307,32 +308,59 @@ void tile_float(const uint8_t* w, size_t w_stride, int num_rows, const uint8_t* 
 
 // ---- attention ----
 
-float kv_value(const void* base, bool f16, int64_t i) {
-  return f16 ? fp16_to_fp32(static_cast<const uint16_t*>(base)[i]) : static_cast<const float*>(base)[i];
+// Element d of the key in slot o of a key slab, or of a value row: F32 / F16 values, or a
+// Q8_0 / FP8 code (as float, without its scale).
+float kv_element(const void* base, KvType type, int64_t i) {
+  switch (type) {
+    case KvType::kF32: return static_cast<const float*>(base)[i];
+    case KvType::kF16: return fp16_to_fp32(static_cast<const uint16_t*>(base)[i]);
+    case KvType::kQ8_0: return static_cast<float>(static_cast<const int8_t*>(base)[i]);
+    case KvType::kFp8: return fp8_e4m3_to_fp32(static_cast<const uint8_t*>(base)[i]);
+  }
+  return 0.0f;
 }
 
-void qk_block(const float* const* q, int num_rows, const void* k, bool f16, int64_t dim,
+float kv_scale(const void* scales, int64_t i) {
+  uint16_t h;
+  std::memcpy(&h, static_cast<const uint8_t*>(scales) + 2 * i, 2);
+  return fp16_to_fp32(h);
+}
+
+void qk_block(const float* const* q, int num_rows, const void* k, KvType type, int64_t dim,
               int block_size, float* scores, int64_t s_stride) {
+  const bool quantized = kv_quantized(type);
+  const int64_t group = quantized ? kKvGroup : dim;
+  const void* scales = static_cast<const uint8_t*>(k) + dim * block_size;
   for (int r = 0; r < num_rows; ++r) {
     for (int o = 0; o < block_size; ++o) {
-      float even = 0.0f, odd = 0.0f;
-      for (int64_t c = 0; c < dim; ++c) {
-        float& sum = c % 2 == 0 ? even : odd;
-        sum = std::fma(q[r][c], kv_value(k, f16, c * block_size + o), sum);
+      float score = 0.0f;
+      for (int64_t c0 = 0; c0 < dim; c0 += group) {
+        float even = 0.0f, odd = 0.0f;
+        for (int64_t c = c0; c < std::min(dim, c0 + group); ++c) {
+          float& sum = c % 2 == 0 ? even : odd;
+          sum = std::fma(q[r][c], kv_element(k, type, c * block_size + o), sum);
+        }
+        score = quantized ? std::fma(even + odd, kv_scale(scales, c0 / group * block_size + o), score)
+                          : even + odd;
       }
-      scores[r * s_stride + o] = even + odd;
+      scores[r * s_stride + o] = score;
     }
   }
 }
 
-void pv_rows(const float* p, int64_t p_stride, int num_rows, const void* const* v, bool f16,
+void pv_rows(const float* p, int64_t p_stride, int num_rows, const void* const* v, KvType type,
              int num_values, int64_t dim, float* out, int64_t out_stride) {
+  const bool quantized = kv_quantized(type);
   for (int r = 0; r < num_rows; ++r) {
     float* o = out + r * out_stride;
     std::fill(o, o + dim, 0.0f);
     for (int j = 0; j < num_values; ++j) {
       const float w = p[r * p_stride + j];
-      for (int64_t c = 0; c < dim; ++c) o[c] = std::fma(w, kv_value(v[j], f16, c), o[c]);
+      const void* scales = static_cast<const uint8_t*>(v[j]) + dim;
+      for (int64_t c = 0; c < dim; ++c) {
+        const float x = kv_element(v[j], type, c);
+        o[c] = std::fma(w, quantized ? x * kv_scale(scales, c / kKvGroup) : x, o[c]);
+      }
     }
   }
 }

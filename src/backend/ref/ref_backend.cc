@@ -12,20 +12,6 @@
 namespace pagoda {
 namespace {
 
-// One K/V value of an F32 or F16 cache.
-float load_kv(const void* base, DType type, int64_t i) {
-  if (type == DType::kF16) return fp16_to_fp32(static_cast<const uint16_t*>(base)[i]);
-  return static_cast<const float*>(base)[i];
-}
-
-void store_kv(void* base, DType type, int64_t i, float x) {
-  if (type == DType::kF16) {
-    static_cast<uint16_t*>(base)[i] = fp32_to_fp16(x);
-  } else {
-    static_cast<float*>(base)[i] = x;
-  }
-}
-
 class ReferenceBackend final : public Backend {
  public:
   std::string name() const override { return "reference"; }
@@ -86,23 +72,13 @@ class ReferenceBackend final : public Backend {
 
   void write_kv(const float* k, const float* v, const AttentionBatch& batch,
                 const AttentionParams& p, KvLayer cache) override {
-    const int64_t stride = static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
-    for (int32_t t = 0; t < batch.num_tokens; ++t) {
-      const int64_t slot = batch.slot_mapping[t];
-      for (int64_t i = 0; i < stride; ++i) {
-        const auto head = static_cast<int32_t>(i / p.head_dim), d = static_cast<int32_t>(i % p.head_dim);
-        store_kv(cache.k, cache.type, key_index(slot, batch.block_size, p.num_kv_heads, p.head_dim, head, d),
-                 k[t * stride + i]);
-        store_kv(cache.v, cache.type, value_index(slot, batch.block_size, p.num_kv_heads, p.head_dim, head, d),
-                 v[t * stride + i]);
-      }
-    }
+    store_kv_tokens(k, v, batch, p, cache);
   }
 
   void attention(const float* q, KvLayer cache, const AttentionBatch& batch,
                  const AttentionParams& p, float* out) override {
-    const int64_t kv_stride = static_cast<int64_t>(p.num_kv_heads) * p.head_dim;
     const int32_t group = p.num_heads / p.num_kv_heads;
+    const int64_t head_bytes = kv_head_bytes(cache.type, p.head_dim);
     std::vector<double> scores;
     std::vector<double> acc(static_cast<size_t>(p.head_dim));
     for (int32_t s = 0; s < batch.num_seqs; ++s) {
@@ -116,12 +92,12 @@ class ReferenceBackend final : public Backend {
           scores.assign(static_cast<size_t>(pos - first + 1), 0.0);
           double max_score = -INFINITY;
           for (int32_t j = first; j <= pos; ++j) {
-            int64_t slot = static_cast<int64_t>(table[j / batch.block_size]) * batch.block_size +
-                           j % batch.block_size;
+            const uint8_t* keys =
+                kv_slab(cache.k, table[j / batch.block_size], p.num_kv_heads, kvh, batch.block_size, head_bytes);
             double dot = 0;
             for (int32_t d = 0; d < p.head_dim; ++d) {
-              const int64_t kd = key_index(slot, batch.block_size, p.num_kv_heads, p.head_dim, kvh, d);
-              dot += static_cast<double>(qh[d]) * load_kv(cache.k, cache.type, kd);
+              dot += static_cast<double>(qh[d]) *
+                     kv_load_key(keys, cache.type, p.head_dim, batch.block_size, j % batch.block_size, d);
             }
             dot *= p.scale;
             if (p.softcap > 0) dot = p.softcap * std::tanh(dot / p.softcap);
@@ -132,11 +108,11 @@ class ReferenceBackend final : public Backend {
           for (double& sc : scores) denom += (sc = std::exp(sc - max_score));
           std::fill(acc.begin(), acc.end(), 0.0);
           for (int32_t j = first; j <= pos; ++j) {
-            int64_t slot = static_cast<int64_t>(table[j / batch.block_size]) * batch.block_size +
-                           j % batch.block_size;
-            const int64_t vj = value_index(slot, batch.block_size, p.num_kv_heads, p.head_dim, kvh, 0);
+            const uint8_t* row =
+                kv_slab(cache.v, table[j / batch.block_size], p.num_kv_heads, kvh, batch.block_size, head_bytes) +
+                (j % batch.block_size) * head_bytes;
             double w = scores[j - first] / denom;
-            for (int32_t d = 0; d < p.head_dim; ++d) acc[d] += w * load_kv(cache.v, cache.type, vj + d);
+            for (int32_t d = 0; d < p.head_dim; ++d) acc[d] += w * kv_load_value(row, cache.type, p.head_dim, d);
           }
           float* oh = out + (static_cast<int64_t>(t) * p.num_heads + h) * p.head_dim;
           for (int32_t d = 0; d < p.head_dim; ++d) oh[d] = static_cast<float>(acc[d]);
