@@ -15,8 +15,8 @@ namespace {
 constexpr KvTypeInfo kTypes[] = {
     {KvType::kF32, "f32", "4 bytes a value"},
     {KvType::kF16, "f16", "2 bytes a value"},
-    {KvType::kQ8_0, "q8_0", "int8 codes with an F16 scale per 32 values (1.06 bytes a value)"},
-    {KvType::kFp8, "fp8", "E4M3 codes with an F16 scale per 32 values (1.06 bytes a value)"},
+    {KvType::kQ8_0, "q8_0", "int8 codes, an F16 scale per 32 values: 1.06 bytes a value"},
+    {KvType::kFp8, "fp8", "E4M3 codes, an F16 scale per 32 values: 1.06 bytes a value"},
 };
 
 uint16_t read_half(const uint8_t* p) {

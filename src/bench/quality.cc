@@ -191,12 +191,12 @@ void score_window(const Window& window, const float* logits, const float* ref_lo
 }
 
 WindowRunner::WindowRunner(Model& model, Backend& backend, int32_t ctx,
-                           int32_t max_windows_per_step)
+                           int32_t max_windows_per_step, KvType kv_type)
     : model_(model),
       backend_(backend),
       blocks_per_seq_((ctx + kBlockSize - 1) / kBlockSize),
       max_seqs_(std::max(1, max_windows_per_step)),
-      kv_(model.config(), blocks_per_seq_ * max_seqs_, kBlockSize) {}
+      kv_(model.config(), blocks_per_seq_ * max_seqs_, kBlockSize, kv_type) {}
 
 const std::vector<float>& WindowRunner::run(const std::vector<const Window*>& windows) {
   if (windows.empty() || static_cast<int32_t>(windows.size()) > max_seqs_) {

@@ -100,7 +100,8 @@ void score_window(const Window& window, const float* logits, const float* ref_lo
 // go through one forward step as separate sequences, each with its own KV blocks.
 class WindowRunner {
  public:
-  WindowRunner(Model& model, Backend& backend, int32_t ctx, int32_t max_windows_per_step);
+  WindowRunner(Model& model, Backend& backend, int32_t ctx, int32_t max_windows_per_step,
+               KvType kv_type = KvType::kF32);
 
   // Logits of the scored positions of every window, window after window:
   // [sum of num_scored(), vocab]. The last token of a window is only a target, never fed.

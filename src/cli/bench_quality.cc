@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
+#include "backend/kv_format.h"
 #include "bench/quality.h"
 #include "bench/report.h"
 #include "cli/bench_commands.h"
@@ -50,6 +51,7 @@ struct Options {
   std::string model, ref, file, json, csv;
   std::string score = "all";
   std::string backend = "cpu";
+  std::string kv_type = "f32", ref_kv_type = "f32";  // exact caches: the weights are measured
   int32_t ctx = 256;
   int64_t max_windows = 0;
   int32_t batch = 1;
@@ -134,6 +136,11 @@ std::string base_name(const std::string& path) {
   return p.filename().string();
 }
 
+// A model's name in the table, with its KV cache type when that is not the exact F32.
+std::string label(const std::string& path, const std::string& kv_type) {
+  return base_name(path) + (kv_type == "f32" ? "" : " (KV " + kv_type + ")");
+}
+
 // One row per model: the reference (perplexity only), then the model measured against it.
 bench::Table make_table(const Options& o, const bench::QualityStats& s, size_t windows) {
   bench::Table t;
@@ -141,11 +148,11 @@ bench::Table make_table(const Options& o, const bench::QualityStats& s, size_t w
   if (s.has_ref()) {
     t.columns.insert(t.columns.end(), {"PPL ratio", "mean KL", "+/-", "median KL", "p99 KL",
                                        "max KL", "top-1 %"});
-    t.rows.push_back({"ref: " + base_name(o.ref), std::to_string(windows),
+    t.rows.push_back({"ref: " + label(o.ref, o.ref_kv_type), std::to_string(windows),
                       std::to_string(s.ref_nll.count()), bench::cell(s.ref_nll.perplexity(), 4),
                       bench::cell(s.ref_nll.perplexity_stderr(), 4)});
   }
-  std::vector<std::string> row = {base_name(o.model), std::to_string(windows),
+  std::vector<std::string> row = {label(o.model, o.kv_type), std::to_string(windows),
                                   std::to_string(s.nll.count()),
                                   bench::cell(s.nll.perplexity(), 4),
                                   bench::cell(s.nll.perplexity_stderr(), 4)};
@@ -170,6 +177,8 @@ nlohmann::ordered_json make_json(const Options& o, const bench::QualityStats& s,
   nlohmann::ordered_json j;
   j["model"] = o.model;
   j["ref"] = o.ref.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(o.ref);
+  j["kv_type"] = o.kv_type;
+  j["ref_kv_type"] = o.ref.empty() ? nlohmann::ordered_json(nullptr) : nlohmann::ordered_json(o.ref_kv_type);
   j["file"] = o.file;
   j["ctx"] = o.ctx;
   j["score"] = o.score;
@@ -209,6 +218,14 @@ Action add_bench_quality(CLI::App& bench) {
   cmd->add_option("-m,--model", o->model, "GGUF file or Hugging Face model folder")->required();
   cmd->add_option("--ref", o->ref,
                   "Reference model with the same vocabulary (F16 of the same model, say)");
+  cmd->add_option("--kv-type", o->kv_type,
+                  "The model's KV cache: f32, f16, q8_0 or fp8 (f32: the weights alone are measured; "
+                  "--ref with the same file and another --kv-type measures the cache)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(kv_type_name_list()));
+  cmd->add_option("--ref-kv-type", o->ref_kv_type, "The reference's KV cache type")
+      ->capture_default_str()
+      ->check(CLI::IsMember(kv_type_name_list()));
   cmd->add_option("-f,--file", o->file,
                   "Text file (default: $PAGODA_SHARED or ../shared, "
                   "testdata/text/tinystories_valid_head.txt)");
@@ -271,10 +288,11 @@ Action add_bench_quality(CLI::App& bench) {
 
     auto backend = o->backend == "reference" ? make_reference_backend()
                                              : make_cpu_backend(o->threads);
-    bench::WindowRunner runner(*model.model, *backend, o->ctx, o->batch);
+    bench::WindowRunner runner(*model.model, *backend, o->ctx, o->batch, parse_kv_type(o->kv_type));
     std::unique_ptr<bench::WindowRunner> ref_runner;
     if (ref.model) {
-      ref_runner = std::make_unique<bench::WindowRunner>(*ref.model, *backend, o->ctx, o->batch);
+      ref_runner = std::make_unique<bench::WindowRunner>(*ref.model, *backend, o->ctx, o->batch,
+                                                         parse_kv_type(o->ref_kv_type));
     }
 
     // Ctrl-C from here on stops between steps and reports what was measured so far.

@@ -166,8 +166,8 @@ def test_memory_fit_and_resident_memory(pagoda_bin, tmp_path):
     assert HEADER_KEYS <= d.keys() and d["benchmark"] == "memory"
     assert d["num_kv_blocks"] == 256 and d["block_size"] == 16 and d["kv_tokens"] == 4096
     assert d["kv_cache_bytes"] == d["kv_bytes_per_token"] * 4096
-    # SmolLM2-135M: 30 layers x 3 KV heads x 64, K and V, F32.
-    assert d["kv_bytes_per_token"] == 2 * 30 * 3 * 64 * 4
+    # SmolLM2-135M: 30 layers x 3 KV heads x 64, K and V, F16 (the default).
+    assert d["kv_bytes_per_token"] == 2 * 30 * 3 * 64 * 2
     assert d["fit"] == {"seq_len": 100, "contiguous": 4, "paged": 256 // 7, "gain": 36 / 4}
     assert [f["seq_len"] for f in d["fit_table"]] == [16, 64, 100, 256, 512, 1024]
     for f in d["fit_table"]:
@@ -180,9 +180,15 @@ def test_memory_fit_and_resident_memory(pagoda_bin, tmp_path):
     rows = read_csv(tmp_path / "m.csv")
     assert [int(r["sequence length"]) for r in rows] == [16, 64, 100, 256, 512, 1024]
     check_svg(tmp_path / "m.svg", "100", "1024")
-    half, _ = bench_json(pagoda_bin, "memory", "-m", need(SMOLLM), "--kv-tokens", 4096,
-                         "--kv-type", "f16", "-n", 1, "--output-len", 2, "-t", 2)
-    assert half["kv_cache_bytes"] * 2 == d["kv_cache_bytes"]
+    full, _ = bench_json(pagoda_bin, "memory", "-m", need(SMOLLM), "--kv-tokens", 4096,
+                         "--kv-type", "f32", "-n", 1, "--output-len", 2, "-t", 2)
+    assert full["kv_cache_bytes"] == d["kv_cache_bytes"] * 2
+    # Q8_0 / FP8: 64 one-byte codes and two F16 scales per head.
+    for kv_type in ("q8_0", "fp8"):
+        q, _ = bench_json(pagoda_bin, "memory", "-m", need(SMOLLM), "--kv-tokens", 4096,
+                          "--kv-type", kv_type, "-n", 1, "--output-len", 2, "-t", 2)
+        assert q["kv_bytes_per_token"] == 2 * 30 * 3 * (64 + 4), kv_type
+        assert q["workload"]["num_finished"] == 1, kv_type
 
 
 def test_ctrl_c_prints_what_was_measured(pagoda_bin):

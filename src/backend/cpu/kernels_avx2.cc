@@ -14,7 +14,6 @@
 #include <utility>
 
 #include "core/dtype.h"
-#include "quant/fp16.h"
 #include "quant/fp8.h"
 
 #if defined(__clang__)
