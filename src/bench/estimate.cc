@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "model/architecture.h"
 #include "model/model_file.h"
+#include "model/recipe.h"
 #include "model/synth.h"
 
 namespace pagoda {
@@ -53,34 +54,14 @@ std::vector<EstimatePreset> make_presets() {
 // How a type stores the layers' matrices: GGUF blocks, or one of the GPU checkpoint formats.
 enum class Packing { kGguf, kAwq4, kFp8, kInt8 };
 
-struct TypeRule {
-  std::string name;
-  DType base;  // most matrices (and the token table)
-  DType more;  // output.weight (and attn_v / ffn_down of some layers when k_mix)
-  bool k_mix;
-  Packing packing = Packing::kGguf;  // not kGguf: the layers' matrices; base and more are F16
+// The GPU checkpoint formats, beside the GGUF recipes (model/recipe.h): the layers' matrices
+// packed so, the token table and output matrix in F16.
+struct GpuPacking {
+  std::string_view name;
+  Packing packing;
 };
-
-const std::vector<TypeRule>& type_rules() {
-  static const std::vector<TypeRule> rules = {
-      {"f32", DType::kF32, DType::kF32, false},
-      {"f16", DType::kF16, DType::kF16, false},
-      {"bf16", DType::kBF16, DType::kBF16, false},
-      {"q8_0", DType::kQ8_0, DType::kQ8_0, false},
-      {"q4_0", DType::kQ4_0, DType::kQ6_K, false},
-      {"q4_1", DType::kQ4_1, DType::kQ6_K, false},
-      {"q5_0", DType::kQ5_0, DType::kQ6_K, false},
-      {"q5_1", DType::kQ5_1, DType::kQ6_K, false},
-      {"q4_k", DType::kQ4_K, DType::kQ4_K, false},
-      {"q4_k_m", DType::kQ4_K, DType::kQ6_K, true},
-      {"q5_k_m", DType::kQ5_K, DType::kQ6_K, true},
-      {"q6_k", DType::kQ6_K, DType::kQ6_K, false},
-      {"awq-4bit", DType::kF16, DType::kF16, false, Packing::kAwq4},
-      {"fp8", DType::kF16, DType::kF16, false, Packing::kFp8},
-      {"int8", DType::kF16, DType::kF16, false, Packing::kInt8},
-  };
-  return rules;
-}
+constexpr GpuPacking kGpuPackings[] = {
+    {"awq-4bit", Packing::kAwq4}, {"fp8", Packing::kFp8}, {"int8", Packing::kInt8}};
 
 const char* packing_name(Packing p) {
   switch (p) {
@@ -215,7 +196,8 @@ const EstimatePreset& find_estimate_preset(const std::string& name) {
 const std::vector<std::string>& estimate_weight_types() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> n;
-    for (const auto& r : type_rules()) n.push_back(r.name);
+    for (const WeightRecipe& r : weight_recipes()) n.emplace_back(r.name);
+    for (const GpuPacking& p : kGpuPackings) n.emplace_back(p.name);
     return n;
   }();
   return names;
@@ -225,81 +207,6 @@ const std::vector<std::string>& estimate_kv_types() {
   static const std::vector<std::string> names = {"f32",  "f16",  "bf16", "q8_0",   "q5_1",
                                                  "q5_0", "q4_1", "q4_0", "iq4_nl", "fp8"};
   return names;
-}
-
-WeightEstimate estimate_weights(const ModelConfig& c, const std::string& weights_type) {
-  const TypeRule* rule = nullptr;
-  for (const auto& r : type_rules()) {
-    if (r.name == weights_type) rule = &r;
-  }
-  if (!rule) {
-    fail("estimate: unknown weights type '", weights_type,
-         "' (known: ", join(estimate_weight_types()), ")");
-  }
-  if (c.num_layers == 0) fail("estimate: the model has no layers");
-  // A family pagoda does not run is counted as plain Llama-style layers.
-  static const Architecture kPlainLayers;
-  const Architecture* known = find_architecture(c.architecture);
-  const Architecture& arch = known ? *known : kPlainLayers;
-  const uint64_t hidden = c.hidden_size, ffn = c.intermediate_size, vocab = c.vocab_size;
-  const uint64_t q_dim = uint64_t{c.num_heads} * c.head_dim;
-  const uint64_t kv_dim = uint64_t{c.num_kv_heads} * c.head_dim;
-  Tally tally;
-  auto gguf_matrix = [&](TensorKind kind, DType type, uint64_t rows, uint64_t cols) {
-    const DType fitted = quant_fallback_type(type, cols);
-    tally.add_tensor(kind, std::string(dtype_traits(fitted).name), mul(rows, cols),
-                     rows_bytes(fitted, rows, cols, "weight"));
-  };
-  auto layer_matrix = [&](TensorKind kind, DType type, uint64_t rows, uint64_t cols) {
-    if (rule->packing == Packing::kGguf) return gguf_matrix(kind, type, rows, cols);
-    tally.add_tensor(kind, packing_name(rule->packing), mul(rows, cols),
-                     packed_bytes(rule->packing, rows, cols));
-  };
-  auto vec = [&](uint64_t n) { tally.add_tensor(TensorKind::kVector, "F32", n, mul(n, 4)); };
-  // The same tensor list pagoda synth writes (model/synth.cc); the tests hold the two together.
-  gguf_matrix(TensorKind::kEmbedding, rule->base, vocab, hidden);  // token_embd
-  for (uint32_t l = 0; l < c.num_layers; ++l) {
-    const DType mixed =
-        rule->k_mix && kquant_mix_more_bits(l, c.num_layers) ? rule->more : rule->base;
-    const TensorKind tail = l + 1 == c.num_layers ? TensorKind::kTail : TensorKind::kLayer;
-    vec(hidden);                                                   // attn_norm
-    if (arch.fused_qkv) {
-      layer_matrix(TensorKind::kLayer, rule->base, q_dim + 2 * kv_dim, hidden);  // attn_qkv
-    } else {
-      layer_matrix(TensorKind::kLayer, rule->base, q_dim, hidden);   // attn_q
-      layer_matrix(TensorKind::kLayer, rule->base, kv_dim, hidden);  // attn_k
-      layer_matrix(TensorKind::kLayer, mixed, kv_dim, hidden);       // attn_v
-    }
-    layer_matrix(tail, rule->base, hidden, q_dim);                 // attn_output
-    if (arch.qkv_bias) {
-      vec(q_dim);  // q, k, v biases
-      vec(kv_dim);
-      vec(kv_dim);
-    }
-    if (arch.qk_norm) {
-      vec(c.head_dim);  // q_norm, k_norm
-      vec(c.head_dim);
-    }
-    if (arch.post_norms) vec(hidden);  // post_attention_norm
-    vec(hidden);                                  // ffn_norm
-    if (c.num_experts) {  // the router, then each expert's gate, up and down stacked
-      const uint64_t eff = c.expert_ffn_size(), e = c.num_experts;
-      gguf_matrix(TensorKind::kLayer, DType::kF32, e, hidden);
-      layer_matrix(tail, rule->base, eff * e, hidden);
-      layer_matrix(tail, rule->base, eff * e, hidden);
-      layer_matrix(tail, mixed, hidden * e, eff);
-    } else if (arch.fused_gate_up) {
-      layer_matrix(tail, rule->base, 2 * ffn, hidden);  // ffn_up holding the gate too
-    } else {
-      layer_matrix(tail, rule->base, ffn, hidden);  // ffn_gate
-      layer_matrix(tail, rule->base, ffn, hidden);  // ffn_up
-    }
-    if (!c.num_experts) layer_matrix(tail, mixed, hidden, ffn);  // ffn_down
-    if (arch.post_norms) vec(hidden);  // post_ffw_norm
-  }
-  vec(hidden);  // output_norm
-  if (!c.tie_embeddings) gguf_matrix(TensorKind::kOutput, rule->more, vocab, hidden);
-  return tally.finish(weights_type);
 }
 
 namespace {
@@ -320,16 +227,15 @@ int64_t layer_of(const std::string& name) {
   return -1;
 }
 
-TensorKind kind_of(const TensorRef& t, uint32_t num_layers) {
-  if (t.name == "token_embd.weight" || t.name == "model.embed_tokens.weight") {
-    return TensorKind::kEmbedding;
-  }
-  if (t.name == "output.weight" || t.name == "lm_head.weight") return TensorKind::kOutput;
-  if (t.shape.size() < 2) return TensorKind::kVector;
-  const int64_t layer = layer_of(t.name);
+// Which part of the model a tensor is, by its GGUF or Hugging Face name.
+TensorKind kind_of(const std::string& name, size_t num_dims, uint32_t num_layers) {
+  if (name == "token_embd.weight" || name == "model.embed_tokens.weight") return TensorKind::kEmbedding;
+  if (name == "output.weight" || name == "lm_head.weight") return TensorKind::kOutput;
+  if (num_dims < 2) return TensorKind::kVector;
+  const int64_t layer = layer_of(name);
   if (num_layers > 0 && layer == int64_t{num_layers} - 1) {
     for (const char* part : {"attn_output", "o_proj", "ffn_", "mlp."}) {
-      if (t.name.find(part) != std::string::npos) return TensorKind::kTail;
+      if (name.find(part) != std::string::npos) return TensorKind::kTail;
     }
   }
   return TensorKind::kLayer;
@@ -337,10 +243,46 @@ TensorKind kind_of(const TensorRef& t, uint32_t num_layers) {
 
 }  // namespace
 
+WeightEstimate estimate_weights(const ModelConfig& c, const std::string& weights_type) {
+  const WeightRecipe* recipe = find_weight_recipe(weights_type);
+  Packing packing = Packing::kGguf;
+  for (const GpuPacking& p : kGpuPackings) {
+    if (p.name == weights_type) {
+      recipe = find_weight_recipe("f16");
+      packing = p.packing;
+    }
+  }
+  if (!recipe) {
+    fail("estimate: unknown weights type '", weights_type,
+         "' (known: ", join(estimate_weight_types()), ")");
+  }
+  if (c.num_layers == 0) fail("estimate: the model has no layers");
+  // A family pagoda does not run is counted as plain Llama-style layers.
+  ModelConfig shape = c;
+  if (!find_architecture(c.architecture)) shape.architecture = "llama";
+  Tally tally;
+  // The tensors pagoda synth writes for this shape (model/recipe.h).
+  for (const PlannedTensor& t : plan_model_tensors(shape, *recipe)) {
+    uint64_t rows = 1;
+    for (size_t d = 1; d < t.shape.size(); ++d) rows = mul(rows, t.shape[d]);
+    const uint64_t cols = t.shape[0];
+    const TensorKind kind = kind_of(t.name, t.shape.size(), c.num_layers);
+    const bool layer = kind == TensorKind::kLayer || kind == TensorKind::kTail;
+    if (packing != Packing::kGguf && t.from_recipe && layer) {
+      tally.add_tensor(kind, packing_name(packing), mul(rows, cols), packed_bytes(packing, rows, cols));
+    } else {
+      tally.add_tensor(kind, std::string(dtype_traits(t.type).name), mul(rows, cols),
+                       rows_bytes(t.type, rows, cols, "weight"));
+    }
+  }
+  return tally.finish(weights_type);
+}
+
+
 WeightEstimate file_weights(const ModelFile& file) {
   Tally tally;
   for (const auto& t : file.tensors()) {
-    tally.add_tensor(kind_of(t, file.config().num_layers), std::string(dtype_traits(t.type).name),
+    tally.add_tensor(kind_of(t.name, t.shape.size(), file.config().num_layers), std::string(dtype_traits(t.type).name),
                      t.num_elements, t.num_bytes);
   }
   return tally.finish(tally.types());

@@ -11,84 +11,25 @@
 #include "core/error.h"
 #include "format/gguf.h"
 #include "format/gguf_writer.h"
-#include "model/synth.h"
+#include "model/recipe.h"
 #include "quant/reference.h"
 
 namespace pagoda {
 namespace {
-
-struct TypeRule {
-  std::string name;
-  DType base;          // most matrices
-  DType more;          // the output matrix, and attn_v / ffn_down of some layers in K mixes
-  bool kquant_mix;     // whether attn_v / ffn_down get `more` in the layers llama.cpp picks
-  uint32_t file_type;  // general.file_type (llama_ftype)
-};
-
-const std::vector<TypeRule>& type_rules() {
-  static const std::vector<TypeRule> rules = {
-      {"f32", DType::kF32, DType::kF32, false, 0},
-      {"f16", DType::kF16, DType::kF16, false, 1},
-      {"bf16", DType::kBF16, DType::kBF16, false, 32},
-      {"q4_0", DType::kQ4_0, DType::kQ6_K, false, 2},
-      {"q4_1", DType::kQ4_1, DType::kQ6_K, false, 3},
-      {"q5_0", DType::kQ5_0, DType::kQ6_K, false, 8},
-      {"q5_1", DType::kQ5_1, DType::kQ6_K, false, 9},
-      {"q8_0", DType::kQ8_0, DType::kQ8_0, false, 7},
-      {"q4_k", DType::kQ4_K, DType::kQ6_K, false, 14},
-      {"q4_k_m", DType::kQ4_K, DType::kQ6_K, true, 15},
-      {"q5_k_m", DType::kQ5_K, DType::kQ6_K, true, 17},
-      {"q6_k", DType::kQ6_K, DType::kQ6_K, false, 18},
-  };
-  return rules;
-}
-
-const TypeRule& find_rule(const std::string& name) {
-  for (const auto& r : type_rules()) {
-    if (r.name == name) return r;
-  }
-  std::string known;
-  for (const auto& r : type_rules()) known += " " + r.name;
-  fail("quantize: unknown type '", name, "' (known:", known, ")");
-}
-
-// The layer of "blk.N.<rest>", or -1.
-int64_t layer_of(const std::string& name) {
-  if (name.rfind("blk.", 0) != 0) return -1;
-  const size_t dot = name.find('.', 4);
-  if (dot == std::string::npos || dot == 4) return -1;
-  int64_t layer = 0;
-  for (size_t i = 4; i < dot; ++i) {
-    if (name[i] < '0' || name[i] > '9') return -1;
-    layer = layer * 10 + (name[i] - '0');
-  }
-  return layer;
-}
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() &&
          s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// The type a tensor gets; its own type when it is copied as it is.
-DType target_type(const GgufTensorInfo& t, const TypeRule& rule, bool has_output,
+// The type a tensor gets; its own type when it is copied as it is (vectors, and the MoE router,
+// which llama.cpp leaves in its type too).
+DType target_type(const GgufTensorInfo& t, const WeightRecipe& recipe, bool has_output,
                   uint32_t num_layers) {
-  if (t.shape.size() < 2 || !ends_with(t.name, ".weight")) return t.type;
-  DType type = rule.base;
-  const bool is_output =
-      t.name == "output.weight" || (!has_output && t.name == "token_embd.weight");
-  if (is_output) type = rule.more;
-  const int64_t layer = layer_of(t.name);
-  if (rule.kquant_mix && layer >= 0 && num_layers > 0 &&
-      (ends_with(t.name, ".attn_v.weight") || ends_with(t.name, ".ffn_down.weight")) &&
-      kquant_mix_more_bits(static_cast<uint32_t>(layer), num_layers)) {
-    type = rule.more;
+  if (t.shape.size() < 2 || !ends_with(t.name, ".weight") || ends_with(t.name, "ffn_gate_inp.weight")) {
+    return t.type;
   }
-  // Applied until the row fits: a K type falls back to Q8_0, which may not fit either.
-  while (t.shape[0] % dtype_traits(type).block_size != 0) {
-    type = quant_fallback_type(type, t.shape[0]);
-  }
-  return type;
+  return recipe_type(recipe, t.name, t.shape[0], has_output, num_layers);
 }
 
 // A tensor already quantized that is written in another type; decoding to F32 is exact.
@@ -103,7 +44,7 @@ struct Plan {
   Requantization requantization;
 };
 
-Plan make_plan(const GgufFile& in, const QuantizeOptions& o, const TypeRule& rule) {
+Plan make_plan(const GgufFile& in, const QuantizeOptions& o, const WeightRecipe& rule) {
   const auto arch = in.try_string("general.architecture");
   const uint32_t num_layers =
       arch ? static_cast<uint32_t>(in.try_u64(*arch + ".block_count").value_or(0)) : 0;
@@ -181,7 +122,7 @@ double convert_tensor(const GgufTensorInfo& t, DType type, int threads, GgufWrit
 const std::vector<std::string>& quantize_type_names() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> n;
-    for (const auto& r : type_rules()) n.push_back(r.name);
+    for (const auto& r : weight_recipes()) n.emplace_back(r.name);
     return n;
   }();
   return names;
@@ -192,14 +133,14 @@ bool is_quantized_type(DType type) {
 }
 
 Requantization find_requantization(const QuantizeOptions& o) {
-  const TypeRule& rule = find_rule(o.type);
+  const WeightRecipe& rule = weight_recipe(o.type, "quantize");
   auto in = GgufFile::open(o.input_path);
   return make_plan(*in, o, rule).requantization;
 }
 
 QuantizeSummary quantize_model(const QuantizeOptions& o,
                                const std::function<void(const QuantizeProgress&)>& progress) {
-  const TypeRule& rule = find_rule(o.type);
+  const WeightRecipe& rule = weight_recipe(o.type, "quantize");
   if (o.output_path.empty()) fail("quantize: give -o OUT.gguf");
   auto in = GgufFile::open(o.input_path);
   const Plan plan = make_plan(*in, o, rule);

@@ -1,9 +1,7 @@
 // Requantizing a real GGUF model into another weight type (`pagoda quantize`): every weight
 // matrix is decoded with the scalar reference and encoded again; norms, biases and other 1-D
-// tensors are copied as they are, and so is the metadata (general.file_type updated). The type
-// mix follows llama.cpp's basic rules: the output matrix (the token embedding when they are
-// tied) and, in the K mixes, attn_v / ffn_down of some layers get more bits; rows that are no
-// whole number of blocks fall back to a type that fits (see synth.h).
+// tensors are copied as they are, and so is the metadata (general.file_type updated). Which type
+// each matrix gets is the weight recipe's (model/recipe.h), the table synth and estimate use.
 //
 // This is for comparing weight types of one model (`pagoda bench quality --ref`), not an
 // importance-matrix quantizer. Requantizing an already quantized file compounds the error, so,
@@ -25,7 +23,7 @@ namespace pagoda {
 struct QuantizeOptions {
   std::string input_path;   // a GGUF file
   std::string output_path;  // the GGUF file to write
-  std::string type;         // f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q4_k q4_k_m q5_k_m q6_k
+  std::string type;         // a weight recipe's name (model/recipe.h)
   int num_threads = 0;      // 0 = every core
   // Write tensors that are already quantized (any type but F32, F16, BF16) in another type
   // other than F32; without it quantize_model refuses such a file.

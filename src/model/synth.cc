@@ -9,6 +9,7 @@
 #include "format/gguf.h"
 #include "format/gguf_writer.h"
 #include "model/architecture.h"
+#include "model/recipe.h"
 #include "quant/reference.h"
 
 namespace pagoda {
@@ -70,28 +71,6 @@ const std::vector<SynthPreset> kPresets = {
     {"phi-3-tiny", make_config("phi3", 3, 256, 768, 4, 2, 64, 32064, 4096, 10000, false)},
 };
 
-struct TypeRule {
-  DType base;      // most matrices
-  DType more;      // output, and attn_v / ffn_down in the layers that get more bits (K mixes)
-  uint32_t file_type;  // general.file_type (llama_ftype)
-};
-
-TypeRule parse_type(const std::string& t) {
-  if (t == "f32") return {DType::kF32, DType::kF32, 0};
-  if (t == "f16") return {DType::kF16, DType::kF16, 1};
-  if (t == "bf16") return {DType::kBF16, DType::kBF16, 32};
-  if (t == "q4_0") return {DType::kQ4_0, DType::kQ6_K, 2};
-  if (t == "q4_1") return {DType::kQ4_1, DType::kQ6_K, 3};
-  if (t == "q8_0") return {DType::kQ8_0, DType::kQ8_0, 7};
-  if (t == "q5_0") return {DType::kQ5_0, DType::kQ6_K, 8};
-  if (t == "q5_1") return {DType::kQ5_1, DType::kQ6_K, 9};
-  if (t == "q4_k") return {DType::kQ4_K, DType::kQ4_K, 14};
-  if (t == "q4_k_m") return {DType::kQ4_K, DType::kQ6_K, 15};
-  if (t == "q5_k_m") return {DType::kQ5_K, DType::kQ6_K, 17};
-  if (t == "q6_k") return {DType::kQ6_K, DType::kQ6_K, 18};
-  fail("synth: unknown type '", t, "' (known: f32 f16 bf16 q4_0 q4_1 q5_0 q5_1 q8_0 q4_k q4_k_m q5_k_m q6_k)");
-}
-
 // A cheap, seeded generator of roughly normal values (sum of uniforms), one stream per row so
 // the output does not depend on the thread count.
 float normal_ish(uint64_t& state) {
@@ -105,13 +84,6 @@ float normal_ish(uint64_t& state) {
   return (sum - 2.0f) * 1.7320508f;  // unit variance
 }
 
-struct Planned {
-  std::string name;
-  DType type;
-  std::vector<uint64_t> shape;  // GGUF order: [cols, rows]
-  float scale;                  // std of the values; 0 = constant 1 (norm weights)
-};
-
 void copy_vocab(const GgufFile& vocab, GgufWriter& w) {
   for (const auto& [key, value] : vocab.metadata()) {
     if (key.rfind("tokenizer.", 0) == 0) w.add_value(key, value);
@@ -119,17 +91,6 @@ void copy_vocab(const GgufFile& vocab, GgufWriter& w) {
 }
 
 }  // namespace
-
-bool kquant_mix_more_bits(uint32_t layer, uint32_t num_layers) {
-  return layer < num_layers / 8 || layer >= 7 * num_layers / 8 || (layer - num_layers / 8) % 3 == 2;
-}
-
-DType quant_fallback_type(DType type, uint64_t cols) {
-  if (cols % dtype_traits(type).block_size == 0) return type;
-  if (type == DType::kQ6_K || type == DType::kQ5_K) return DType::kQ8_0;
-  if (cols % 32 == 0) return DType::kQ5_0;
-  return DType::kF16;
-}
 
 const std::vector<SynthPreset>& synth_presets() { return kPresets; }
 
@@ -145,8 +106,7 @@ const SynthPreset& find_synth_preset(const std::string& name) {
 void write_synthetic_model(const SynthOptions& o,
                            const std::function<void(uint64_t, uint64_t)>& progress) {
   ModelConfig c = find_synth_preset(o.preset).config;
-  const Architecture& arch = architecture_of(c, "synth preset " + o.preset);
-  TypeRule rule = parse_type(o.type);
+  const WeightRecipe& rule = weight_recipe(o.type, "synth");
   if (o.vocab_path.empty()) fail("synth: give --vocab FILE, a GGUF file with a tokenizer to copy");
   auto vocab = GgufFile::open(o.vocab_path);
   if (!vocab->has("tokenizer.ggml.tokens")) fail(o.vocab_path, ": has no tokenizer.ggml.tokens");
@@ -178,66 +138,10 @@ void write_synthetic_model(const SynthOptions& o,
   }
   copy_vocab(*vocab, w);
 
-  const uint64_t hidden = c.hidden_size, ff = c.intermediate_size, vocab_size = c.vocab_size;
-  const uint64_t q_dim = uint64_t{c.num_heads} * c.head_dim, kv_dim = uint64_t{c.num_kv_heads} * c.head_dim;
-  const float s = 0.02f;
-  std::vector<Planned> plan;
-  auto matrix = [&](std::string name, DType type, uint64_t rows, uint64_t cols) {
-    plan.push_back({std::move(name), quant_fallback_type(type, cols), {cols, rows}, s});
-  };
-  // Stacked experts: [cols, rows, experts] in GGUF order.
-  auto experts = [&](std::string name, DType type, uint64_t rows, uint64_t cols) {
-    plan.push_back({std::move(name), quant_fallback_type(type, cols), {cols, rows, c.num_experts}, s});
-  };
-  auto vec = [&](std::string name, uint64_t n, float scale) {
-    plan.push_back({std::move(name), DType::kF32, {n}, scale});
-  };
-  matrix("token_embd.weight", rule.base, vocab_size, hidden);
-  for (uint32_t l = 0; l < c.num_layers; ++l) {
-    const std::string p = "blk." + std::to_string(l) + ".";
-    const DType vd = kquant_mix_more_bits(l, c.num_layers) ? rule.more : rule.base;
-    vec(p + "attn_norm.weight", hidden, 0);
-    if (arch.fused_qkv) {
-      matrix(p + "attn_qkv.weight", rule.base, q_dim + 2 * kv_dim, hidden);
-    } else {
-      matrix(p + "attn_q.weight", rule.base, q_dim, hidden);
-      matrix(p + "attn_k.weight", rule.base, kv_dim, hidden);
-      matrix(p + "attn_v.weight", rule.file_type == 15 || rule.file_type == 17 ? vd : rule.base, kv_dim, hidden);
-    }
-    matrix(p + "attn_output.weight", rule.base, hidden, q_dim);
-    if (arch.qkv_bias) {
-      vec(p + "attn_q.bias", q_dim, s);
-      vec(p + "attn_k.bias", kv_dim, s);
-      vec(p + "attn_v.bias", kv_dim, s);
-    }
-    if (arch.qk_norm) {
-      vec(p + "attn_q_norm.weight", c.head_dim, 0);
-      vec(p + "attn_k_norm.weight", c.head_dim, 0);
-    }
-    if (arch.post_norms) vec(p + "post_attention_norm.weight", hidden, 0);
-    vec(p + "ffn_norm.weight", hidden, 0);
-    if (c.num_experts) {
-      const uint64_t eff = c.expert_ffn_size();
-      matrix(p + "ffn_gate_inp.weight", DType::kF32, c.num_experts, hidden);  // the router
-      experts(p + "ffn_gate_exps.weight", rule.base, eff, hidden);
-      experts(p + "ffn_up_exps.weight", rule.base, eff, hidden);
-      experts(p + "ffn_down_exps.weight", rule.file_type == 15 || rule.file_type == 17 ? vd : rule.base, hidden, eff);
-    } else if (arch.fused_gate_up) {
-      matrix(p + "ffn_up.weight", rule.base, 2 * ff, hidden);
-    } else {
-      matrix(p + "ffn_gate.weight", rule.base, ff, hidden);
-      matrix(p + "ffn_up.weight", rule.base, ff, hidden);
-    }
-    if (!c.num_experts) {
-      matrix(p + "ffn_down.weight", rule.file_type == 15 || rule.file_type == 17 ? vd : rule.base, hidden, ff);
-    }
-    if (arch.post_norms) vec(p + "post_ffw_norm.weight", hidden, 0);
-  }
-  vec("output_norm.weight", hidden, 0);
-  if (!c.tie_embeddings) matrix("output.weight", rule.more, vocab_size, hidden);
-
+  const std::vector<PlannedTensor> plan = plan_model_tensors(c, rule);
+  const float s = 0.02f;  // std of the random values; norms' weights are ones
   uint64_t total = 0;
-  auto rows_of = [](const Planned& t) {  // every dimension after the first
+  auto rows_of = [](const PlannedTensor& t) {  // every dimension after the first
     uint64_t rows = 1;
     for (size_t d = 1; d < t.shape.size(); ++d) rows *= t.shape[d];
     return rows;
@@ -246,7 +150,7 @@ void write_synthetic_model(const SynthOptions& o,
   auto written = std::make_shared<uint64_t>(0);
   const int threads = o.num_threads > 0 ? o.num_threads : omp_get_num_procs();
   for (size_t ti = 0; ti < plan.size(); ++ti) {
-    const Planned t = plan[ti];
+    const PlannedTensor t = plan[ti];
     const uint64_t cols = t.shape[0], rows = rows_of(t);
     const uint64_t rb = row_bytes(t.type, static_cast<int64_t>(cols));
     const uint64_t seed = o.seed * 0x9E3779B97F4A7C15ull + ti * 0xD1B54A32D192ED03ull;
@@ -263,7 +167,7 @@ void write_synthetic_model(const SynthOptions& o,
           for (int64_t r = 0; r < static_cast<int64_t>(n); ++r) {
             uint64_t state = seed ^ ((r0 + r + 1) * 0xBF58476D1CE4E5B9ull);
             for (uint64_t i = 0; i < 3; ++i) normal_ish(state);
-            for (uint64_t i = 0; i < cols; ++i) row[i] = t.scale == 0 ? 1.0f : t.scale * normal_ish(state);
+            for (uint64_t i = 0; i < cols; ++i) row[i] = t.norm ? 1.0f : s * normal_ish(state);
             quantize_row(t.type, row.data(), out.data() + r * rb, static_cast<int64_t>(cols));
           }
         }

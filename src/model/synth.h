@@ -22,16 +22,9 @@ const std::vector<SynthPreset>& synth_presets();
 // Throws Error listing the known names when `name` is not one.
 const SynthPreset& find_synth_preset(const std::string& name);
 
-// llama.cpp's choice of the layers whose attn_v / ffn_down get more bits in a K-quant mix
-// (Q4_K_M, Q5_K_M): the first and last eighth of the layers, and every third in between.
-bool kquant_mix_more_bits(uint32_t layer, uint32_t num_layers);
-// The type a row of `cols` elements really gets: rows that are no whole number of blocks fall
-// back the way llama.cpp's quantizer does.
-DType quant_fallback_type(DType type, uint64_t cols);
-
 struct SynthOptions {
   std::string preset;
-  std::string type = "q4_0";  // q4_0, q4_1, q5_0, q5_1, q8_0, q4_k_m, q4_k, q5_k_m, q6_k, f16, bf16, f32
+  std::string type = "q4_0";  // a weight recipe (model/recipe.h)
   std::string vocab_path;     // a GGUF file whose tokenizer.* keys are copied
   std::string output_path;
   uint64_t seed = 1;

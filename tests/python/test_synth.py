@@ -18,8 +18,9 @@ def test_synth_smollm_shape(pagoda_bin, shared_dir, tmp_path):
     assert len(tensors) == 2 + 30 * 9
     emb = tensors["token_embd.weight"]
     assert list(emb.shape) == [576, 50257]
-    # 576 is not a multiple of the K-quant super-block, so the K types fall back as llama.cpp's do.
-    assert emb.tensor_type == gguf.GGMLQuantizationType.Q5_0
+    # Tied embeddings: the token table is the output matrix, Q6_K as in llama.cpp; but 576 is no
+    # multiple of the K-quant super-block, so it falls back to Q8_0 as llama.cpp's does.
+    assert emb.tensor_type == gguf.GGMLQuantizationType.Q8_0
     assert list(tensors["blk.0.attn_k.weight"].shape) == [576, 192]
     assert list(tensors["blk.0.ffn_down.weight"].shape) == [1536, 576]
     assert tensors["blk.0.ffn_down.weight"].tensor_type == gguf.GGMLQuantizationType.Q6_K
