@@ -76,10 +76,11 @@ struct Vec16 {
     const __m128i x = load_bytes(p, n);
     return {_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(x)), _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(x, 8)))};
   }
+  // Sign-extended to 16 bits and shifted left by 7, a code's sign lands in bit 15 (and, cleared
+  // by the mask, bit 14), its exponent and mantissa in bits 13..7: quant/fp8.h's scaled half.
   static Vec16 load_fp8(const uint8_t* p, int n) {
-    const __m256i w = _mm256_cvtepu8_epi16(load_bytes(p, n));
-    const __m256i h = _mm256_or_si256(_mm256_and_si256(_mm256_slli_epi16(w, 8), _mm256_set1_epi16(-0x8000)),
-                                      _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16(0x3f80)));
+    const __m256i w = _mm256_cvtepi8_epi16(load_bytes(p, n));
+    const __m256i h = _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16(-0x4080));
     return {_mm256_cvtph_ps(_mm256_castsi256_si128(h)), _mm256_cvtph_ps(_mm256_extracti128_si256(h, 1))};
   }
   static Vec16 bcast(float x) {

@@ -58,11 +58,11 @@ struct Vec16 {
     const __m128i x = n >= 16 ? load128(p) : _mm_maskz_loadu_epi8(first(n), p);
     return {_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(x))};
   }
+  // Sign-extended to 16 bits and shifted left by 7, a code's sign lands in bit 15 (and, cleared
+  // by the mask, bit 14), its exponent and mantissa in bits 13..7: quant/fp8.h's scaled half.
   static Vec16 load_fp8(const uint8_t* p, int n) {
-    const __m256i w = _mm256_cvtepu8_epi16(n >= 16 ? load128(p) : _mm_maskz_loadu_epi8(first(n), p));
-    const __m256i h = _mm256_or_si256(_mm256_and_si256(_mm256_slli_epi16(w, 8), _mm256_set1_epi16(-0x8000)),
-                                      _mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16(0x3f80)));
-    return {_mm512_cvtph_ps(h)};
+    const __m256i w = _mm256_cvtepi8_epi16(n >= 16 ? load128(p) : _mm_maskz_loadu_epi8(first(n), p));
+    return {_mm512_cvtph_ps(_mm256_and_si256(_mm256_slli_epi16(w, 7), _mm256_set1_epi16(-0x4080)))};
   }
   static Vec16 bcast(float x) { return {_mm512_set1_ps(x)}; }
   static Vec16 fma(Vec16 a, Vec16 b, Vec16 c) { return {_mm512_fmadd_ps(a.v, b.v, c.v)}; }
