@@ -1,6 +1,8 @@
 // One prompt at a time: prefill the prompt as a batch (in chunks), then decode token by token
-// into a contiguous KV cache. The paged, batched engine replaces this for serving; `pagoda run`
-// and the model tests use it.
+// into a contiguous KV cache (block table 0, 1, 2, ...). Every command, `pagoda run` included,
+// goes through the paged, batched Engine; only the tests use this. It stays as their second,
+// independent path: the model conformance tests compare its greedy ids and prompt logits with
+// llama.cpp's, and the engine tests check that the Engine gives the same ids.
 #pragma once
 
 #include <cstdint>
