@@ -117,7 +117,9 @@ constexpr int kPvVecs = 2;
 void fill_avx2_kernels(Kernels& k) {
   fill_vector_ops(k);
   // 16 registers: 4 x 2 accumulators for the legacy and float tiles; the K-quant tiles also
-  // keep integer sums per (row, token) but spill well, and 2 x 4 beat 2 x 2 by 25% on prefill.
+  // keep integer sums per (row, token) but spill well, so they take 2 x 4: each unpacked weight
+  // vector serves four tokens instead of two (figures: docs/BENCHMARKS.md, "Figures moved from
+  // code comments").
   fill_matmul<4, 2, 2, 4>(k);
   fill_attention(k);
 }

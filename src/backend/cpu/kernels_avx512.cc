@@ -88,8 +88,10 @@ constexpr int kPvVecs = 4;
 void fill_avx512_kernels(Kernels& k) {
   fill_vector_ops(k);
   fill_vector_ops512(k);
-  // 32 registers: 4 x 4 tiles for the legacy and float types; K-quants 2 x 4, which on
-  // 512-token products beat 4 x 4 by 4% and 4 x 2 by 10%.
+  // 32 registers: 4 x 4 tiles for the legacy and float types; K-quants 2 x 4: their integer
+  // sums per (row, token) sit beside the float accumulators, which at 4 x 4 fill all 32
+  // registers, and 4 x 2 unpacks each weight vector for half as many tokens (figures:
+  // docs/BENCHMARKS.md, "Figures moved from code comments").
   fill_matmul<4, 4, 2, 4>(k);
   fill_packed(k);
   fill_attention(k);

@@ -195,9 +195,9 @@ void matmul_packed(const Kernels& k, std::span<const PackedProduct> products, co
     plan.tile_groups = p.kernel->tile_groups;
     int64_t chunks = 0;
     if (num_tokens > kPackTokens) {
-      // As few chunks as fit in L2, a multiple of the thread count: with 2 threads, 2048 rows
-      // at 42 groups per chunk were 4 chunks of 42, 42, 42 and 2 groups, one thread idle for
-      // a third of the product.
+      // As few chunks as fit in L2, a multiple of the thread count, the groups split evenly
+      // (boundary()): chunks of a fixed size would end in a short remainder, and the thread
+      // that drew it would sit idle while the others finish their full chunks.
       const int64_t fit = std::max<int64_t>(1, kPackedChunkBytes / static_cast<int64_t>(plan.group_bytes));
       chunks = round_up((plan.groups + fit - 1) / fit, threads);
     } else {

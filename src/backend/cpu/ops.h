@@ -52,8 +52,9 @@ void attention(const Kernels& k, const float* q, KvLayer cache,
                const AttentionBatch& batch, const AttentionParams& p, float* out,
                ThreadPool& pool);
 
-// Whether spreading `work` multiply-adds over threads pays for handing them out (a 256 x 640
-// matrix-vector product, 164K, takes about 10 us on one core).
+// Whether spreading `work` multiply-adds over threads pays for handing them out: a smaller
+// product is so short on one core that waking the workers and waiting for them would eat what
+// they save (figures: docs/BENCHMARKS.md, "Figures moved from code comments").
 inline bool worth_threads(int64_t work) { return work >= (int64_t{1} << 19); }
 
 }  // namespace pagoda::cpu
