@@ -5,12 +5,14 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <vector>
 
 #include "core/checked.h"
 #include "core/error.h"
 #include "quant/blocks.h"
 #include "quant/fp16.h"
 #include "quant/reference_k.h"
+#include "quant/reference_weighted.h"
 
 namespace pagoda {
 namespace {
@@ -228,10 +230,72 @@ void quantize_q8_0(const float* src, uint8_t* dst, int64_t num_blocks) {
   }
 }
 
-// ---- the dispatch table ----
+// ---- legacy blocks, importance-weighted (the searches are in reference_weighted.cc) ----
+
+// Nibble j of a block's qs holds element j, its high nibble element j + 16, as in Q4_0.
+void pack_nibbles(const int* q, uint8_t* qs) {
+  for (int j = 0; j < kHalf; ++j) qs[j] = static_cast<uint8_t>(q[j] | (q[j + kHalf] << 4));
+}
+
+void quantize_q4_0_weighted(const float* src, const float* weights, uint8_t* dst,
+                            int64_t num_blocks) {
+  for (int64_t i = 0; i < num_blocks; ++i) {
+    const BlockFit fit = fit_symmetric_block(src + i * kBlockSize, weights + i * kBlockSize, 8);
+    BlockQ4_0 b{};
+    b.d = fit.d_bits;
+    pack_nibbles(fit.q, b.qs);
+    store_block(b, dst, i);
+  }
+}
+
+void quantize_q4_1_weighted(const float* src, const float* weights, uint8_t* dst,
+                            int64_t num_blocks) {
+  for (int64_t i = 0; i < num_blocks; ++i) {
+    const BlockFit fit = fit_affine_block(src + i * kBlockSize, weights + i * kBlockSize, 15);
+    BlockQ4_1 b{};
+    b.d = fit.d_bits;
+    b.m = fit.m_bits;
+    pack_nibbles(fit.q, b.qs);
+    store_block(b, dst, i);
+  }
+}
+
+void quantize_q5_0_weighted(const float* src, const float* weights, uint8_t* dst,
+                            int64_t num_blocks) {
+  for (int64_t i = 0; i < num_blocks; ++i) {
+    const BlockFit fit = fit_symmetric_block(src + i * kBlockSize, weights + i * kBlockSize, 16);
+    BlockQ5_0 b{};
+    b.d = fit.d_bits;
+    pack_q5(fit.q, b.qs, b.qh);
+    store_block(b, dst, i);
+  }
+}
+
+void quantize_q5_1_weighted(const float* src, const float* weights, uint8_t* dst,
+                            int64_t num_blocks) {
+  for (int64_t i = 0; i < num_blocks; ++i) {
+    const BlockFit fit = fit_affine_block(src + i * kBlockSize, weights + i * kBlockSize, 31);
+    BlockQ5_1 b{};
+    b.d = fit.d_bits;
+    b.m = fit.m_bits;
+    pack_q5(fit.q, b.qs, b.qh);
+    store_block(b, dst, i);
+  }
+}
+
+// ---- the dispatch tables ----
 
 using DequantizeFn = void (*)(const uint8_t* src, float* dst, int64_t num_blocks);
 using QuantizeFn = void (*)(const float* src, uint8_t* dst, int64_t num_blocks);
+// weights: one per element of src, nullptr for all ones where the function allows it.
+using WeightedQuantizeFn = void (*)(const float* src, const float* weights, uint8_t* dst,
+                                    int64_t num_blocks);
+
+// The K-quants' searches take weights; without them every element weighs 1.
+template <WeightedQuantizeFn quantize>
+void unit_weights(const float* src, uint8_t* dst, int64_t num_blocks) {
+  quantize(src, nullptr, dst, num_blocks);
+}
 
 struct Codec {
   DType type;
@@ -240,13 +304,20 @@ struct Codec {
 };
 
 constexpr Codec kCodecs[] = {
-    {DType::kF32, dequantize_f32, quantize_f32},    {DType::kF16, dequantize_f16, quantize_f16},
-    {DType::kBF16, dequantize_bf16, quantize_bf16}, {DType::kQ4_0, dequantize_q4_0, quantize_q4_0},
-    {DType::kQ4_1, dequantize_q4_1, quantize_q4_1}, {DType::kQ5_0, dequantize_q5_0, quantize_q5_0},
-    {DType::kQ5_1, dequantize_q5_1, quantize_q5_1}, {DType::kQ8_0, dequantize_q8_0, quantize_q8_0},
-    {DType::kQ2_K, dequantize_q2_k, quantize_q2_k}, {DType::kQ3_K, dequantize_q3_k, quantize_q3_k},
-    {DType::kQ4_K, dequantize_q4_k, quantize_q4_k}, {DType::kQ5_K, dequantize_q5_k, quantize_q5_k},
-    {DType::kQ6_K, dequantize_q6_k, quantize_q6_k}, {DType::kQ8_K, dequantize_q8_k, quantize_q8_k},
+    {DType::kF32, dequantize_f32, quantize_f32},
+    {DType::kF16, dequantize_f16, quantize_f16},
+    {DType::kBF16, dequantize_bf16, quantize_bf16},
+    {DType::kQ4_0, dequantize_q4_0, quantize_q4_0},
+    {DType::kQ4_1, dequantize_q4_1, quantize_q4_1},
+    {DType::kQ5_0, dequantize_q5_0, quantize_q5_0},
+    {DType::kQ5_1, dequantize_q5_1, quantize_q5_1},
+    {DType::kQ8_0, dequantize_q8_0, quantize_q8_0},
+    {DType::kQ2_K, dequantize_q2_k, unit_weights<quantize_q2_k>},
+    {DType::kQ3_K, dequantize_q3_k, unit_weights<quantize_q3_k>},
+    {DType::kQ4_K, dequantize_q4_k, unit_weights<quantize_q4_k>},
+    {DType::kQ5_K, dequantize_q5_k, unit_weights<quantize_q5_k>},
+    {DType::kQ6_K, dequantize_q6_k, unit_weights<quantize_q6_k>},
+    {DType::kQ8_K, dequantize_q8_k, quantize_q8_k},
 };
 
 const Codec* find_codec(DType type) {
@@ -254,6 +325,75 @@ const Codec* find_codec(DType type) {
     if (codec.type == type) return &codec;
   }
   return nullptr;
+}
+
+// The types with a weighted search, and how each turns importance into per-element weights:
+// w = importance * sqrt(sigma2 + x^2), sigma2 = sigma2_factor * the mean square of the row
+// (legacy types) or of each super-block (K types). The factors are llama.cpp's (it doubles
+// sigma2 for Q3_K, Q4_K and Q5_K); its Q6_K weighs by importance alone, but here Q6_K follows
+// the same formula as the rest, with Q2_K's factor, so that one rule holds for every type.
+struct WeightedCodec {
+  DType type;
+  WeightedQuantizeFn quantize;
+  bool per_super_block;
+  float sigma2_factor;
+};
+
+constexpr WeightedCodec kWeightedCodecs[] = {
+    {DType::kQ4_0, quantize_q4_0_weighted, false, 1.0f},
+    {DType::kQ4_1, quantize_q4_1_weighted, false, 1.0f},
+    {DType::kQ5_0, quantize_q5_0_weighted, false, 1.0f},
+    {DType::kQ5_1, quantize_q5_1_weighted, false, 1.0f},
+    {DType::kQ2_K, quantize_q2_k, true, 1.0f},
+    {DType::kQ3_K, quantize_q3_k, true, 2.0f},
+    {DType::kQ4_K, quantize_q4_k, true, 2.0f},
+    {DType::kQ5_K, quantize_q5_k, true, 2.0f},
+    {DType::kQ6_K, quantize_q6_k, true, 1.0f},
+};
+
+const WeightedCodec* find_weighted_codec(DType type) {
+  for (const auto& codec : kWeightedCodecs) {
+    if (codec.type == type) return &codec;
+  }
+  return nullptr;
+}
+
+void check_importance(const float* importance, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    if (!(std::isfinite(importance[i]) && importance[i] >= 0.0f)) {
+      fail("quantize_row_weighted: importance[", i, "] is ", importance[i],
+           "; it must be finite and non-negative");
+    }
+  }
+}
+
+// w[0..n) for n elements that share one sigma2.
+void span_weights(const float* x, const float* importance, int64_t n, double sigma2_factor,
+                  double* w) {
+  double sum_x2 = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum_x2 += static_cast<double>(x[i]) * x[i];
+  const double sigma2 = sigma2_factor * sum_x2 / static_cast<double>(n);
+  for (int64_t i = 0; i < n; ++i) {
+    w[i] = importance[i] * std::sqrt(sigma2 + static_cast<double>(x[i]) * x[i]);
+  }
+}
+
+// The row's weights, divided by the largest (in double, before anything can overflow a
+// float): scaling every weight alike changes no choice, and this keeps the searches' float sums
+// far from float's limits whatever scale the importance matrix has. Empty when every weight
+// is 0.
+std::vector<float> row_weights(const WeightedCodec& codec, const float* x, const float* importance,
+                               int64_t n) {
+  std::vector<double> w(static_cast<size_t>(n));
+  const int64_t span = codec.per_super_block ? kSuperBlockSize : n;
+  for (int64_t i = 0; i < n; i += span) {
+    span_weights(x + i, importance + i, span, codec.sigma2_factor, w.data() + i);
+  }
+  const double max = n > 0 ? *std::max_element(w.begin(), w.end()) : 0.0;
+  if (!(max > 0.0)) return {};
+  std::vector<float> normalized(w.size());
+  for (size_t i = 0; i < w.size(); ++i) normalized[i] = static_cast<float>(w[i] / max);
+  return normalized;
 }
 
 // The codec for `type` and the number of blocks in n elements; throws on either being wrong.
@@ -293,6 +433,24 @@ void quantize_row(DType type, const float* src, void* dst, int64_t n) {
   int64_t num_blocks = 0;
   const Codec& codec = codec_and_blocks("quantize_row", type, n, &num_blocks);
   codec.quantize(src, static_cast<uint8_t*>(dst), num_blocks);
+}
+
+void quantize_row_weighted(DType type, const float* src, void* dst, int64_t n,
+                           const float* importance) {
+  const WeightedCodec* codec = find_weighted_codec(type);
+  if (importance == nullptr || codec == nullptr) {
+    quantize_row(type, src, dst, n);
+    return;
+  }
+  row_bytes(type, n);  // validates n
+  check_importance(importance, n);
+  const std::vector<float> weights = row_weights(*codec, src, importance, n);
+  if (weights.empty()) {  // nothing to prefer: every encoding has weighted error 0
+    quantize_row(type, src, dst, n);
+    return;
+  }
+  codec->quantize(src, weights.data(), static_cast<uint8_t*>(dst),
+                  n / dtype_traits(type).block_size);
 }
 
 }  // namespace pagoda

@@ -33,4 +33,20 @@ void dequantize_row(DType type, const void* src, float* dst, int64_t n);
 // while decoding with the same formula.
 void quantize_row(DType type, const float* src, void* dst, int64_t n);
 
+// Encodes src[0..n) like quantize_row, but chooses scales and quants that minimise the
+// importance-weighted squared error sum_i q_i (x_i - deq_i)^2, q_i = importance[i] *
+// sqrt(sigma2 + x_i^2) (llama.cpp's weighting; sigma2 the mean square of the row, or of the
+// super-block for K types, as llama.cpp takes it). importance: n non-negative values, one per
+// column (an importance matrix's mean squared activation); nullptr gives quantize_row's bytes.
+// Types without a search (F32, F16, BF16, Q8_0, Q8_K) ignore it.
+//
+// Searched: Q4_0, Q4_1, Q5_0, Q5_1 (block scale and min; never a higher weighted error than
+// quantize_row's) and Q2_K .. Q6_K (every step of quantize_row's search, weighted). sigma2 is
+// the mean square times 2 for Q3_K, Q4_K and Q5_K, as in llama.cpp; Q6_K takes the plain mean
+// square where llama.cpp would weigh by importance alone. A row whose weights are all 0 has
+// nothing to prefer and gets quantize_row's bytes. Throws Error for a negative or non-finite
+// importance, and as quantize_row does for a type or n it cannot encode.
+void quantize_row_weighted(DType type, const float* src, void* dst, int64_t n,
+                           const float* importance);
+
 }  // namespace pagoda

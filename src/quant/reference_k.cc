@@ -6,12 +6,16 @@
 // Quantizers are pagoda's own: per group, a spread of starting scales each refitted by least
 // squares, then Lloyd steps from the best; then the group scales are coded against the
 // super-scale, which is itself refitted by least squares, trying each code's neighbours; then
-// every element is re-rounded against the scale it will actually be decoded with. Error
-// measured is plain (unweighted) squared error. On the rows of tests/data/quant_vectors.json
-// that error is below llama.cpp's (no importance matrix) for every type and row set.
+// every element is re-rounded against the scale it will actually be decoded with. Every choice
+// minimises a weighted squared error sum w (x - y)^2 with one weight per element: all ones for
+// quantize_row, importance-derived for quantize_row_weighted. A weight of 1 is an exact float
+// factor, so the weighted code with unit weights makes the same bytes as plain squared error
+// would. On the rows of tests/data/quant_vectors.json the plain error is below llama.cpp's (no
+// importance matrix) for every type and row set.
 #include "quant/reference_k.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -55,31 +59,34 @@ struct AffineFit {
   float offset;  // >= 0: the formats store a min that is subtracted
 };
 
-float affine_error(const float* x, int n, int max_q, AffineFit fit) {
+// w: the elements' weights, here and in every function below that takes x and w.
+float affine_error(const float* x, const float* w, int n, int max_q, AffineFit fit) {
   float error = 0.0f;
   for (int j = 0; j < n; ++j) {
     const float diff =
         fit.scale * affine_code(x[j], fit.scale, fit.offset, max_q) - fit.offset - x[j];
-    error += diff * diff;
+    error += w[j] * diff * diff;
   }
   return error;
 }
 
-// One Lloyd step: round every x under `fit`, then solve least squares for (scale, offset) given
-// those quants. Returns false when the quants leave nothing to fit (all equal).
-bool refit_affine(const float* x, int n, int max_q, AffineFit* fit) {
-  float sum_q = 0.0f, sum_qq = 0.0f, sum_x = 0.0f, sum_qx = 0.0f;
+// One Lloyd step: round every x under `fit`, then solve weighted least squares for (scale,
+// offset) given those quants. Returns false when the quants leave nothing to fit (all equal,
+// or all weights 0).
+bool refit_affine(const float* x, const float* w, int n, int max_q, AffineFit* fit) {
+  float sum_w = 0.0f, sum_q = 0.0f, sum_qq = 0.0f, sum_x = 0.0f, sum_qx = 0.0f;
   for (int j = 0; j < n; ++j) {
     const float q = static_cast<float>(affine_code(x[j], fit->scale, fit->offset, max_q));
-    sum_q += q;
-    sum_qq += q * q;
-    sum_x += x[j];
-    sum_qx += q * x[j];
+    sum_w += w[j];
+    sum_q += w[j] * q;
+    sum_qq += w[j] * q * q;
+    sum_x += w[j] * x[j];
+    sum_qx += w[j] * q * x[j];
   }
-  const float det = static_cast<float>(n) * sum_qq - sum_q * sum_q;
+  const float det = sum_w * sum_qq - sum_q * sum_q;
   if (!(det > 0.0f)) return false;
-  AffineFit next{(static_cast<float>(n) * sum_qx - sum_q * sum_x) / det, 0.0f};
-  next.offset = (next.scale * sum_q - sum_x) / static_cast<float>(n);
+  AffineFit next{(sum_w * sum_qx - sum_q * sum_x) / det, 0.0f};
+  next.offset = (next.scale * sum_q - sum_x) / sum_w;
   // The unconstrained optimum wants a positive min; the best with offset 0 is then on the
   // boundary, a plain projection of x on q.
   if (next.offset < 0.0f) next = {sum_qx / sum_qq, 0.0f};
@@ -108,17 +115,17 @@ AffineFit plain_affine(const float* x, int n, int max_q) {
 // Tries that range split into max_q + delta steps for a spread of deltas, since stretching the
 // steps past the outliers often pays; refits each once and keeps the best, then runs Lloyd
 // steps from it.
-AffineFit fit_affine(const float* x, int n, int max_q) {
+AffineFit fit_affine(const float* x, const float* w, int n, int max_q) {
   float lo, hi;
   affine_range(x, n, &lo, &hi);
   AffineFit best{(hi - lo) / static_cast<float>(max_q), -lo};
   if (!(best.scale > 0.0f)) return best;  // constant group: offset alone reproduces it
-  float best_error = affine_error(x, n, max_q, best);
+  float best_error = affine_error(x, w, n, max_q, best);
   for (int k = -kNumDeltas; k <= kNumDeltas; ++k) {
     const float steps = static_cast<float>(max_q) + kDeltaStep * static_cast<float>(k);
     AffineFit candidate{(hi - lo) / steps, -lo};
-    if (!refit_affine(x, n, max_q, &candidate)) continue;
-    const float error = affine_error(x, n, max_q, candidate);
+    if (!refit_affine(x, w, n, max_q, &candidate)) continue;
+    const float error = affine_error(x, w, n, max_q, candidate);
     if (error < best_error) {
       best = candidate;
       best_error = error;
@@ -126,8 +133,8 @@ AffineFit fit_affine(const float* x, int n, int max_q) {
   }
   for (int step = 0; step < kRefineSteps; ++step) {
     AffineFit next = best;
-    if (!refit_affine(x, n, max_q, &next)) break;
-    const float error = affine_error(x, n, max_q, next);
+    if (!refit_affine(x, w, n, max_q, &next)) break;
+    const float error = affine_error(x, w, n, max_q, next);
     if (!(error < best_error)) break;
     best = next;
     best_error = error;
@@ -135,23 +142,23 @@ AffineFit fit_affine(const float* x, int n, int max_q) {
   return best;
 }
 
-float symmetric_error(const float* x, int n, int levels, float scale) {
+float symmetric_error(const float* x, const float* w, int n, int levels, float scale) {
   float error = 0.0f;
   for (int j = 0; j < n; ++j) {
     const float diff = scale * symmetric_code(x[j], scale, levels) - x[j];
-    error += diff * diff;
+    error += w[j] * diff * diff;
   }
   return error;
 }
 
-// Least-squares scale sum(q x) / sum(q q) for the quants that `scale` rounds x to; 0 when every
-// quant is 0.
-float refit_symmetric(const float* x, int n, int levels, float scale) {
+// Weighted least-squares scale sum(w q x) / sum(w q q) for the quants that `scale` rounds x to;
+// 0 when every quant (or weight) is 0.
+float refit_symmetric(const float* x, const float* w, int n, int levels, float scale) {
   float sum_qq = 0.0f, sum_qx = 0.0f;
   for (int j = 0; j < n; ++j) {
     const float q = static_cast<float>(symmetric_code(x[j], scale, levels));
-    sum_qq += q * q;
-    sum_qx += q * x[j];
+    sum_qq += w[j] * q * q;
+    sum_qx += w[j] * q * x[j];
   }
   return sum_qq > 0.0f ? sum_qx / sum_qq : 0.0f;
 }
@@ -163,25 +170,25 @@ float plain_symmetric(const float* x, int n, int levels) {
 
 // Tries the extreme element on -(levels + delta) for a spread of deltas (delta = 0 puts it on
 // the lone negative level), refits each once, keeps the best and runs Lloyd steps from it.
-float fit_symmetric(const float* x, int n, int levels) {
+float fit_symmetric(const float* x, const float* w, int n, int levels) {
   const float extreme = signed_absmax(x, n);
   float best = plain_symmetric(x, n, levels);
   if (best == 0.0f) return 0.0f;
-  float best_error = symmetric_error(x, n, levels, best);
+  float best_error = symmetric_error(x, w, n, levels, best);
   for (int k = -kNumDeltas; k <= kNumDeltas; ++k) {
     const float steps = static_cast<float>(levels) + kDeltaStep * static_cast<float>(k);
-    const float candidate = refit_symmetric(x, n, levels, extreme / -steps);
+    const float candidate = refit_symmetric(x, w, n, levels, extreme / -steps);
     if (candidate == 0.0f) continue;
-    const float error = symmetric_error(x, n, levels, candidate);
+    const float error = symmetric_error(x, w, n, levels, candidate);
     if (error < best_error) {
       best = candidate;
       best_error = error;
     }
   }
   for (int step = 0; step < kRefineSteps; ++step) {
-    const float next = refit_symmetric(x, n, levels, best);
+    const float next = refit_symmetric(x, w, n, levels, best);
     if (next == 0.0f) break;
-    const float error = symmetric_error(x, n, levels, next);
+    const float error = symmetric_error(x, w, n, levels, next);
     if (!(error < best_error)) break;
     best = next;
     best_error = error;
@@ -205,7 +212,7 @@ struct Coding {
   uint16_t dmin_bits = 0;  // F16 step of the min codes (affine types only)
   int sc[kQK / 16] = {};
   int m[kQK / 16] = {};
-  float error = std::numeric_limits<float>::infinity();  // squared, over the super-block
+  float error = std::numeric_limits<float>::infinity();  // weighted, over the super-block
 };
 
 // Nearest code in 0..max_code to v / step (v >= 0). A nonzero value never gets code 0, which
@@ -232,16 +239,17 @@ AffineFit coded_affine(const Coding& c, int g) {
           fp16_to_fp32(c.dmin_bits) * static_cast<float>(c.m[g])};
 }
 
-float affine_coding_error(const float* x, int group, int max_q, const Coding& c) {
+float affine_coding_error(const float* x, const float* w, int group, int max_q, const Coding& c) {
   float error = 0.0f;
   for (int g = 0; g < kQK / group; ++g) {
-    error += affine_error(x + g * group, group, max_q, coded_affine(c, g));
+    error += affine_error(x + g * group, w + g * group, group, max_q, coded_affine(c, g));
   }
   return error;
 }
 
 // Codes the fits against steps taken from their largest scale and offset.
-Coding code_affine(const float* x, int group, int max_q, int max_code, const AffineFit* fits) {
+Coding code_affine(const float* x, const float* w, int group, int max_q, int max_code,
+                   const AffineFit* fits) {
   float max_scale = 0.0f, max_offset = 0.0f;
   for (int g = 0; g < kQK / group; ++g) {
     max_scale = std::max(max_scale, fits[g].scale);
@@ -256,24 +264,24 @@ Coding code_affine(const float* x, int group, int max_q, int max_code, const Aff
     c.sc[g] = unsigned_code(fits[g].scale, d, max_code);
     c.m[g] = unsigned_code(fits[g].offset, dmin, max_code);
   }
-  c.error = affine_coding_error(x, group, max_q, c);
+  c.error = affine_coding_error(x, w, group, max_q, c);
   return c;
 }
 
-// With every code and quant held, the least-squares steps for x ~= d * (sc q) - dmin * m;
-// taken when their F16 values lower the error.
-void refit_affine_steps(const float* x, int group, int max_q, Coding* c) {
+// With every code and quant held, the weighted least-squares steps for x ~= d * (sc q) - dmin *
+// m; taken when their F16 values lower the error.
+void refit_affine_steps(const float* x, const float* w, int group, int max_q, Coding* c) {
   double aa = 0.0, ab = 0.0, bb = 0.0, ax = 0.0, bx = 0.0;
   for (int e = 0; e < kQK; ++e) {
     const int g = e / group;
     const AffineFit fit = coded_affine(*c, g);
     const double a = c->sc[g] * affine_code(x[e], fit.scale, fit.offset, max_q);
     const double b = c->m[g];
-    aa += a * a;
-    ab += a * b;
-    bb += b * b;
-    ax += a * x[e];
-    bx += b * x[e];
+    aa += w[e] * a * a;
+    ab += w[e] * a * b;
+    bb += w[e] * b * b;
+    ax += w[e] * a * x[e];
+    bx += w[e] * b * x[e];
   }
   if (!(aa > 0.0)) return;
   double d = 0.0, dmin = fp16_to_fp32(c->dmin_bits);
@@ -292,13 +300,14 @@ void refit_affine_steps(const float* x, int group, int max_q, Coding* c) {
   Coding next = *c;
   next.d_bits = fp32_to_fp16(static_cast<float>(d));
   next.dmin_bits = fp32_to_fp16(static_cast<float>(dmin));
-  next.error = affine_coding_error(x, group, max_q, next);
+  next.error = affine_coding_error(x, w, group, max_q, next);
   if (next.error < c->error) *c = next;
 }
 
 // Rounding each code alone ignores how scale and min trade off; a neighbour pair often fits
 // the group better once both are on their grids.
-void polish_affine_codes(const float* x, int group, int max_q, int max_code, Coding* c) {
+void polish_affine_codes(const float* x, const float* w, int group, int max_q, int max_code,
+                         Coding* c) {
   const float d = fp16_to_fp32(c->d_bits);
   const float dmin = fp16_to_fp32(c->dmin_bits);
   c->error = 0.0f;
@@ -308,7 +317,7 @@ void polish_affine_codes(const float* x, int group, int max_q, int max_code, Cod
     for (int s = std::max(0, sc0 - 1); s <= std::min(max_code, sc0 + 1); ++s) {
       for (int o = std::max(0, m0 - 1); o <= std::min(max_code, m0 + 1); ++o) {
         const AffineFit fit{d * static_cast<float>(s), dmin * static_cast<float>(o)};
-        const float error = affine_error(x + g * group, group, max_q, fit);
+        const float error = affine_error(x + g * group, w + g * group, group, max_q, fit);
         if (error < best_error) {
           best_error = error;
           c->sc[g] = s;
@@ -321,52 +330,54 @@ void polish_affine_codes(const float* x, int group, int max_q, int max_code, Cod
 }
 
 // The symmetric types have 16 groups of 16.
-float symmetric_coding_error(const float* x, int levels, const Coding& c) {
+float symmetric_coding_error(const float* x, const float* w, int levels, const Coding& c) {
   const float d = fp16_to_fp32(c.d_bits);
   float error = 0.0f;
   for (int g = 0; g < 16; ++g) {
-    error += symmetric_error(x + g * 16, 16, levels, d * static_cast<float>(c.sc[g]));
+    error += symmetric_error(x + g * 16, w + g * 16, 16, levels, d * static_cast<float>(c.sc[g]));
   }
   return error;
 }
 
 // Codes the scales against a step that puts the one of largest magnitude on the lone negative
 // code.
-Coding code_symmetric(const float* x, int levels, int max_code, const float* scales) {
+Coding code_symmetric(const float* x, const float* w, int levels, int max_code,
+                      const float* scales) {
   Coding c;
   c.d_bits = fp32_to_fp16(signed_absmax(scales, 16) / static_cast<float>(-(max_code + 1)));
   const float d = fp16_to_fp32(c.d_bits);
   for (int g = 0; g < 16; ++g) c.sc[g] = signed_code(scales[g], d, max_code);
-  c.error = symmetric_coding_error(x, levels, c);
+  c.error = symmetric_coding_error(x, w, levels, c);
   return c;
 }
 
 // As refit_affine_steps, for x ~= d * (sc q).
-void refit_symmetric_steps(const float* x, int levels, Coding* c) {
+void refit_symmetric_steps(const float* x, const float* w, int levels, Coding* c) {
   const float d0 = fp16_to_fp32(c->d_bits);
   double aa = 0.0, ax = 0.0;
   for (int e = 0; e < kQK; ++e) {
     const int sc = c->sc[e / 16];
     const double a = sc * symmetric_code(x[e], d0 * static_cast<float>(sc), levels);
-    aa += a * a;
-    ax += a * x[e];
+    aa += w[e] * a * a;
+    ax += w[e] * a * x[e];
   }
   if (!(aa > 0.0)) return;
   Coding next = *c;
   next.d_bits = fp32_to_fp16(static_cast<float>(ax / aa));
-  next.error = symmetric_coding_error(x, levels, next);
+  next.error = symmetric_coding_error(x, w, levels, next);
   if (next.error < c->error) *c = next;
 }
 
 // As polish_affine_codes: a neighbour code may fit a group better.
-void polish_symmetric_codes(const float* x, int levels, int max_code, Coding* c) {
+void polish_symmetric_codes(const float* x, const float* w, int levels, int max_code, Coding* c) {
   const float d = fp16_to_fp32(c->d_bits);
   c->error = 0.0f;
   for (int g = 0; g < 16; ++g) {
     const int sc0 = c->sc[g];
     float best_error = std::numeric_limits<float>::infinity();
     for (int s = std::max(-(max_code + 1), sc0 - 1); s <= std::min(max_code, sc0 + 1); ++s) {
-      const float error = symmetric_error(x + g * 16, 16, levels, d * static_cast<float>(s));
+      const float error =
+          symmetric_error(x + g * 16, w + g * 16, 16, levels, d * static_cast<float>(s));
       if (error < best_error) {
         best_error = error;
         c->sc[g] = s;
@@ -401,19 +412,19 @@ void pack_scale_min_k4(const int* scales, const int* mins, uint8_t* packed) {
 
 // Codes a super-block whose groups of `group` elements are x ~= d * sc * q - dmin * m: fits
 // every group, codes scales and mins with `max_code`, re-rounds every element into q.
-void quantize_affine_super_block(const float* x, int group, int max_q, int max_code,
+void quantize_affine_super_block(const float* x, const float* w, int group, int max_q, int max_code,
                                  uint16_t* d_bits, uint16_t* dmin_bits, int* sc, int* m, int* q) {
   const int num_groups = kQK / group;
   AffineFit searched[kQK / 16], plain[kQK / 16];
   for (int g = 0; g < num_groups; ++g) {
-    searched[g] = fit_affine(x + g * group, group, max_q);
+    searched[g] = fit_affine(x + g * group, w + g * group, group, max_q);
     plain[g] = plain_affine(x + g * group, group, max_q);
   }
   Coding best;
   for (const AffineFit* fits : {searched, plain}) {
-    Coding c = code_affine(x, group, max_q, max_code, fits);
-    refit_affine_steps(x, group, max_q, &c);
-    polish_affine_codes(x, group, max_q, max_code, &c);
+    Coding c = code_affine(x, w, group, max_q, max_code, fits);
+    refit_affine_steps(x, w, group, max_q, &c);
+    polish_affine_codes(x, w, group, max_q, max_code, &c);
     if (fits == searched || c.error < best.error) best = c;
   }
   *d_bits = best.d_bits;
@@ -429,17 +440,18 @@ void quantize_affine_super_block(const float* x, int group, int max_q, int max_c
 }
 
 // Codes a super-block of 16 groups of 16 as x ~= d * sc * q; q is returned offset by +levels.
-uint16_t quantize_symmetric_super_block(const float* x, int levels, int max_code, int* sc, int* q) {
+uint16_t quantize_symmetric_super_block(const float* x, const float* w, int levels, int max_code,
+                                        int* sc, int* q) {
   float searched[16], plain[16];
   for (int g = 0; g < 16; ++g) {
-    searched[g] = fit_symmetric(x + g * 16, 16, levels);
+    searched[g] = fit_symmetric(x + g * 16, w + g * 16, 16, levels);
     plain[g] = plain_symmetric(x + g * 16, 16, levels);
   }
   Coding best;
   for (const float* scales : {searched, plain}) {
-    Coding c = code_symmetric(x, levels, max_code, scales);
-    refit_symmetric_steps(x, levels, &c);
-    polish_symmetric_codes(x, levels, max_code, &c);
+    Coding c = code_symmetric(x, w, levels, max_code, scales);
+    refit_symmetric_steps(x, w, levels, &c);
+    polish_symmetric_codes(x, w, levels, max_code, &c);
     if (scales == searched || c.error < best.error) best = c;
   }
   const float d = fp16_to_fp32(best.d_bits);
@@ -448,6 +460,16 @@ uint16_t quantize_symmetric_super_block(const float* x, int levels, int max_code
     q[e] = symmetric_code(x[e], d * static_cast<float>(sc[e / 16]), levels) + levels;
   }
   return best.d_bits;
+}
+
+// Super-block i's weights: the caller's, or all ones (plain squared error) without them.
+const float* super_block_weights(const float* weights, int64_t i) {
+  static constexpr auto kUnitWeights = [] {
+    std::array<float, kQK> ones{};
+    ones.fill(1.0f);
+    return ones;
+  }();
+  return weights != nullptr ? weights + i * kQK : kUnitWeights.data();
 }
 
 // Two-bit fields of Q2_K / Q3_K: element h*128 + j*32 + l lives in bits 2j of qs[h*32 + l].
@@ -479,11 +501,12 @@ void dequantize_q2_k(const uint8_t* src, float* dst, int64_t num_blocks) {
   }
 }
 
-void quantize_q2_k(const float* src, uint8_t* dst, int64_t num_blocks) {
+void quantize_q2_k(const float* src, const float* weights, uint8_t* dst, int64_t num_blocks) {
   for (int64_t i = 0; i < num_blocks; ++i) {
     BlockQ2_K b{};
     int sc[16], m[16], q[kQK];
-    quantize_affine_super_block(src + i * kQK, 16, 3, 15, &b.d, &b.dmin, sc, m, q);
+    quantize_affine_super_block(src + i * kQK, super_block_weights(weights, i), 16, 3, 15, &b.d,
+                                &b.dmin, sc, m, q);
     for (int g = 0; g < 16; ++g) b.scales[g] = static_cast<uint8_t>(sc[g] | (m[g] << 4));
     pack_two_bits(q, b.qs);
     store_block(b, dst, i);
@@ -513,11 +536,12 @@ void dequantize_q3_k(const uint8_t* src, float* dst, int64_t num_blocks) {
   }
 }
 
-void quantize_q3_k(const float* src, uint8_t* dst, int64_t num_blocks) {
+void quantize_q3_k(const float* src, const float* weights, uint8_t* dst, int64_t num_blocks) {
   for (int64_t i = 0; i < num_blocks; ++i) {
     BlockQ3_K b{};
     int sc[16], q[kQK];
-    b.d = quantize_symmetric_super_block(src + i * kQK, 4, 31, sc, q);
+    b.d = quantize_symmetric_super_block(src + i * kQK, super_block_weights(weights, i), 4, 31, sc,
+                                         q);
     for (int g = 0; g < 16; ++g) {
       const int biased = sc[g] + 32;
       b.scales[g % 8] |= static_cast<uint8_t>((biased & 0xf) << (4 * (g / 8)));
@@ -568,11 +592,12 @@ void dequantize_q4_k(const uint8_t* src, float* dst, int64_t num_blocks) {
   }
 }
 
-void quantize_q4_k(const float* src, uint8_t* dst, int64_t num_blocks) {
+void quantize_q4_k(const float* src, const float* weights, uint8_t* dst, int64_t num_blocks) {
   for (int64_t i = 0; i < num_blocks; ++i) {
     BlockQ4_K b{};
     int sc[8], m[8], q[kQK];
-    quantize_affine_super_block(src + i * kQK, 32, 15, 63, &b.d, &b.dmin, sc, m, q);
+    quantize_affine_super_block(src + i * kQK, super_block_weights(weights, i), 32, 15, 63, &b.d,
+                                &b.dmin, sc, m, q);
     pack_scale_min_k4(sc, m, b.scales);
     pack_nibbles_k4(q, b.qs);
     store_block(b, dst, i);
@@ -586,11 +611,12 @@ void dequantize_q5_k(const uint8_t* src, float* dst, int64_t num_blocks) {
   }
 }
 
-void quantize_q5_k(const float* src, uint8_t* dst, int64_t num_blocks) {
+void quantize_q5_k(const float* src, const float* weights, uint8_t* dst, int64_t num_blocks) {
   for (int64_t i = 0; i < num_blocks; ++i) {
     BlockQ5_K b{};
     int sc[8], m[8], q[kQK];
-    quantize_affine_super_block(src + i * kQK, 32, 31, 63, &b.d, &b.dmin, sc, m, q);
+    quantize_affine_super_block(src + i * kQK, super_block_weights(weights, i), 32, 31, 63, &b.d,
+                                &b.dmin, sc, m, q);
     pack_scale_min_k4(sc, m, b.scales);
     pack_nibbles_k4(q, b.qs);
     for (int e = 0; e < kQK; ++e) b.qh[e % 32] |= static_cast<uint8_t>((q[e] >> 4) << (e / 32));
@@ -615,11 +641,12 @@ void dequantize_q6_k(const uint8_t* src, float* dst, int64_t num_blocks) {
   }
 }
 
-void quantize_q6_k(const float* src, uint8_t* dst, int64_t num_blocks) {
+void quantize_q6_k(const float* src, const float* weights, uint8_t* dst, int64_t num_blocks) {
   for (int64_t i = 0; i < num_blocks; ++i) {
     BlockQ6_K b{};
     int sc[16], q[kQK];
-    b.d = quantize_symmetric_super_block(src + i * kQK, 32, 127, sc, q);
+    b.d = quantize_symmetric_super_block(src + i * kQK, super_block_weights(weights, i), 32, 127,
+                                         sc, q);
     for (int g = 0; g < 16; ++g) b.scales[g] = static_cast<int8_t>(sc[g]);
     for (int e = 0; e < kQK; ++e) {
       const int h = e / 128, j = (e % 128) / 32, l = e % 32;

@@ -43,11 +43,14 @@ void dequantize_q5_k(const uint8_t* src, float* dst, int64_t num_blocks);
 void dequantize_q6_k(const uint8_t* src, float* dst, int64_t num_blocks);
 void dequantize_q8_k(const uint8_t* src, float* dst, int64_t num_blocks);
 
-void quantize_q2_k(const float* src, uint8_t* dst, int64_t num_blocks);
-void quantize_q3_k(const float* src, uint8_t* dst, int64_t num_blocks);
-void quantize_q4_k(const float* src, uint8_t* dst, int64_t num_blocks);
-void quantize_q5_k(const float* src, uint8_t* dst, int64_t num_blocks);
-void quantize_q6_k(const float* src, uint8_t* dst, int64_t num_blocks);
+// weights: one non-negative weight per element of src, the error each choice minimises being
+// sum w (x - y)^2; nullptr weighs every element 1 (plain squared error).
+void quantize_q2_k(const float* src, const float* weights, uint8_t* dst, int64_t num_blocks);
+void quantize_q3_k(const float* src, const float* weights, uint8_t* dst, int64_t num_blocks);
+void quantize_q4_k(const float* src, const float* weights, uint8_t* dst, int64_t num_blocks);
+void quantize_q5_k(const float* src, const float* weights, uint8_t* dst, int64_t num_blocks);
+void quantize_q6_k(const float* src, const float* weights, uint8_t* dst, int64_t num_blocks);
+// One scale per super-block, fixed by its extreme element: nothing to search.
 void quantize_q8_k(const float* src, uint8_t* dst, int64_t num_blocks);
 
 }  // namespace pagoda
