@@ -163,7 +163,7 @@ void Engine::add_request(RequestId id, GenerationRequest request) {
 void Engine::add_group(RequestId id, GenerationRequest r) {
   if (r.beam.width > 0) {
     // One sequence computes the prompt; beams fork from it as the search goes.
-    const RequestId seq_id = next_sequence_id_++;
+    const SequenceId seq_id = next_sequence_id_++;
     Sequence seq{id, 0, Sampler(r.sampling, r.prompt, vocab_size_)};
     Group group;
     group.num_unfinished = 1;
@@ -198,7 +198,7 @@ void Engine::add_group(RequestId id, GenerationRequest r) {
   }
   Group group;
   group.num_unfinished = r.n;
-  std::vector<RequestId> seq_ids;
+  std::vector<SequenceId> seq_ids;
   for (int32_t k = 0; k < r.n; ++k) seq_ids.push_back(next_sequence_id_++);
   group.parent = seq_ids[0];
   group.waiting_children.assign(seq_ids.begin() + 1, seq_ids.end());
@@ -236,7 +236,7 @@ OutputEvent Engine::event_for(const Sequence& seq) const {
   return e;
 }
 
-void Engine::finish_sequence(RequestId seq_id, FinishReason reason, OutputEvent& event) {
+void Engine::finish_sequence(SequenceId seq_id, FinishReason reason, OutputEvent& event) {
   auto it = sequences_.find(seq_id);
   PAGODA_CHECK(it != sequences_.end());
   speculator_->remove(seq_id);
@@ -259,12 +259,12 @@ std::vector<OutputEvent> Engine::abort(RequestId id) {
     close_beam_group(id, events, /*aborted=*/true);
     return events;
   }
-  std::vector<RequestId> seq_ids;
+  std::vector<SequenceId> seq_ids;
   for (const auto& [seq_id, seq] : sequences_) {
     if (seq.request_id == id) seq_ids.push_back(seq_id);
   }
   std::sort(seq_ids.begin(), seq_ids.end());  // sample order; the last event closes the request
-  for (RequestId seq_id : seq_ids) {
+  for (SequenceId seq_id : seq_ids) {
     scheduler_.abort(seq_id);  // nullopt for a child still waiting for its fork
     events.push_back(event_for(sequences_.at(seq_id)));
     finish_sequence(seq_id, FinishReason::kAbort, events.back());
@@ -277,7 +277,7 @@ std::vector<OutputEvent> Engine::step() {
   if (!has_work()) return events;
   speculator_->plan_lookahead(scheduler_);
   StepPlan plan = scheduler_.schedule();
-  for (RequestId id : plan.preempted) speculator_->preempted(id);
+  for (SequenceId id : plan.preempted) speculator_->preempted(id);
   speculator_->propose(plan, scheduler_);
   const ForwardBatch batch = build_forward_batch(plan, scheduler_);
   copy_kv_blocks(*kv_, model_.config(), plan.block_copies);
@@ -289,10 +289,10 @@ std::vector<OutputEvent> Engine::step() {
 
   // The new tokens of every needs_sample request, in plan order; events for them.
   std::vector<std::vector<TokenId>> new_tokens;
-  std::vector<std::pair<RequestId, size_t>> event_of;  // sequence id -> index into events
-  std::vector<std::pair<RequestId, std::vector<SampleResult>>> first_samples;  // of forks
+  std::vector<std::pair<SequenceId, size_t>> event_of;  // sequence -> index into events
+  std::vector<std::pair<SequenceId, std::vector<SampleResult>>> first_samples;  // of forks
   std::unordered_map<RequestId, std::vector<BeamCandidates>> beam_present;      // by request
-  std::unordered_map<RequestId, size_t> beam_index;  // beam -> its entry in new_tokens
+  std::unordered_map<SequenceId, size_t> beam_index;  // beam -> its entry in new_tokens
   size_t row = 0;
   for (const ScheduledRequest& s : plan.requests) {
     if (!s.needs_sample) continue;
@@ -300,27 +300,27 @@ std::vector<OutputEvent> Engine::step() {
     const std::span<float> logits(logits_.data() + row * vocab_size_,
                                   num_rows * static_cast<size_t>(vocab_size_));
     row += num_rows;
-    Sequence& seq = sequences_.at(s.request_id);
+    Sequence& seq = sequences_.at(s.seq_id);
     if (const Group& group = groups_.at(seq.request_id); group.beam) {
       // Beam search chooses across the group after this loop; a placeholder for now.
       std::vector<std::pair<TokenId, double>> top =
           top_logprobs(logits.first(static_cast<size_t>(vocab_size_)), 2 * group.beam->width());
-      beam_index[s.request_id] = new_tokens.size();
+      beam_index[s.seq_id] = new_tokens.size();
       new_tokens.push_back({top.empty() ? 0 : top[0].first});
-      beam_present[seq.request_id].push_back({s.request_id, std::move(top)});
+      beam_present[seq.request_id].push_back({s.seq_id, std::move(top)});
       continue;
     }
     OutputEvent e = event_for(seq);
     std::vector<TokenId> tokens;
-    const Request& scheduled = *scheduler_.find(s.request_id);
+    const Request& scheduled = *scheduler_.find(s.seq_id);
     e.num_cached_tokens = scheduled.num_cached_tokens;
     const std::vector<TokenId>& stop_ids = scheduled.stop_ids;
     if (seq.grammar && !apply_grammar(seq, logits, stop_ids)) {
       // The grammar's sentence is complete and nothing may follow it.
       tokens = {0};
-      abort_children_of(s.request_id, events);
-      scheduler_.abort(s.request_id);
-      finish_sequence(s.request_id, FinishReason::kStop, e);
+      abort_children_of(s.seq_id, events);
+      scheduler_.abort(s.seq_id);
+      finish_sequence(s.seq_id, FinishReason::kStop, e);
       new_tokens.push_back(std::move(tokens));
       events.push_back(std::move(e));
       continue;
@@ -328,8 +328,8 @@ std::vector<OutputEvent> Engine::step() {
     try {
       std::vector<SampleResult> samples;
       if (s.num_proposed > 0) {
-        samples = seq.sampler.verify(logits, s.proposed,
-                                     speculator_->distributions(s.request_id), scratch_);
+        samples =
+            seq.sampler.verify(logits, s.proposed, speculator_->distributions(s.seq_id), scratch_);
       } else {
         samples.push_back(seq.sampler.sample(logits, scratch_));
         seq.sampler.accept(samples.back().token);
@@ -348,11 +348,11 @@ std::vector<OutputEvent> Engine::step() {
       e.token_ids = tokens;
       num_generated_tokens_ += static_cast<int64_t>(tokens.size());
       Group& group = groups_.at(seq.request_id);
-      if (!group.waiting_children.empty() && s.request_id == group.parent) {
+      if (!group.waiting_children.empty() && s.seq_id == group.parent) {
         // The prompt is computed: every sample of the request draws its first token from
         // these same logits, and the others fork from this sequence after the commit.
-        std::vector<std::pair<RequestId, std::vector<SampleResult>>> firsts;
-        for (RequestId child : group.waiting_children) {
+        std::vector<std::pair<SequenceId, std::vector<SampleResult>>> firsts;
+        for (SequenceId child : group.waiting_children) {
           Sequence& c = sequences_.at(child);
           std::vector<SampleResult> first = {c.sampler.sample(logits, scratch_)};
           c.sampler.accept(first[0].token);
@@ -362,32 +362,32 @@ std::vector<OutputEvent> Engine::step() {
         for (auto& f : firsts) first_samples.push_back(std::move(f));
       }
       if (seq.sampler.params().logprobs) e.logprobs = std::move(samples);
-      event_of.emplace_back(s.request_id, events.size());
+      event_of.emplace_back(s.seq_id, events.size());
     } catch (const Error& error) {
       // E.g. every token banned by logit_bias: this sample ends, the others go on. commit()
       // skips a request aborted since schedule(), so its token is never read.
       tokens = {0};
-      abort_children_of(s.request_id, events);
-      scheduler_.abort(s.request_id);
+      abort_children_of(s.seq_id, events);
+      scheduler_.abort(s.seq_id);
       e.error = error.what();
-      finish_sequence(s.request_id, FinishReason::kError, e);
+      finish_sequence(s.seq_id, FinishReason::kError, e);
     }
     new_tokens.push_back(std::move(tokens));
     events.push_back(std::move(e));
   }
   PAGODA_CHECK(row * static_cast<size_t>(vocab_size_) == logits_.size() || batch.num_tokens() == 0);
 
-  std::vector<RequestId> beam_drop;
-  std::vector<std::pair<RequestId, std::vector<std::pair<int64_t, TokenId>>>> beam_forks;
+  std::vector<SequenceId> beam_drop;
+  std::vector<std::pair<RequestId, std::vector<std::pair<SequenceId, TokenId>>>> beam_forks;
   if (!beam_present.empty()) {
     select_beams(beam_present, beam_index, new_tokens, beam_drop, beam_forks);
   }
   std::vector<Request> finished = scheduler_.commit(plan, new_tokens);
   for (const ScheduledRequest& s : plan.requests) {
     if (!s.needs_sample) continue;
-    const Request* r = scheduler_.find(s.request_id);
+    const Request* r = scheduler_.find(s.seq_id);
     auto it = std::find_if(event_of.begin(), event_of.end(),
-                           [&](const auto& p) { return p.first == s.request_id; });
+                           [&](const auto& p) { return p.first == s.seq_id; });
     const int32_t num_accepted = it == event_of.end() ? 0 : events[it->second].num_accepted;
     speculator_->observe(s, num_accepted, r ? r->num_computed_tokens : -1);
   }
@@ -417,9 +417,9 @@ std::vector<OutputEvent> Engine::step() {
 
 void Engine::select_beams(
     const std::unordered_map<RequestId, std::vector<BeamCandidates>>& present,
-    const std::unordered_map<RequestId, size_t>& index_of,
-    std::vector<std::vector<TokenId>>& new_tokens, std::vector<RequestId>& drop,
-    std::vector<std::pair<RequestId, std::vector<std::pair<int64_t, TokenId>>>>& forks) {
+    const std::unordered_map<SequenceId, size_t>& index_of,
+    std::vector<std::vector<TokenId>>& new_tokens, std::vector<SequenceId>& drop,
+    std::vector<std::pair<RequestId, std::vector<std::pair<SequenceId, TokenId>>>>& forks) {
   for (const auto& [id, candidates] : present) {
     Group& group = groups_.at(id);
     const BeamSearch::Round round = group.beam->step(
@@ -438,10 +438,10 @@ void Engine::select_beams(
 }
 
 void Engine::finish_beam_round(
-    const std::vector<RequestId>& drop,
-    const std::vector<std::pair<RequestId, std::vector<std::pair<int64_t, TokenId>>>>& forks,
+    const std::vector<SequenceId>& drop,
+    const std::vector<std::pair<RequestId, std::vector<std::pair<SequenceId, TokenId>>>>& forks,
     std::vector<OutputEvent>& events) {
-  for (RequestId beam : drop) {
+  for (SequenceId beam : drop) {
     auto it = sequences_.find(beam);
     PAGODA_CHECK(it != sequences_.end());
     --groups_.at(it->second.request_id).num_unfinished;
@@ -451,7 +451,7 @@ void Engine::finish_beam_round(
   for (const auto& [id, list] : forks) {
     Group& group = groups_.at(id);
     for (const auto& [parent, token] : list) {
-      const RequestId child = next_sequence_id_++;
+      const SequenceId child = next_sequence_id_++;
       scheduler_.fork(parent, child, token);
       sequences_.emplace(child, Sequence{id, 0, Sampler(group.sampling, {}, vocab_size_)});
       ++group.num_unfinished;
@@ -488,11 +488,11 @@ void Engine::close_beam_group(RequestId id, std::vector<OutputEvent>& events, bo
     e.request_finished = i + 1 == group.num_samples;
     events.push_back(std::move(e));
   }
-  std::vector<RequestId> beams;
+  std::vector<SequenceId> beams;
   for (const auto& [seq_id, seq] : sequences_) {
     if (seq.request_id == id) beams.push_back(seq_id);
   }
-  for (RequestId beam : beams) {
+  for (SequenceId beam : beams) {
     scheduler_.abort(beam);
     sequences_.erase(beam);
   }
@@ -550,7 +550,7 @@ void Engine::wait_mask_job() {
   if (mask_job_.valid()) mask_job_.get();
 }
 
-void Engine::start_child(RequestId child, std::vector<SampleResult> first,
+void Engine::start_child(SequenceId child, std::vector<SampleResult> first,
                          std::vector<OutputEvent>& events) {
   Sequence& c = sequences_.at(child);
   Group& group = groups_.at(c.request_id);
@@ -585,12 +585,12 @@ void Engine::start_child(RequestId child, std::vector<SampleResult> first,
   events.push_back(std::move(e));
 }
 
-void Engine::abort_children_of(RequestId parent_seq, std::vector<OutputEvent>& events) {
+void Engine::abort_children_of(SequenceId parent_seq, std::vector<OutputEvent>& events) {
   Group& group = groups_.at(sequences_.at(parent_seq).request_id);
   if (group.parent != parent_seq) return;
-  const std::vector<RequestId> children = std::move(group.waiting_children);
+  const std::vector<SequenceId> children = std::move(group.waiting_children);
   group.waiting_children.clear();
-  for (RequestId child : children) {
+  for (SequenceId child : children) {
     events.push_back(event_for(sequences_.at(child)));
     events.back().error = "the first sample of the request failed";
     finish_sequence(child, FinishReason::kError, events.back());

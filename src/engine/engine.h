@@ -49,6 +49,10 @@
 
 namespace pagoda {
 
+// One GenerationRequest: the id its events carry. Each of its samples (or beams) is a sequence of
+// its own in the scheduler, under a SequenceId the engine allocates separately.
+using RequestId = int64_t;
+
 constexpr int32_t kMaxNumSamples = 64;  // n of one request at most
 constexpr int32_t kMaxBeamWidth = 1024;  // beams of one request at most
 
@@ -162,8 +166,8 @@ class Engine {
   };
   struct Group {
     int32_t num_unfinished = 0;
-    RequestId parent = 0;                     // sequence id of sample 0
-    std::vector<RequestId> waiting_children;  // sequence ids to fork from the parent
+    SequenceId parent = 0;                     // sample 0
+    std::vector<SequenceId> waiting_children;  // samples to fork from the parent
     // What a child needs to start alone when the parent finished at its first token.
     std::vector<TokenId> prompt;
     int32_t max_tokens = 0;
@@ -177,27 +181,27 @@ class Engine {
 
   void add_group(RequestId id, GenerationRequest request);
   // Forgets a finished sequence and completes `event` (its last); closes the group at its end.
-  void finish_sequence(RequestId seq_id, FinishReason reason, OutputEvent& event);
+  void finish_sequence(SequenceId seq_id, FinishReason reason, OutputEvent& event);
   OutputEvent event_for(const Sequence& seq) const;
   // A child of an n > 1 request starts with the first token it drew from the parent's logits.
-  void start_child(RequestId child, std::vector<SampleResult> first,
+  void start_child(SequenceId child, std::vector<SampleResult> first,
                    std::vector<OutputEvent>& events);
   // Beam search after the forward pass: each group's round over the beams this step computed.
   // `index_of` maps a beam to its entry in `new_tokens`; dropped beams are added to `drop`.
   void select_beams(
       const std::unordered_map<RequestId, std::vector<BeamCandidates>>& present,
-      const std::unordered_map<RequestId, size_t>& index_of,
-      std::vector<std::vector<TokenId>>& new_tokens, std::vector<RequestId>& drop,
-      std::vector<std::pair<RequestId, std::vector<std::pair<int64_t, TokenId>>>>& forks);
+      const std::unordered_map<SequenceId, size_t>& index_of,
+      std::vector<std::vector<TokenId>>& new_tokens, std::vector<SequenceId>& drop,
+      std::vector<std::pair<RequestId, std::vector<std::pair<SequenceId, TokenId>>>>& forks);
   // After the commit: forks made, dropped beams freed, finished searches answered.
   void finish_beam_round(
-      const std::vector<RequestId>& drop,
-      const std::vector<std::pair<RequestId, std::vector<std::pair<int64_t, TokenId>>>>& forks,
+      const std::vector<SequenceId>& drop,
+      const std::vector<std::pair<RequestId, std::vector<std::pair<SequenceId, TokenId>>>>& forks,
       std::vector<OutputEvent>& events);
   // Ends a beam search: the n best hypotheses as the request's samples.
   void close_beam_group(RequestId id, std::vector<OutputEvent>& events, bool aborted);
   // The first sequence of a request failed before its children started: they end too.
-  void abort_children_of(RequestId parent_seq, std::vector<OutputEvent>& events);
+  void abort_children_of(SequenceId parent_seq, std::vector<OutputEvent>& events);
   // Structured output: masks `logits` ([vocab]) to what seq's grammar allows now. Returns false
   // when it allows nothing more (the grammar ended and the sample has no stop id to draw).
   bool apply_grammar(Sequence& seq, std::span<float> logits, const std::vector<TokenId>& stop_ids);
@@ -213,10 +217,10 @@ class Engine {
   std::unique_ptr<KvStorage> kv_;
   Scheduler scheduler_;
   std::unique_ptr<Speculator> speculator_;
-  std::unordered_map<RequestId, Group> groups_;        // live requests, by RequestId
-  std::unordered_map<RequestId, Sequence> sequences_;  // by sequence (scheduler) id
+  std::unordered_map<RequestId, Group> groups_;         // live requests, by RequestId
+  std::unordered_map<SequenceId, Sequence> sequences_;  // by sequence (scheduler) id
   RequestId next_request_id_ = 1;
-  RequestId next_sequence_id_ = 1;
+  SequenceId next_sequence_id_ = 1;
   SamplerScratch scratch_;
   // Masks of the grammar sequences for their next sample, computed while the forward pass runs.
   std::future<void> mask_job_;

@@ -26,25 +26,25 @@ ForwardBatch build_forward_batch(const StepPlan& plan, const FindRequest& find_r
 
   for (int32_t seq = 0; seq < num_seqs; ++seq) {
     const ScheduledRequest& s = plan.requests[seq];
-    const Request* r = find_request(s.request_id);
-    if (r == nullptr) fail("forward batch: request ", s.request_id, " of the plan is not live");
+    const Request* r = find_request(s.seq_id);
+    if (r == nullptr) fail("forward batch: request ", s.seq_id, " of the plan is not live");
     const int64_t end = int64_t{s.start_position} + s.num_new_tokens;
     const int64_t known_end = end - s.num_proposed;  // proposals come after the known tokens
     const auto num_table_blocks = static_cast<int64_t>(s.block_table.size());
     if (s.start_position < 0 || s.num_new_tokens < 1 || s.num_proposed < 0 ||
         known_end <= s.start_position || known_end > r->num_tokens() ||
         end > num_table_blocks * block_size) {
-      fail("forward batch: request ", s.request_id, " schedules positions [", s.start_position,
-           ", ", end, ") of ", r->num_tokens(), " tokens with ", num_table_blocks, " blocks of ",
+      fail("forward batch: request ", s.seq_id, " schedules positions [", s.start_position, ", ",
+           end, ") of ", r->num_tokens(), " tokens with ", num_table_blocks, " blocks of ",
            block_size);
     }
     if (s.needs_sample != (known_end == r->num_tokens()) ||
         (s.num_proposed > 0 && !s.needs_sample)) {
-      fail("forward batch: request ", s.request_id, " needs_sample disagrees with its tokens");
+      fail("forward batch: request ", s.seq_id, " needs_sample disagrees with its tokens");
     }
     if (static_cast<int32_t>(s.proposed.size()) != s.num_proposed) {
-      fail("forward batch: request ", s.request_id, " has ", s.proposed.size(),
-           " proposed tokens for ", s.num_proposed, " scheduled");
+      fail("forward batch: request ", s.seq_id, " has ", s.proposed.size(), " proposed tokens for ",
+           s.num_proposed, " scheduled");
     }
     std::copy(s.block_table.begin(), s.block_table.end(),
               b.block_table.begin() + int64_t{seq} * max_blocks);
@@ -66,7 +66,8 @@ ForwardBatch build_forward_batch(const StepPlan& plan, const FindRequest& find_r
 
 ForwardBatch build_forward_batch(const StepPlan& plan, const Scheduler& scheduler) {
   return build_forward_batch(
-      plan, [&scheduler](RequestId id) { return scheduler.find(id); }, scheduler.kv().block_size());
+      plan, [&scheduler](SequenceId id) { return scheduler.find(id); },
+      scheduler.kv().block_size());
 }
 
 }  // namespace pagoda

@@ -13,7 +13,7 @@
 namespace pagoda {
 
 // A live request of the plan by id; never null for an id the plan schedules.
-using FindRequest = std::function<const Request*(RequestId)>;
+using FindRequest = std::function<const Request*(SequenceId)>;
 
 // Sequence s of the batch is plan.requests[s]: its tokens [start_position, start_position +
 // num_new_tokens) of prompt + output, at those positions, written to the slots its block table

@@ -61,7 +61,7 @@ Speculator::Speculator(const SpeculativeConfig& config, Backend& backend, int32_
   catch_up_budget_ = std::max(catch_up_budget_, block_size);
 }
 
-void Speculator::add(RequestId seq, int32_t num_tokens, const SamplingParams& params) {
+void Speculator::add(SequenceId seq, int32_t num_tokens, const SamplingParams& params) {
   const int32_t k = num_tokens < 0 ? config_.num_tokens : num_tokens;
   if (k > kMaxSpeculativeTokens) {
     fail("speculative decoding: at most ", kMaxSpeculativeTokens, " proposed tokens, got ", k);
@@ -74,14 +74,14 @@ void Speculator::add(RequestId seq, int32_t num_tokens, const SamplingParams& pa
   states_.emplace(seq, std::move(st));
 }
 
-void Speculator::remove(RequestId seq) { states_.erase(seq); }
+void Speculator::remove(SequenceId seq) { states_.erase(seq); }
 
-void Speculator::preempted(RequestId seq) {
+void Speculator::preempted(SequenceId seq) {
   auto it = states_.find(seq);
   if (it != states_.end()) it->second.draft_num_computed = 0;
 }
 
-const std::vector<ProposalDistribution>& Speculator::distributions(RequestId seq) const {
+const std::vector<ProposalDistribution>& Speculator::distributions(SequenceId seq) const {
   static const std::vector<ProposalDistribution> none;
   auto it = states_.find(seq);
   return it == states_.end() ? none : it->second.q;
@@ -89,7 +89,7 @@ const std::vector<ProposalDistribution>& Speculator::distributions(RequestId seq
 
 void Speculator::plan_lookahead(Scheduler& scheduler) {
   const bool crowded = scheduler.num_running() > config_.max_num_running;
-  std::vector<RequestId> want_draft;
+  std::vector<SequenceId> want_draft;
   for (auto& [id, st] : states_) {
     st.ngram.clear();
     st.q.clear();
@@ -110,8 +110,8 @@ void Speculator::plan_lookahead(Scheduler& scheduler) {
   if (want_draft.empty()) return;
   // A draft a few tokens behind catches up in its first proposal forward; one further behind
   // (a new prompt, an n-gram stretch, a preemption) first runs over what it missed.
-  std::vector<RequestId> far_behind;
-  for (RequestId id : want_draft) {
+  std::vector<SequenceId> far_behind;
+  for (SequenceId id : want_draft) {
     const int32_t lag = scheduler.find(id)->num_computed_tokens - states_.at(id).draft_num_computed;
     if (lag <= kInlineCatchUp) {
       scheduler.set_num_lookahead_tokens(id, states_.at(id).k);
@@ -119,18 +119,18 @@ void Speculator::plan_lookahead(Scheduler& scheduler) {
       far_behind.push_back(id);
     }
   }
-  for (RequestId id : catch_up(scheduler, far_behind)) {
+  for (SequenceId id : catch_up(scheduler, far_behind)) {
     scheduler.set_num_lookahead_tokens(id, states_.at(id).k);
   }
 }
 
-std::vector<RequestId> Speculator::catch_up(const Scheduler& scheduler,
-                                            const std::vector<RequestId>& ids) {
-  std::vector<RequestId> ready;
+std::vector<SequenceId> Speculator::catch_up(const Scheduler& scheduler,
+                                             const std::vector<SequenceId>& ids) {
+  std::vector<SequenceId> ready;
   std::vector<DraftSeq> seqs;
-  std::vector<std::pair<RequestId, int32_t>> advanced;
+  std::vector<std::pair<SequenceId, int32_t>> advanced;
   int32_t budget = catch_up_budget_;
-  for (RequestId id : ids) {
+  for (SequenceId id : ids) {
     State& st = states_.at(id);
     const Request* r = scheduler.find(id);
     const int32_t behind = r->num_computed_tokens - st.draft_num_computed;
@@ -200,7 +200,7 @@ void Speculator::propose(StepPlan& plan, const Scheduler& scheduler) {
   for (size_t i = 0; i < plan.requests.size(); ++i) {
     ScheduledRequest& s = plan.requests[i];
     if (s.num_proposed == 0) continue;
-    State& st = states_.at(s.request_id);
+    State& st = states_.at(s.seq_id);
     if (!st.ngram.empty()) {
       s.proposed.assign(st.ngram.begin(), st.ngram.begin() + s.num_proposed);
     } else {
@@ -221,8 +221,8 @@ void Speculator::propose(StepPlan& plan, const Scheduler& scheduler) {
       d.table = s.block_table;
       if (j == 0) {
         // What the draft has not seen yet, up to the last known token.
-        d.start = states_.at(s.request_id).draft_num_computed;
-        const TokenSequence tokens = scheduler.find(s.request_id)->tokens();
+        d.start = states_.at(s.seq_id).draft_num_computed;
+        const TokenSequence tokens = scheduler.find(s.seq_id)->tokens();
         for (int32_t p = d.start; p <= s.start_position; ++p) d.tokens.push_back(tokens[p]);
       } else {
         d.start = s.start_position + j;
@@ -237,7 +237,7 @@ void Speculator::propose(StepPlan& plan, const Scheduler& scheduler) {
     const auto vocab = static_cast<size_t>(config_.draft_model->config().vocab_size);
     for (size_t r = 0; r < rows.size(); ++r) {
       ScheduledRequest& s = plan.requests[rows[r]];
-      State& st = states_.at(s.request_id);
+      State& st = states_.at(s.seq_id);
       const std::span<const float> logits(draft_logits_.data() + r * vocab, vocab);
       s.proposed.push_back(draft_token(st, logits, st.params.temperature > 0.0f));
     }
@@ -252,7 +252,7 @@ void Speculator::copy_blocks(std::span<const BlockCopy> copies) {
 
 void Speculator::observe(const ScheduledRequest& s, int32_t num_accepted,
                          int32_t num_computed_tokens) {
-  auto it = states_.find(s.request_id);
+  auto it = states_.find(s.seq_id);
   if (it == states_.end()) return;
   State& st = it->second;
   const bool drafted = s.num_proposed > 0 && st.ngram.empty();

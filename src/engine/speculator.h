@@ -75,8 +75,8 @@ class Speculator {
 
   // A sequence the engine runs: `num_tokens` proposals per step (-1: the config's default; 0:
   // none), drawn for a draft with `params`' temperature and truncation.
-  void add(RequestId seq, int32_t num_tokens, const SamplingParams& params);
-  void remove(RequestId seq);
+  void add(SequenceId seq, int32_t num_tokens, const SamplingParams& params);
+  void remove(SequenceId seq);
 
   // Between steps: sets every speculating sequence's lookahead in the scheduler (running the
   // draft's catch-up where it is behind).
@@ -85,14 +85,14 @@ class Speculator {
   void propose(StepPlan& plan, const Scheduler& scheduler);
   // The distributions the proposals of `seq` in the step were drawn from (see Sampler::verify);
   // empty when they were deterministic.
-  const std::vector<ProposalDistribution>& distributions(RequestId seq) const;
+  const std::vector<ProposalDistribution>& distributions(SequenceId seq) const;
   // Copy-on-write into the draft's cache too, before the step's writes.
   void copy_blocks(std::span<const BlockCopy> copies);
   // After commit(): what the step accepted of `s`'s proposals; `num_computed_tokens` is the
   // sequence's count after the commit (or -1 when it finished).
   void observe(const ScheduledRequest& s, int32_t num_accepted, int32_t num_computed_tokens);
   // The sequence lost its blocks: the draft starts over with it.
-  void preempted(RequestId seq);
+  void preempted(SequenceId seq);
 
   const SpeculativeStats& stats() const { return stats_; }
   uint64_t draft_kv_bytes() const { return draft_kv_ ? draft_kv_->bytes() : 0; }
@@ -112,14 +112,14 @@ class Speculator {
   bool uses_draft() const { return config_.method != SpecMethod::kNgram; }
   // Runs the draft over tokens [draft_num_computed, num_computed) of the sequences in `ids`,
   // at most `budget` tokens in all; returns the ones now caught up.
-  std::vector<RequestId> catch_up(const Scheduler& scheduler, const std::vector<RequestId>& ids);
+  std::vector<SequenceId> catch_up(const Scheduler& scheduler, const std::vector<SequenceId>& ids);
   TokenId draft_token(State& st, std::span<const float> logits, bool keep_q);
 
   SpeculativeConfig config_;
   Backend& backend_;
   int32_t block_size_;
   std::unique_ptr<KvStorage> draft_kv_;
-  std::unordered_map<RequestId, State> states_;
+  std::unordered_map<SequenceId, State> states_;
   std::vector<float> draft_logits_;
   SamplerScratch scratch_;
   SpeculativeStats stats_;

@@ -10,7 +10,7 @@ KvCacheManager::KvCacheManager(const KvCacheConfig& config)
     : pool_(config.num_blocks, config.block_size, config.hash_fn),
       prefix_caching_(config.enable_prefix_caching) {}
 
-const KvCacheManager::Table& KvCacheManager::entry(RequestId id) const {
+const KvCacheManager::Table& KvCacheManager::entry(SequenceId id) const {
   auto it = tables_.find(id);
   if (it == tables_.end()) fail("KV cache: request ", id, " has no block table");
   return it->second;
@@ -50,7 +50,7 @@ CachedPrefix KvCacheManager::get_computed_blocks(const TokenSequence& tokens,
 }
 
 std::optional<std::vector<BlockId>> KvCacheManager::allocate_slots(
-    RequestId id, int32_t num_computed_tokens, int32_t num_new_tokens,
+    SequenceId id, int32_t num_computed_tokens, int32_t num_new_tokens,
     const CachedPrefix* new_computed) {
   PAGODA_CHECK(num_computed_tokens >= 0 && num_new_tokens >= 0);
   auto it = tables_.find(id);
@@ -97,7 +97,7 @@ std::optional<std::vector<BlockId>> KvCacheManager::allocate_slots(
   return fresh;
 }
 
-void KvCacheManager::cache_full_blocks(RequestId id, const TokenSequence& tokens,
+void KvCacheManager::cache_full_blocks(SequenceId id, const TokenSequence& tokens,
                                        int32_t num_computed_tokens) {
   auto it = tables_.find(id);
   PAGODA_CHECK(it != tables_.end());
@@ -128,7 +128,7 @@ void KvCacheManager::cache_full_blocks(RequestId id, const TokenSequence& tokens
   }
 }
 
-void KvCacheManager::free(RequestId id) {
+void KvCacheManager::free(SequenceId id) {
   auto it = tables_.find(id);
   if (it == tables_.end()) return;
   const std::vector<BlockId>& blocks = it->second.blocks;
@@ -136,7 +136,7 @@ void KvCacheManager::free(RequestId id) {
   tables_.erase(it);
 }
 
-void KvCacheManager::truncate(RequestId id, int32_t num_slots) {
+void KvCacheManager::truncate(SequenceId id, int32_t num_slots) {
   auto it = tables_.find(id);
   PAGODA_CHECK(it != tables_.end());
   Table& t = it->second;
@@ -152,7 +152,7 @@ void KvCacheManager::truncate(RequestId id, int32_t num_slots) {
   t.num_slots = num_slots;
 }
 
-std::optional<std::vector<BlockCopy>> KvCacheManager::fork(RequestId parent, RequestId child,
+std::optional<std::vector<BlockCopy>> KvCacheManager::fork(SequenceId parent, SequenceId child,
                                                            int32_t num_computed_tokens) {
   const Table& from = entry(parent);
   PAGODA_CHECK(!has(child));

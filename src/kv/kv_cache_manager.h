@@ -1,5 +1,5 @@
-// Per-request block tables over one BlockPool, with automatic prefix caching: the longest
-// cached prefix of a new request's tokens is shared instead of recomputed, full blocks are
+// Per-sequence block tables over one BlockPool, with automatic prefix caching: the longest
+// cached prefix of a new sequence's tokens is shared instead of recomputed, full blocks are
 // hashed and cached as they are committed, and fork() shares a parent's full blocks with a
 // child. Integers only; which K/V bytes a block holds is KvStorage's business.
 //
@@ -26,8 +26,10 @@
 
 namespace pagoda {
 
-// The scheduler's request id; block tables are keyed by it.
-using RequestId = int64_t;
+// One sequence of tokens with a block table of its own, keyed by this id: a scheduler Request
+// (sched/request.h). The engine makes one sequence per sample or beam of a generation request,
+// so one request (engine.h's RequestId) may hold several, forked from its first.
+using SequenceId = int64_t;
 
 struct KvCacheConfig {
   int32_t num_blocks = 0;
@@ -76,38 +78,38 @@ class KvCacheManager {
   // its last block. Changes nothing. Empty when prefix caching is off.
   CachedPrefix get_computed_blocks(const TokenSequence& tokens, uint64_t extra) const;
 
-  // Grows request `id`'s table to cover num_computed_tokens + (new_computed ? its tokens : 0) +
+  // Grows sequence `id`'s table to cover num_computed_tokens + (new_computed ? its tokens : 0) +
   // num_new_tokens slots and returns the newly allocated blocks, or nullopt when the pool has
-  // too few free blocks (and then nothing changed). A request's first call passes its
+  // too few free blocks (and then nothing changed). A sequence's first call passes its
   // get_computed_blocks() result as `new_computed` (possibly empty), which the table adopts;
   // later calls pass nullptr.
-  std::optional<std::vector<BlockId>> allocate_slots(RequestId id, int32_t num_computed_tokens,
+  std::optional<std::vector<BlockId>> allocate_slots(SequenceId id, int32_t num_computed_tokens,
                                                      int32_t num_new_tokens,
                                                      const CachedPrefix* new_computed = nullptr);
 
   // Hashes and caches the blocks of `id` that `num_computed_tokens` newly filled. `tokens` is
-  // the request's sequence (at least num_computed_tokens long).
-  void cache_full_blocks(RequestId id, const TokenSequence& tokens, int32_t num_computed_tokens);
+  // the sequence's tokens (at least num_computed_tokens long).
+  void cache_full_blocks(SequenceId id, const TokenSequence& tokens, int32_t num_computed_tokens);
 
-  // Releases the request's blocks, tail first: its last blocks enter the LRU list first and are
-  // evicted first, so a prefix other requests may share stays cached longest.
-  void free(RequestId id);
+  // Releases the sequence's blocks, tail first: its last blocks enter the LRU list first and are
+  // evicted first, so a prefix other sequences may share stays cached longest.
+  void free(SequenceId id);
 
   // Gives back the slots of `id` past `num_slots` (speculative tokens the verifier rejected):
   // the table keeps ceil(num_slots / block_size) blocks and the rest return to the pool. Those
   // were allocated for the step that is ending, so nobody else holds or caches them.
-  void truncate(RequestId id, int32_t num_slots);
+  void truncate(SequenceId id, int32_t num_slots);
 
   // Gives `child` a table for the first num_computed_tokens tokens of `parent`: the full blocks
   // are shared, a partly filled tail gets a fresh block to be filled by the returned copy.
   // nullopt (nothing changed) when no block is free for the tail.
-  std::optional<std::vector<BlockCopy>> fork(RequestId parent, RequestId child,
+  std::optional<std::vector<BlockCopy>> fork(SequenceId parent, SequenceId child,
                                              int32_t num_computed_tokens);
 
-  bool has(RequestId id) const { return tables_.count(id) != 0; }
-  const std::vector<BlockId>& block_table(RequestId id) const { return entry(id).blocks; }
-  int32_t num_slots(RequestId id) const { return entry(id).num_slots; }
-  int32_t num_hashed_blocks(RequestId id) const {
+  bool has(SequenceId id) const { return tables_.count(id) != 0; }
+  const std::vector<BlockId>& block_table(SequenceId id) const { return entry(id).blocks; }
+  int32_t num_slots(SequenceId id) const { return entry(id).num_slots; }
+  int32_t num_hashed_blocks(SequenceId id) const {
     return static_cast<int32_t>(entry(id).hashes.size());
   }
   int32_t num_blocks_for(int64_t num_tokens) const;  // ceil(num_tokens / block_size)
@@ -129,11 +131,11 @@ class KvCacheManager {
     uint64_t extra = 0;
   };
 
-  const Table& entry(RequestId id) const;
+  const Table& entry(SequenceId id) const;
 
   BlockPool pool_;
   bool prefix_caching_;
-  std::unordered_map<RequestId, Table> tables_;
+  std::unordered_map<SequenceId, Table> tables_;
   int64_t num_queried_tokens_ = 0;
   int64_t num_hit_tokens_ = 0;
 };

@@ -1,4 +1,6 @@
-// One generation request as the scheduler sees it: token ids and counters, no text, no tensors.
+// One sequence as the scheduler sees it: token ids and counters, no text, no tensors. The
+// scheduler calls it a request; the engine makes one per sample or beam of a GenerationRequest,
+// so its id is a SequenceId (the block tables' key), not the engine's RequestId.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +27,7 @@ std::string_view to_string(RequestStatus status);
 inline bool is_finished(RequestStatus s) { return s >= RequestStatus::kFinishedStopped; }
 
 struct Request {
-  RequestId id = 0;
+  SequenceId id = 0;
   std::vector<TokenId> prompt;
   std::vector<TokenId> output;    // sampled so far; kept across preemption
   int32_t max_tokens = 16;        // output tokens at most
@@ -35,9 +37,9 @@ struct Request {
   // Set by the scheduler.
   int32_t num_computed_tokens = 0;  // tokens whose K/V are in the cache
   RequestStatus status = RequestStatus::kWaiting;
-  int64_t arrival_order = -1;       // order of add_request / fork, for FCFS
-  std::optional<RequestId> parent;  // the request this one was forked from
-  int32_t num_cached_tokens = 0;    // prefix-cache hit at its first admission
+  int64_t arrival_order = -1;        // order of add_request / fork, for FCFS
+  std::optional<SequenceId> parent;  // the sequence this one was forked from
+  int32_t num_cached_tokens = 0;     // prefix-cache hit at its first admission
   int32_t num_preemptions = 0;
 
   // Set by the engine between steps (speculative decoding): how many proposed tokens to verify

@@ -18,19 +18,19 @@ Scheduler::Scheduler(SchedulerConfig config) : config_(std::move(config)), kv_(c
   }
 }
 
-Request& Scheduler::get(RequestId id) {
+Request& Scheduler::get(SequenceId id) {
   auto it = requests_.find(id);
   PAGODA_CHECK(it != requests_.end());
   return it->second;
 }
 
-const Request* Scheduler::find(RequestId id) const {
+const Request* Scheduler::find(SequenceId id) const {
   auto it = requests_.find(id);
   return it == requests_.end() ? nullptr : &it->second;
 }
 
 void Scheduler::add_request(Request request) {
-  const RequestId id = request.id;
+  const SequenceId id = request.id;
   if (requests_.count(id)) fail("request ", id, ": the id is already in use");
   if (request.prompt.empty()) fail("request ", id, ": the prompt is empty");
   if (request.max_tokens < 1) fail("request ", id, ": max_tokens must be at least 1");
@@ -94,9 +94,9 @@ bool Scheduler::schedule_running(StepPlan& plan, int32_t& budget) {
   };
   // Decodes first, then prompt chunks (each pass in admission order): a request already
   // generating gets its token every step, whatever prompt is being computed beside it.
-  const std::vector<RequestId> order = running_;
+  const std::vector<SequenceId> order = running_;
   for (const bool decodes : {true, false}) {
-    for (RequestId id : order) {
+    for (SequenceId id : order) {
       if (budget <= 0) break;
       const Request* found = find(id);
       if (found == nullptr || found->status != RequestStatus::kRunning || in_flight_.count(id)) {
@@ -122,7 +122,7 @@ bool Scheduler::schedule_running(StepPlan& plan, int32_t& budget) {
         }
         // The newest running request gives its blocks back, even one planned already (its
         // tokens leave the plan); a request may preempt itself.
-        const RequestId victim = running_.back();
+        const SequenceId victim = running_.back();
         unplan(victim, plan, budget);
         preempt(victim, plan);
         any_preempted = true;
@@ -136,13 +136,13 @@ bool Scheduler::schedule_running(StepPlan& plan, int32_t& budget) {
   return any_preempted;
 }
 
-void Scheduler::unplan(RequestId id, StepPlan& plan, int32_t& budget) {
+void Scheduler::unplan(SequenceId id, StepPlan& plan, int32_t& budget) {
   auto it = in_flight_.find(id);
   if (it == in_flight_.end()) return;
   budget += it->second.num_new_tokens;
   plan.num_scheduled_tokens -= it->second.num_new_tokens;
   in_flight_.erase(it);
-  std::erase_if(plan.requests, [id](const ScheduledRequest& s) { return s.request_id == id; });
+  std::erase_if(plan.requests, [id](const ScheduledRequest& s) { return s.seq_id == id; });
 }
 
 void Scheduler::schedule_waiting(StepPlan& plan, int32_t& budget) {
@@ -166,7 +166,7 @@ void Scheduler::schedule_waiting(StepPlan& plan, int32_t& budget) {
 void Scheduler::add_to_plan(StepPlan& plan, Request& r, int32_t num_new_tokens,
                             int32_t num_proposed) {
   ScheduledRequest s;
-  s.request_id = r.id;
+  s.seq_id = r.id;
   s.num_new_tokens = num_new_tokens;
   s.start_position = r.num_computed_tokens;
   s.block_table = kv_.block_table(r.id);
@@ -177,13 +177,13 @@ void Scheduler::add_to_plan(StepPlan& plan, Request& r, int32_t num_new_tokens,
   in_flight_[r.id] = {num_new_tokens, num_proposed};
 }
 
-void Scheduler::set_num_lookahead_tokens(RequestId id, int32_t num_tokens) {
+void Scheduler::set_num_lookahead_tokens(SequenceId id, int32_t num_tokens) {
   if (step_in_flight()) fail("scheduler: set_num_lookahead_tokens() while a step is in flight");
   auto it = requests_.find(id);
   if (it != requests_.end()) it->second.num_lookahead_tokens = std::max(0, num_tokens);
 }
 
-void Scheduler::preempt(RequestId id, StepPlan& plan) {
+void Scheduler::preempt(SequenceId id, StepPlan& plan) {
   Request& r = get(id);
   PAGODA_CHECK(r.status == RequestStatus::kRunning && !in_flight_.count(id));
   running_.erase(std::find(running_.begin(), running_.end(), id));
@@ -219,9 +219,9 @@ std::vector<Request> Scheduler::commit(const StepPlan& plan,
   size_t k = 0;
   for (const ScheduledRequest& s : plan.requests) {
     const std::vector<TokenId>* tokens = s.needs_sample ? &new_tokens[k++] : nullptr;
-    auto it = in_flight_.find(s.request_id);
+    auto it = in_flight_.find(s.seq_id);
     if (it == in_flight_.end()) continue;  // aborted since schedule()
-    Request& r = get(s.request_id);
+    Request& r = get(s.seq_id);
     PAGODA_CHECK(r.status == RequestStatus::kRunning && r.num_computed_tokens == s.start_position &&
                  it->second.num_new_tokens == s.num_new_tokens &&
                  it->second.num_proposed == s.num_proposed);
@@ -271,7 +271,7 @@ bool Scheduler::append_and_check_stop(Request& r, TokenId token) {
   return false;
 }
 
-Request Scheduler::finish(RequestId id, RequestStatus status) {
+Request Scheduler::finish(SequenceId id, RequestStatus status) {
   auto it = requests_.find(id);
   PAGODA_CHECK(it != requests_.end() && is_finished(status));
   kv_.free(id);
@@ -289,12 +289,12 @@ Request Scheduler::finish(RequestId id, RequestStatus status) {
   return r;
 }
 
-std::optional<Request> Scheduler::abort(RequestId id) {
+std::optional<Request> Scheduler::abort(SequenceId id) {
   if (!requests_.count(id)) return std::nullopt;
   return finish(id, RequestStatus::kFinishedAborted);
 }
 
-void Scheduler::fork(RequestId parent, RequestId child, std::optional<TokenId> last_token) {
+void Scheduler::fork(SequenceId parent, SequenceId child, std::optional<TokenId> last_token) {
   if (step_in_flight()) fail("scheduler: fork() while step ", in_flight_step_, " is in flight");
   auto it = requests_.find(parent);
   if (it == requests_.end()) fail("fork: request ", parent, " is not live");
@@ -342,9 +342,9 @@ void Scheduler::check_invariants() const {
   kv_.check_invariants();
   PAGODA_CHECK(static_cast<int32_t>(running_.size()) <= config_.max_num_seqs);
   PAGODA_CHECK(running_.size() + waiting_.size() == requests_.size());
-  std::unordered_set<RequestId> seen;
+  std::unordered_set<SequenceId> seen;
   const int32_t bs = kv_.block_size();
-  for (RequestId id : running_) {
+  for (SequenceId id : running_) {
     PAGODA_CHECK(seen.insert(id).second);
     const Request* r = find(id);
     PAGODA_CHECK(r && r->status == RequestStatus::kRunning && kv_.has(id));
@@ -363,7 +363,7 @@ void Scheduler::check_invariants() const {
       PAGODA_CHECK(kv_.num_hashed_blocks(id) == r->num_computed_tokens / bs);
     }
   }
-  for (RequestId id : waiting_) {
+  for (SequenceId id : waiting_) {
     PAGODA_CHECK(seen.insert(id).second);
     const Request* r = find(id);
     PAGODA_CHECK(r &&

@@ -75,11 +75,11 @@ class Scheduler {
 
   // Speculative decoding: how many proposals to verify in `id`'s next decoding step (see
   // Request::num_lookahead_tokens). Between steps; an unknown id is ignored.
-  void set_num_lookahead_tokens(RequestId id, int32_t num_tokens);
+  void set_num_lookahead_tokens(SequenceId id, int32_t num_tokens);
 
   // Ends a live request at once, freeing its blocks; returns it (status finished_aborted), or
   // nullopt when the id is unknown or already finished.
-  std::optional<Request> abort(RequestId id);
+  std::optional<Request> abort(SequenceId id);
 
   // Parallel sampling: `child` continues from a copy of `parent`'s tokens (prompt and output so
   // far) with the same limits; with `last_token`, the child's last output token is that one
@@ -89,9 +89,9 @@ class Scheduler {
   // block_copies; otherwise the child waits (its prefix cache hits still share blocks). Not
   // while a step is in flight. Throws Error when the parent is unknown, the child id is taken,
   // or last_token is given for a parent without output.
-  void fork(RequestId parent, RequestId child, std::optional<TokenId> last_token = std::nullopt);
+  void fork(SequenceId parent, SequenceId child, std::optional<TokenId> last_token = std::nullopt);
 
-  const Request* find(RequestId id) const;  // a live request, or nullptr
+  const Request* find(SequenceId id) const;  // a live request, or nullptr
   bool has_unfinished() const { return !requests_.empty(); }
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
   int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
@@ -103,30 +103,30 @@ class Scheduler {
   void check_invariants() const;
 
  private:
-  Request& get(RequestId id);
+  Request& get(SequenceId id);
   // Schedules running requests, decodes before prompt chunks, each in admission order,
   // preempting from the newest when blocks run out. Returns whether anything was preempted.
   bool schedule_running(StepPlan& plan, int32_t& budget);
   // Takes a request planned this step back out of the plan (before it is preempted).
-  void unplan(RequestId id, StepPlan& plan, int32_t& budget);
+  void unplan(SequenceId id, StepPlan& plan, int32_t& budget);
   void schedule_waiting(StepPlan& plan, int32_t& budget);
   void add_to_plan(StepPlan& plan, Request& r, int32_t num_new_tokens, int32_t num_proposed);
-  void preempt(RequestId id, StepPlan& plan);
+  void preempt(SequenceId id, StepPlan& plan);
   // Appends `token`; returns whether the request is now finished.
   bool append_and_check_stop(Request& r, TokenId token);
-  Request finish(RequestId id, RequestStatus status);
+  Request finish(SequenceId id, RequestStatus status);
 
   SchedulerConfig config_;
   KvCacheManager kv_;
-  std::unordered_map<RequestId, Request> requests_;  // live requests (waiting or running)
-  std::deque<RequestId> waiting_;                    // FCFS; preempted requests go to the front
-  std::vector<RequestId> running_;                   // in admission order: newest last
-  std::vector<std::pair<RequestId, BlockCopy>> pending_copies_;  // from fork(), by child
+  std::unordered_map<SequenceId, Request> requests_;  // live requests (waiting or running)
+  std::deque<SequenceId> waiting_;                    // FCFS; preempted requests go to the front
+  std::vector<SequenceId> running_;                   // in admission order: newest last
+  std::vector<std::pair<SequenceId, BlockCopy>> pending_copies_;  // from fork(), by child
   struct InFlight {
     int32_t num_new_tokens = 0;  // scheduled this step, proposals included
     int32_t num_proposed = 0;
   };
-  std::unordered_map<RequestId, InFlight> in_flight_;  // the requests of the step in flight
+  std::unordered_map<SequenceId, InFlight> in_flight_;  // the requests of the step in flight
   int64_t in_flight_step_ = -1;
   int32_t in_flight_num_tokens_ = 0;
   int32_t in_flight_num_requests_ = 0;

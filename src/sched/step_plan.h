@@ -11,7 +11,7 @@
 namespace pagoda {
 
 struct ScheduledRequest {
-  RequestId request_id = 0;
+  SequenceId seq_id = 0;             // the scheduled Request's id
   int32_t num_new_tokens = 0;        // tokens [start_position, start_position + num_new_tokens)
   int32_t start_position = 0;        // = the request's num_computed_tokens before the step
   std::vector<BlockId> block_table;  // after this step's allocation; covers every new token
@@ -33,7 +33,7 @@ struct StepPlan {
   int64_t step_id = -1;
   std::vector<ScheduledRequest> requests;  // running requests first, then newly admitted
   std::vector<BlockCopy> block_copies;     // run in order, before any K/V write of the step
-  std::vector<RequestId> preempted;        // requests this step preempted (their blocks are gone)
+  std::vector<SequenceId> preempted;       // requests this step preempted (their blocks are gone)
   int32_t num_scheduled_tokens = 0;        // sum of num_new_tokens, <= max_num_batched_tokens
 
   bool empty() const { return requests.empty() && block_copies.empty(); }

@@ -24,7 +24,7 @@ SchedulerConfig make_config(int32_t budget, int32_t num_blocks, int32_t block_si
   return config;
 }
 
-Request make_request(RequestId id, int num_prompt, int max_tokens, TokenId first) {
+Request make_request(SequenceId id, int num_prompt, int max_tokens, TokenId first) {
   Request r;
   r.id = id;
   r.prompt.resize(static_cast<size_t>(num_prompt));
@@ -45,7 +45,7 @@ void expect_batch_matches(const ForwardBatch& b, const StepPlan& plan, const Sch
   std::vector<int32_t> logit_rows;
   for (size_t i = 0; i < plan.requests.size(); ++i) {
     const ScheduledRequest& sr = plan.requests[i];
-    const Request* r = s.find(sr.request_id);
+    const Request* r = s.find(sr.seq_id);
     ASSERT_NE(r, nullptr);
     std::vector<TokenId> all = r->prompt;
     all.insert(all.end(), r->output.begin(), r->output.end());
@@ -128,7 +128,7 @@ TEST(ForwardBatch, ChunkedPrefillWantsLogitsOnlyAtThePromptsEnd) {
 // Under preemption a request is recomputed from position 0, output tokens included.
 TEST(ForwardBatch, RecomputedRequestsReadTheirOutputTokens) {
   Scheduler s(make_config(64, 6));
-  for (RequestId id = 1; id <= 4; ++id)
+  for (SequenceId id = 1; id <= 4; ++id)
     s.add_request(make_request(id, 3 + int(id), 12, 100 * TokenId(id)));
   int num_recomputed_outputs = 0;
   TokenId next = 1000;
@@ -139,7 +139,7 @@ TEST(ForwardBatch, RecomputedRequestsReadTheirOutputTokens) {
     expect_batch_matches(b, plan, s);
     std::vector<TokenId> sampled;
     for (const ScheduledRequest& sr : plan.requests) {
-      const Request* r = s.find(sr.request_id);
+      const Request* r = s.find(sr.seq_id);
       if (sr.start_position == 0 && r->num_output_tokens() > 0) ++num_recomputed_outputs;
       if (sr.needs_sample) sampled.push_back(next++);
     }
@@ -155,8 +155,8 @@ TEST(ForwardBatch, RejectsUnknownRequestsAndShortTables) {
   StepPlan plan;
   plan.requests.push_back({7, 5, 0, {3}, true});
   plan.num_scheduled_tokens = 5;
-  const FindRequest none = [](RequestId) -> const Request* { return nullptr; };
-  const FindRequest found = [&](RequestId id) { return id == 7 ? &r : nullptr; };
+  const FindRequest none = [](SequenceId) -> const Request* { return nullptr; };
+  const FindRequest found = [&](SequenceId id) { return id == 7 ? &r : nullptr; };
   EXPECT_THROW(build_forward_batch(plan, none, 4), Error);
   EXPECT_THROW(build_forward_batch(plan, found, 4), Error);  // 5 tokens, one block of 4
   plan.requests[0].block_table = {3, 1};

@@ -32,7 +32,7 @@ TokenSequence seq(const std::vector<TokenId>& tokens) { return {tokens, {}}; }
 
 // Admits `id` with its cached prefix and computes all of `tokens` (as one step would).
 // Returns the number of prefix tokens it got from the cache, or -1 when blocks ran out.
-int32_t admit_and_compute(KvCacheManager& kv, RequestId id, const std::vector<TokenId>& tokens,
+int32_t admit_and_compute(KvCacheManager& kv, SequenceId id, const std::vector<TokenId>& tokens,
                           uint64_t extra = 0) {
   const CachedPrefix prefix = kv.get_computed_blocks(seq(tokens), extra);
   const auto n = static_cast<int32_t>(tokens.size());

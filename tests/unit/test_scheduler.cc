@@ -25,7 +25,7 @@ SchedulerConfig make_config(int32_t budget, int32_t max_seqs, int32_t num_blocks
   return config;
 }
 
-Request make_request(RequestId id, int num_prompt, int max_tokens, TokenId first = 100,
+Request make_request(SequenceId id, int num_prompt, int max_tokens, TokenId first = 100,
                      std::vector<TokenId> stop_ids = {}) {
   Request r;
   r.id = id;
@@ -51,16 +51,16 @@ StepOutcome step(Scheduler& s) {
   s.check_invariants();
   std::vector<TokenId> sampled;
   for (const ScheduledRequest& r : out.plan.requests) {
-    if (r.needs_sample) sampled.push_back(next_token(*s.find(r.request_id)));
+    if (r.needs_sample) sampled.push_back(next_token(*s.find(r.seq_id)));
   }
   out.finished = s.commit(out.plan, sampled);
   s.check_invariants();
   return out;
 }
 
-const ScheduledRequest* scheduled(const StepPlan& plan, RequestId id) {
+const ScheduledRequest* scheduled(const StepPlan& plan, SequenceId id) {
   for (const ScheduledRequest& r : plan.requests) {
-    if (r.request_id == id) return &r;
+    if (r.seq_id == id) return &r;
   }
   return nullptr;
 }
@@ -125,9 +125,9 @@ TEST(SchedulerTest, RunningFirstThenWaitingWithWhatIsLeft) {
   s.add_request(make_request(3, 5, 10, 900));
   StepOutcome o = step(s);
   ASSERT_EQ(o.plan.requests.size(), 2u);  // 1 + 15: nothing left for request 3
-  EXPECT_EQ(o.plan.requests[0].request_id, 1);
+  EXPECT_EQ(o.plan.requests[0].seq_id, 1);
   EXPECT_EQ(o.plan.requests[0].num_new_tokens, 1);
-  EXPECT_EQ(o.plan.requests[1].request_id, 2);
+  EXPECT_EQ(o.plan.requests[1].seq_id, 2);
   EXPECT_EQ(o.plan.requests[1].num_new_tokens, 15);
   EXPECT_FALSE(o.plan.requests[1].needs_sample);
   EXPECT_EQ(o.plan.num_scheduled_tokens, 16);
@@ -137,23 +137,23 @@ TEST(SchedulerTest, RunningFirstThenWaitingWithWhatIsLeft) {
   // admitted with what is left.
   o = step(s);
   ASSERT_EQ(o.plan.requests.size(), 3u);
-  EXPECT_EQ(o.plan.requests[1].request_id, 2);
+  EXPECT_EQ(o.plan.requests[1].seq_id, 2);
   EXPECT_EQ(o.plan.requests[1].num_new_tokens, 4);
   EXPECT_FALSE(o.plan.requests[1].needs_sample);
-  EXPECT_EQ(o.plan.requests[2].request_id, 3);
+  EXPECT_EQ(o.plan.requests[2].seq_id, 3);
   EXPECT_EQ(o.plan.requests[2].start_position, 0);
   EXPECT_EQ(o.plan.requests[2].num_new_tokens, 5);
   EXPECT_EQ(o.plan.num_scheduled_tokens, 10);
   // Then requests 1 and 3 decode in every step and request 2 takes a block a step (8 x 8 / 19
   // and / 23 are below one) until the last 3 tokens of its prompt.
   std::vector<int32_t> chunks;
-  while (!o.plan.requests.back().needs_sample || o.plan.requests.back().request_id != 2) {
+  while (!o.plan.requests.back().needs_sample || o.plan.requests.back().seq_id != 2) {
     o = step(s);
     ASSERT_EQ(o.plan.requests.size(), 3u);
-    EXPECT_EQ(o.plan.requests[0].request_id, 1);
-    EXPECT_EQ(o.plan.requests[1].request_id, 3);
+    EXPECT_EQ(o.plan.requests[0].seq_id, 1);
+    EXPECT_EQ(o.plan.requests[1].seq_id, 3);
     EXPECT_EQ(o.plan.requests[1].num_new_tokens, 1);
-    EXPECT_EQ(o.plan.requests[2].request_id, 2);
+    EXPECT_EQ(o.plan.requests[2].seq_id, 2);
     chunks.push_back(o.plan.requests[2].num_new_tokens);
   }
   EXPECT_EQ(chunks, (std::vector<int32_t>{4, 4, 3}));
@@ -198,8 +198,8 @@ TEST(SchedulerTest, DecodesAreNotHeldBackByAnOlderLongPrompt) {
   int64_t steps_with_both_decoding = 0;
   while (s.find(1) != nullptr && s.find(1)->num_computed_tokens < 199) {
     const StepOutcome o = step(s);
-    std::map<RequestId, int32_t> tokens;
-    for (const ScheduledRequest& r : o.plan.requests) tokens[r.request_id] = r.num_new_tokens;
+    std::map<SequenceId, int32_t> tokens;
+    for (const ScheduledRequest& r : o.plan.requests) tokens[r.seq_id] = r.num_new_tokens;
     ASSERT_LE(o.plan.num_scheduled_tokens, 16);
     // Once requests 2 and 3 decode, every step gives each of them its token.
     if (s.find(2) && s.find(2)->num_output_tokens() > 1 && s.find(3) &&
@@ -219,7 +219,7 @@ TEST(SchedulerTest, PreemptedRequestsAreNeverInThePlan) {
   for (uint32_t seed = 1; seed <= 40; ++seed) {
     std::mt19937 rng(seed);
     Scheduler s(make_config(6 + static_cast<int32_t>(rng() % 10), 4, 8));
-    RequestId next_id = 1;
+    SequenceId next_id = 1;
     for (int i = 0; i < 400 && (s.has_unfinished() || next_id < 12); ++i) {
       if (next_id < 12 && rng() % 3 == 0) {
         const int num_prompt = rng() % 2 ? 2 + static_cast<int>(rng() % 3) : 12 + static_cast<int>(rng() % 12);
@@ -227,13 +227,13 @@ TEST(SchedulerTest, PreemptedRequestsAreNeverInThePlan) {
         ++next_id;
       }
       const StepOutcome o = step(s);
-      std::set<RequestId> planned;
+      std::set<SequenceId> planned;
       int32_t total = 0;
       for (const ScheduledRequest& r : o.plan.requests) {
-        EXPECT_TRUE(planned.insert(r.request_id).second);
+        EXPECT_TRUE(planned.insert(r.seq_id).second);
         total += r.num_new_tokens;
       }
-      for (RequestId p : o.plan.preempted) EXPECT_EQ(planned.count(p), 0u) << "seed " << seed;
+      for (SequenceId p : o.plan.preempted) EXPECT_EQ(planned.count(p), 0u) << "seed " << seed;
       EXPECT_EQ(total, o.plan.num_scheduled_tokens);
       num_preempted += static_cast<int64_t>(o.plan.preempted.size());
     }
@@ -244,7 +244,7 @@ TEST(SchedulerTest, PreemptedRequestsAreNeverInThePlan) {
 
 TEST(SchedulerTest, MaxNumSeqsCapsConcurrency) {
   Scheduler s(make_config(100, 2, 32));
-  for (RequestId id = 1; id <= 3; ++id) s.add_request(make_request(id, 4, 3, TokenId(100 * id)));
+  for (SequenceId id = 1; id <= 3; ++id) s.add_request(make_request(id, 4, 3, TokenId(100 * id)));
   StepOutcome o = step(s);
   EXPECT_EQ(o.plan.requests.size(), 2u);
   EXPECT_EQ(s.num_running(), 2);
@@ -254,7 +254,7 @@ TEST(SchedulerTest, MaxNumSeqsCapsConcurrency) {
   EXPECT_EQ(o.finished.size(), 2u);
   o = step(s);
   ASSERT_EQ(o.plan.requests.size(), 1u);
-  EXPECT_EQ(o.plan.requests[0].request_id, 3);
+  EXPECT_EQ(o.plan.requests[0].seq_id, 3);
 }
 
 TEST(SchedulerTest, FirstComeFirstServedWhenBlocksAreShort) {
@@ -306,7 +306,7 @@ TEST(SchedulerTest, WholePromptCachedStillComputesTheLastBlock) {
 TEST(SchedulerTest, NewestRunningRequestIsPreemptedAndResumes) {
   // 6 blocks of 4: two requests of 8 prompt tokens + 12 output need 5 blocks each at the end.
   SchedulerConfig config = make_config(64, 4, 6);
-  std::vector<RequestId> preempted_log;
+  std::vector<SequenceId> preempted_log;
   config.on_preempt = [&](const Request& r) { preempted_log.push_back(r.id); };
   Scheduler s(config);
   s.add_request(make_request(1, 8, 12));
@@ -317,14 +317,14 @@ TEST(SchedulerTest, NewestRunningRequestIsPreemptedAndResumes) {
     StepOutcome o = step(s);
     if (!o.plan.preempted.empty() && !saw_preemption) {
       saw_preemption = true;
-      EXPECT_EQ(o.plan.preempted, (std::vector<RequestId>{2}));  // the newest
+      EXPECT_EQ(o.plan.preempted, (std::vector<SequenceId>{2}));  // the newest
       const Request* r = s.find(2);
       ASSERT_NE(r, nullptr);
       EXPECT_EQ(r->status, RequestStatus::kPreempted);
       EXPECT_EQ(r->num_computed_tokens, 0);
       EXPECT_FALSE(r->output.empty());  // kept; recomputed as part of the sequence
       ASSERT_EQ(o.plan.requests.size(), 1u);
-      EXPECT_EQ(o.plan.requests[0].request_id, 1);
+      EXPECT_EQ(o.plan.requests[0].seq_id, 1);
       EXPECT_EQ(s.stats().kv.num_used_blocks,
                 static_cast<int>(o.plan.requests[0].block_table.size()));
       EXPECT_EQ(scheduled(o.plan, 2), nullptr);
@@ -394,7 +394,7 @@ TEST(SchedulerTest, ForkSharesBlocksAndPlansTheTailCopy) {
   const Request* child = s.find(2);
   ASSERT_NE(child, nullptr);
   EXPECT_EQ(child->status, RequestStatus::kRunning);
-  EXPECT_EQ(child->parent, std::optional<RequestId>(1));
+  EXPECT_EQ(child->parent, std::optional<SequenceId>(1));
   EXPECT_EQ(child->output, s.find(1)->output);
   EXPECT_EQ(child->num_computed_tokens, 10);
   const std::vector<BlockId> table = s.kv().block_table(2);
@@ -406,7 +406,7 @@ TEST(SchedulerTest, ForkSharesBlocksAndPlansTheTailCopy) {
   StepOutcome o = step(s);
   EXPECT_EQ(o.plan.block_copies, (std::vector<BlockCopy>{{parent[2], table[2]}}));
   ASSERT_EQ(o.plan.requests.size(), 2u);
-  EXPECT_EQ(o.plan.requests[1].request_id, 2);
+  EXPECT_EQ(o.plan.requests[1].seq_id, 2);
   EXPECT_EQ(o.plan.requests[1].start_position, 10);
   EXPECT_TRUE(step(s).plan.block_copies.empty());  // copied once
   while (s.has_unfinished()) step(s);

@@ -73,13 +73,12 @@ class FakeModel {
       return p < known_end ? seq[p] : r.proposed[static_cast<size_t>(p - known_end)];
     };
     for (const ScheduledRequest& r : plan.requests) {
-      const Request& req = *s.find(r.request_id);
+      const Request& req = *s.find(r.seq_id);
       const TokenSequence seq = req.tokens();
       for (int32_t p = r.start_position; p < r.start_position + r.num_new_tokens; ++p) {
         const BlockId b = r.block_table[static_cast<size_t>(p / block_size_)];
         if (s.kv().pool().ref_count(b) != 1 || s.kv().pool().is_hashed(b)) {
-          record("request ", r.request_id, " writes position ", p, " into shared or cached block ",
-                 b);
+          record("request ", r.seq_id, " writes position ", p, " into shared or cached block ", b);
         }
         slot(b, p) = {token_at(r, seq, p), p};
       }
@@ -87,14 +86,14 @@ class FakeModel {
     std::vector<std::vector<TokenId>> sampled;
     std::vector<TokenId> read;
     for (const ScheduledRequest& r : plan.requests) {
-      const Request& req = *s.find(r.request_id);
+      const Request& req = *s.find(r.seq_id);
       const TokenSequence seq = req.tokens();
       const int32_t end = r.start_position + r.num_new_tokens;
       read.clear();
       for (int32_t p = 0; p < end; ++p) {
         const Slot& got = slot(r.block_table[static_cast<size_t>(p / block_size_)], p);
         if (got.position != p || got.token != token_at(r, seq, p)) {
-          record("request ", r.request_id, " reads position ", p, ": token ", got.token, " from ",
+          record("request ", r.seq_id, " reads position ", p, ": token ", got.token, " from ",
                  got.position, ", expected ", token_at(r, seq, p));
         }
         read.push_back(got.token);
@@ -141,10 +140,10 @@ void check_plan(const StepPlan& plan, const Scheduler& s) {
   EXPECT_LE(plan.num_scheduled_tokens, config.max_num_batched_tokens);
   EXPECT_LE(static_cast<int32_t>(plan.requests.size()), config.max_num_seqs);
   int32_t total = 0;
-  std::unordered_set<RequestId> ids;
+  std::unordered_set<SequenceId> ids;
   for (const ScheduledRequest& r : plan.requests) {
-    EXPECT_TRUE(ids.insert(r.request_id).second);
-    const Request* req = s.find(r.request_id);
+    EXPECT_TRUE(ids.insert(r.seq_id).second);
+    const Request* req = s.find(r.seq_id);
     ASSERT_NE(req, nullptr);
     EXPECT_EQ(r.start_position, req->num_computed_tokens);
     EXPECT_GT(r.num_new_tokens, 0);
@@ -186,7 +185,7 @@ struct Totals {
 void propose(StepPlan& plan, const Scheduler& s, std::mt19937& rng) {
   for (ScheduledRequest& r : plan.requests) {
     if (r.num_proposed == 0) continue;
-    const Request& req = *s.find(r.request_id);
+    const Request& req = *s.find(r.seq_id);
     std::vector<TokenId> seq(req.prompt);
     seq.insert(seq.end(), req.output.begin(), req.output.end());
     const int32_t wrong_from = rng() % 3 == 0 ? static_cast<int32_t>(rng() % r.num_proposed) : r.num_proposed;
@@ -222,13 +221,13 @@ void run_seed(uint32_t seed, int num_steps, Totals& totals) {
   for (auto& base : bases) {
     for (int i = 0; i < kMaxPrompt; ++i) base.push_back(uniform(0, 999));
   }
-  std::vector<RequestId> live;
-  std::unordered_map<RequestId, Request> done;  // finished or aborted, by id
-  RequestId next_id = 1;
-  auto pick = [&](const std::vector<RequestId>& ids) {
+  std::vector<SequenceId> live;
+  std::unordered_map<SequenceId, Request> done;  // finished or aborted, by id
+  SequenceId next_id = 1;
+  auto pick = [&](const std::vector<SequenceId>& ids) {
     return ids[static_cast<size_t>(uniform(0, static_cast<int>(ids.size()) - 1))];
   };
-  auto remove_live = [&](RequestId id) { std::erase(live, id); };
+  auto remove_live = [&](SequenceId id) { std::erase(live, id); };
   auto add = [&] {
     Request r;
     r.id = next_id++;
@@ -242,7 +241,7 @@ void run_seed(uint32_t seed, int num_steps, Totals& totals) {
     live.push_back(r.id);
     s.add_request(std::move(r));
   };
-  auto abort_one = [&](RequestId id) {
+  auto abort_one = [&](SequenceId id) {
     std::optional<Request> r = s.abort(id);
     ASSERT_TRUE(r.has_value());
     remove_live(id);
@@ -267,7 +266,7 @@ void run_seed(uint32_t seed, int num_steps, Totals& totals) {
       }
     }
     // Half the live requests ask to speculate, up to 4 tokens.
-    for (RequestId id : live) {
+    for (SequenceId id : live) {
       if (uniform(0, 1)) s.set_num_lookahead_tokens(id, uniform(0, 4));
     }
     StepPlan plan = s.schedule();
@@ -288,8 +287,8 @@ void run_seed(uint32_t seed, int num_steps, Totals& totals) {
     ASSERT_EQ(model.num_errors(), 0) << model.first_error();
     // Now and then a request is aborted while its step is in flight.
     if (adding && uniform(0, 24) == 0 && !plan.requests.empty()) {
-      std::vector<RequestId> ids;
-      for (const ScheduledRequest& r : plan.requests) ids.push_back(r.request_id);
+      std::vector<SequenceId> ids;
+      for (const ScheduledRequest& r : plan.requests) ids.push_back(r.seq_id);
       abort_one(pick(ids));
       s.check_invariants();
     }
@@ -302,7 +301,7 @@ void run_seed(uint32_t seed, int num_steps, Totals& totals) {
   }
   ASSERT_FALSE(s.has_unfinished()) << "requests left after " << step << " steps";
   EXPECT_TRUE(live.empty());
-  EXPECT_EQ(static_cast<RequestId>(done.size()), next_id - 1);  // each finished or aborted once
+  EXPECT_EQ(static_cast<SequenceId>(done.size()), next_id - 1);  // each finished or aborted once
   const SchedulerStats stats = s.stats();
   EXPECT_EQ(stats.kv.num_used_blocks, 0);
   EXPECT_EQ(stats.kv.num_free_blocks, config.kv.num_blocks);
@@ -343,13 +342,13 @@ TEST(SchedulerRandomTest, RandomSequencesKeepEveryInvariant) {
 }
 
 // Runs `requests` together through `config` until all finish; returns them by id.
-std::unordered_map<RequestId, Request> run_all(const SchedulerConfig& config,
-                                               const std::vector<Request>& requests,
-                                               int64_t* num_preemptions) {
+std::unordered_map<SequenceId, Request> run_all(const SchedulerConfig& config,
+                                                const std::vector<Request>& requests,
+                                                int64_t* num_preemptions) {
   Scheduler s(config);
   FakeModel model(config.kv.num_blocks, config.kv.block_size);
   for (const Request& r : requests) s.add_request(r);
-  std::unordered_map<RequestId, Request> out;
+  std::unordered_map<SequenceId, Request> out;
   for (int i = 0; i < 10000 && s.has_unfinished(); ++i) {
     const StepPlan plan = s.schedule();
     s.check_invariants();
@@ -369,7 +368,7 @@ TEST(SchedulerRandomTest, OutputsAreTheSameAloneAndInACrowd) {
   std::vector<TokenId> base;
   for (int i = 0; i < 40; ++i) base.push_back(static_cast<TokenId>(rng() % 1000));
   std::vector<Request> requests;
-  for (RequestId id = 1; id <= 12; ++id) {
+  for (SequenceId id = 1; id <= 12; ++id) {
     Request r;
     r.id = id;
     r.prompt.assign(base.begin(), base.begin() + static_cast<int>(rng() % 40));
