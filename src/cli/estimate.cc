@@ -355,7 +355,10 @@ Action add_estimate(CLI::App& app) {
                       "synth writes it: within a few percent of llama.cpp's files");
   cmd->add_option(
          "--kv-type", a->kv_type,
-         "KV cache element type (pagoda's CPU cache is F32 or F16): " + joined(estimate_kv_types()))
+         "KV cache element type: " + joined(estimate_kv_types()) +
+             ". q8_0 is 34 bytes a block of 32, as pagoda's q8_0 cache and llama.cpp's; fp8 counts "
+             "1 byte a value (a scale per tensor, as GPU engines keep it; pagoda's CPU fp8 cache "
+             "keeps one per 32 values, 1.06 bytes)")
       ->default_val("f16");
   cmd->add_option("--context", a->context,
                   "Tokens per sequence (default: the model's context; with --hardware the "

@@ -103,6 +103,10 @@ Action add_quantize(CLI::App& app) {
                 "Requantize tensors the input already holds quantized (any type but F32, F16, "
                 "BF16) into another type; refused without it, as the errors compound (decoding "
                 "them to f32 is exact and always allowed)");
+  cmd->add_option("--imatrix", q.imatrix_path,
+                  "Importance matrix (GGUF, from pagoda imatrix or llama-imatrix): the matrices it "
+                  "has entries for are quantized minimising the error weighted by it")
+      ->check(CLI::ExistingFile);
   cmd->add_flag("-q,--quiet", o->quiet,
                 "No per-tensor lines or progress bar on stderr (warnings and the summary still "
                 "print)");
@@ -129,6 +133,14 @@ Action add_quantize(CLI::App& app) {
               << " (" << s.num_converted << " converted";
     if (s.num_requantized > 0) std::cout << ", " << s.num_requantized << " of them requantized";
     std::cout << ", " << s.num_tensors - s.num_converted << " copied)\n";
+    if (!q.imatrix_path.empty()) {
+      std::cout << "importance matrix: " << s.num_weighted << " tensors weighted";
+      if (!s.without_importance.empty()) {
+        std::cout << ", " << s.without_importance.size() << " without an entry (quantized plainly, first "
+                  << s.without_importance.front() << ")";
+      }
+      std::cout << "\n";
+    }
     if (!s.worst_name.empty()) {
       std::cout << "worst tensor: " << s.worst_name << " " << type_name(s.worst_from) << " -> "
                 << type_name(s.worst_to) << ", rel. RMS error " << error_text(s.worst_error)

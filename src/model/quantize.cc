@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "format/gguf.h"
 #include "format/gguf_writer.h"
+#include "model/imatrix.h"
 #include "model/recipe.h"
 #include "quant/reference.h"
 
@@ -84,10 +85,13 @@ double relative_error(double diff2, double ref2) {
 
 // Writes `t` encoded as `type` to `sink` in chunks, calling wrote(bytes) after each; returns
 // the round trip's relative error against the values decoded from `t`.
-double convert_tensor(const GgufTensorInfo& t, DType type, int threads, GgufWriter::Sink& sink,
+// `importance`: per expert (one for a 2-D matrix), the columns' weights, or empty for none.
+double convert_tensor(const GgufTensorInfo& t, DType type, int threads,
+                      const std::vector<std::vector<float>>& importance, GgufWriter::Sink& sink,
                       const std::function<void(uint64_t)>& wrote) {
   const int64_t cols = static_cast<int64_t>(t.shape[0]);
   const uint64_t rows = t.num_elements / t.shape[0];
+  const uint64_t rows_per_expert = importance.empty() ? rows : rows / importance.size();
   const uint64_t in_rb = row_bytes(t.type, cols), out_rb = row_bytes(type, cols);
   const uint64_t chunk_rows = std::max<uint64_t>(1, (8u << 20) / std::max<uint64_t>(out_rb, 1));
   std::vector<uint8_t> out;
@@ -102,7 +106,10 @@ double convert_tensor(const GgufTensorInfo& t, DType type, int threads, GgufWrit
       for (int64_t r = 0; r < static_cast<int64_t>(n); ++r) {
         dequantize_row(t.type, t.data + (r0 + r) * in_rb, row.data(), cols);
         uint8_t* dst = out.data() + r * out_rb;
-        quantize_row(type, row.data(), dst, cols);
+        const uint64_t expert = importance.empty() ? 0 : (r0 + r) / rows_per_expert;
+        quantize_row_weighted(type, row.data(), dst, cols,
+                              importance.empty() || importance[expert].empty() ? nullptr
+                                                                               : importance[expert].data());
         dequantize_row(type, dst, back.data(), cols);
         for (int64_t c = 0; c < cols; ++c) {
           const double x = row[c], d = x - back[c];
@@ -115,6 +122,22 @@ double convert_tensor(const GgufTensorInfo& t, DType type, int threads, GgufWrit
     wrote(out.size());
   }
   return relative_error(diff2, ref2);
+}
+
+// The imatrix's weights for each expert of `t` (one for a 2-D matrix); empty when it has no
+// entry for `t`. An entry of another shape is an error: the imatrix is of another model.
+std::vector<std::vector<float>> tensor_importance(const Imatrix& imatrix, const GgufTensorInfo& t,
+                                                  const std::string& path) {
+  const auto it = imatrix.entries.find(t.name);
+  if (it == imatrix.entries.end()) return {};
+  const int64_t experts = t.shape.size() > 2 ? static_cast<int64_t>(t.shape[2]) : 1;
+  if (it->second.cols != static_cast<int64_t>(t.shape[0]) || it->second.num_experts() != experts) {
+    fail(path, ": the entry for ", t.name, " is ", it->second.num_experts(), " x ", it->second.cols,
+         " but the tensor has ", experts, " x ", t.shape[0], ": an importance matrix of another model?");
+  }
+  std::vector<std::vector<float>> importance;
+  for (int64_t e = 0; e < experts; ++e) importance.push_back(imatrix.mean(t.name, e));
+  return importance;
 }
 
 }  // namespace
@@ -164,6 +187,18 @@ QuantizeSummary quantize_model(const QuantizeOptions& o,
   }
   w.set_value("general.file_type", GgufWriter::make_uint(GgufType::kUint32, rule.file_type));
   w.set_value("general.quantization_version", GgufWriter::make_uint(GgufType::kUint32, 2));
+  Imatrix imatrix;
+  if (!o.imatrix_path.empty()) {
+    imatrix = Imatrix::read(o.imatrix_path);
+    // The keys llama-quantize writes, so either tool's files say how they were made.
+    w.set_value("quantize.imatrix.file", GgufWriter::make_string(o.imatrix_path));
+    if (!imatrix.datasets.empty()) {
+      w.set_value("quantize.imatrix.dataset", GgufWriter::make_string(imatrix.datasets.front()));
+    }
+    w.set_value("quantize.imatrix.entries_count",
+                GgufWriter::make_uint(GgufType::kUint32, imatrix.entries.size()));
+    w.set_value("quantize.imatrix.chunks_count", GgufWriter::make_uint(GgufType::kUint32, imatrix.chunk_count));
+  }
 
   QuantizeSummary summary;
   summary.num_tensors = in->tensors().size();
@@ -188,9 +223,19 @@ QuantizeSummary quantize_model(const QuantizeOptions& o,
         type == t.type ? t.num_bytes : row_bytes(type, cols) * (t.num_elements / t.shape[0]);
     p.bytes_total = plan.bytes_out;
     if (type != t.type) ++summary.num_converted;
+    std::vector<std::vector<float>> importance;
+    if (!o.imatrix_path.empty() && type != t.type && is_quantized_type(type)) {
+      importance = tensor_importance(imatrix, t, o.imatrix_path);
+      if (importance.empty()) {
+        summary.without_importance.push_back(t.name);
+      } else {
+        ++summary.num_weighted;
+      }
+    }
     w.add_tensor(
         t.name, type, t.shape,
-        [&t, type, threads, p, &written, &summary, &progress](GgufWriter::Sink& sink) mutable {
+        [&t, type, threads, p, &written, &summary, &progress,
+         importance = std::move(importance)](GgufWriter::Sink& sink) mutable {
           p.name = t.name;
           auto wrote = [&](uint64_t bytes) {
             written += bytes;
@@ -201,7 +246,7 @@ QuantizeSummary quantize_model(const QuantizeOptions& o,
             sink.write(t.data, t.num_bytes);
             wrote(t.num_bytes);
           } else {
-            p.error = convert_tensor(t, type, threads, sink, wrote);
+            p.error = convert_tensor(t, type, threads, importance, sink, wrote);
             // A NaN error (a NaN weight) counts as the worst.
             const double worst = summary.worst_error;
             if (summary.worst_name.empty() || (!std::isnan(worst) && !(p.error <= worst))) {

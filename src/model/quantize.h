@@ -28,6 +28,9 @@ struct QuantizeOptions {
   // Write tensors that are already quantized (any type but F32, F16, BF16) in another type
   // other than F32; without it quantize_model refuses such a file.
   bool allow_requantize = false;
+  // An importance matrix (model/imatrix.h): each converted matrix it has an entry for is
+  // quantized minimising the error weighted by it (quantize_row_weighted); the others plainly.
+  std::string imatrix_path;
 };
 
 // The names QuantizeOptions::type accepts, in the order above.
@@ -76,6 +79,10 @@ struct QuantizeSummary {
   std::string worst_name;
   DType worst_from = DType::kF32, worst_to = DType::kF32;
   double worst_error = 0;
+  // With an importance matrix: converted tensors quantized with its weights, and the names of
+  // those it had no entry for (quantized without).
+  size_t num_weighted = 0;
+  std::vector<std::string> without_importance;
 };
 
 // Writes the file; `progress` (may be empty) is called as described above. Throws Error naming
