@@ -54,13 +54,13 @@ int main(int argc, char** argv) try {
   std::uniform_int_distribution<int64_t> token(3, vocab - 1);
   int64_t total_tokens = 0;
   for (int r = 0; r < num_requests; ++r) {
-    std::vector<pagoda::TokenId> prompt(prompt_len(rng));
-    for (auto& t : prompt) t = static_cast<pagoda::TokenId>(token(rng));
-    pagoda::SamplingParams sampling;
-    sampling.temperature = 0;
-    const int out = out_len(rng);
-    total_tokens += static_cast<int64_t>(prompt.size()) + out;
-    engine.add_request(std::move(prompt), sampling, out, {});
+    pagoda::GenerationRequest request;
+    request.prompt.resize(static_cast<size_t>(prompt_len(rng)));
+    for (auto& t : request.prompt) t = static_cast<pagoda::TokenId>(token(rng));
+    request.sampling.temperature = 0;
+    request.max_tokens = out_len(rng);
+    total_tokens += static_cast<int64_t>(request.prompt.size()) + request.max_tokens;
+    engine.add_request(std::move(request));
   }
   double sum_util = 0, peak_util = 0;
   int64_t steps = 0;

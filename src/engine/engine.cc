@@ -140,17 +140,6 @@ RequestId Engine::add_request(GenerationRequest request) {
   return id;
 }
 
-RequestId Engine::add_request(std::vector<TokenId> prompt, SamplingParams sampling,
-                              int32_t max_tokens, std::vector<TokenId> stop_ids, int32_t n) {
-  GenerationRequest r;
-  r.prompt = std::move(prompt);
-  r.sampling = std::move(sampling);
-  r.max_tokens = max_tokens;
-  r.stop_ids = std::move(stop_ids);
-  r.n = n;
-  return add_request(std::move(r));
-}
-
 Engine::~Engine() { wait_mask_job(); }
 
 void Engine::add_request(RequestId id, GenerationRequest request) {

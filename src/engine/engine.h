@@ -131,8 +131,6 @@ class Engine {
   // is live). Do not mix both forms in one engine: a chosen id may collide with a later new one.
   RequestId add_request(GenerationRequest request);
   void add_request(RequestId id, GenerationRequest request);
-  RequestId add_request(std::vector<TokenId> prompt, SamplingParams sampling, int32_t max_tokens,
-                        std::vector<TokenId> stop_ids, int32_t n = 1);
 
   // Ends every unfinished sample of request `id` now, freeing its blocks, and returns their
   // last events (kAbort). Empty when the id is unknown or finished.
