@@ -68,7 +68,7 @@ Case make_case(int32_t seqs, int32_t context, int32_t new_tokens, pagoda::KvType
   c.out.resize(c.q.size());
   c.batch = {tokens, c.positions.data(), c.slots.data(), seqs, c.query_start.data(), c.table.data(),
              blocks_per_seq, kBlock};
-  c.params = {kHeads, kKvHeads, kHeadDim, 0.125f, 0, 0.0f};
+  c.params = {kHeads, kKvHeads, kHeadDim, 0.125f, 0};
   c.layer = {c.k.data(), c.v.data(), kv_type};
   c.kv_bytes_read = 2.0 * seqs * context * kKvHeads * static_cast<double>(head_bytes);
   return c;

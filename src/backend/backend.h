@@ -69,7 +69,6 @@ struct AttentionParams {
   int32_t head_dim = 0;
   float scale = 1.0f;         // applied to q·k
   int32_t window = 0;         // 0: attend to all earlier positions; else the last `window`
-  float softcap = 0.0f;       // 0: none; else scores = softcap * tanh(scores / softcap)
 };
 
 // Writes each token's K and V into its slot (backend/kv_format.h): what every backend's

@@ -216,14 +216,12 @@ std::vector<PagedAttention> attention_cases() {
   };
   for (Heads h : {Heads{4, 1, 256}, Heads{4, 2, 20}, Heads{2, 2, 7}, Heads{8, 8, 64}, Heads{8, 1, 33}}) {
     for (int32_t window : {0, 5}) {
-      for (float softcap : {0.0f, 20.0f}) {
-        PagedAttention c;
-        c.params = {h.heads, h.kv_heads, h.dim, 1.0f / std::sqrt(static_cast<float>(h.dim)), window, softcap};
-        c.context = {1, 19, 17, 40};
-        c.new_tokens = {1, 3, 17, 1};  // a first token, a chunk, a whole prompt, a decode step
-        c.max_blocks = 10;
-        cases.push_back(c);
-      }
+      PagedAttention c;
+      c.params = {h.heads, h.kv_heads, h.dim, 1.0f / std::sqrt(static_cast<float>(h.dim)), window};
+      c.context = {1, 19, 17, 40};
+      c.new_tokens = {1, 3, 17, 1};  // a first token, a chunk, a whole prompt, a decode step
+      c.max_blocks = 10;
+      cases.push_back(c);
     }
   }
   return cases;
@@ -232,8 +230,7 @@ std::vector<PagedAttention> attention_cases() {
 TEST_P(CpuOps, PagedAttentionMatchesTheReference) {
   for (const PagedAttention& c : attention_cases()) {
     SCOPED_TRACE(testing::Message() << "heads " << c.params.num_heads << "/" << c.params.num_kv_heads
-                                    << " dim " << c.params.head_dim << " window " << c.params.window
-                                    << " softcap " << c.params.softcap);
+                                    << " dim " << c.params.head_dim << " window " << c.params.window);
     const std::vector<float> want = c.run(*ref_, false, 0);
     expect_close(c.run(*cpu_, false, 0), want, 2e-5f, 2e-5f);
     expect_close(c.run(*cpu_, true, 31), want, 2e-5f, 2e-5f);
@@ -284,8 +281,8 @@ TEST_P(CpuOps, ShuffledBlockTableEqualsContiguous) {
 // its sequence (attention.cc, make_items), shuffled blocks, F32 and F16 caches.
 TEST_P(CpuOps, ManyDecodingSequences) {
   for (KvType kv_type : {KvType::kF32, KvType::kF16, KvType::kQ8_0, KvType::kFp8}) {
-    for (AttentionParams params : {AttentionParams{8, 2, 64, 0.125f, 0, 0.0f},
-                                   AttentionParams{6, 3, 20, 0.2f, 9, 30.0f}}) {
+    for (AttentionParams params : {AttentionParams{8, 2, 64, 0.125f, 0},
+                                   AttentionParams{6, 3, 20, 0.2f, 9}}) {
       PagedAttention c;
       c.params = params;
       c.block_size = 16;
@@ -305,7 +302,7 @@ TEST_P(CpuOps, ManyDecodingSequences) {
 TEST_P(CpuOps, LongContextAttention) {
   for (int32_t new_tokens : {9, 1}) {
     PagedAttention c;
-    c.params = {4, 1, 256, 0.0625f, 0, 0.0f};
+    c.params = {4, 1, 256, 0.0625f, 0};
     c.block_size = 16;
     c.context = {700};
     c.new_tokens = {new_tokens};

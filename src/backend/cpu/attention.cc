@@ -123,11 +123,7 @@ class AttentionRun {
         float inv_sum[kMaxGroup];
         for (int32_t h = 0; h < heads_per_kv; ++h) {
           float* row = p + h * width;
-          float top = k_.scale_max(row, p_.scale, n);
-          if (p_.softcap > 0) {
-            k_.softcap(row, n, p_.softcap);
-            top = k_.scale_max(row, 1.0f, n);  // the largest capped score (x * 1 is x)
-          }
+          const float top = k_.scale_max(row, p_.scale, n);
           inv_sum[h] = 1.0f / k_.exp_shift_sum(row, n, top);
         }
         float* o = out_ + (int64_t{t} * p_.num_heads + item.first_head + kv * heads_per_kv) * dim;

@@ -135,8 +135,6 @@ struct Kernels {
   void (*scale_mul)(const float* x, float s, const float* w, float* y, int64_t n) = nullptr;
   // x = exp(x - shift); returns the sum of the new values.
   float (*exp_shift_sum)(float* x, int64_t n, float shift) = nullptr;
-  // x = cap * tanh(x / cap)
-  void (*softcap)(float* x, int64_t n, float cap) = nullptr;
   void (*silu_mul)(const float* gate, const float* up, int64_t n, float* out) = nullptr;
   void (*gelu_mul)(const float* gate, const float* up, int64_t n, float* out) = nullptr;
   void (*add)(float* x, const float* y, int64_t n) = nullptr;

@@ -389,10 +389,6 @@ float exp_shift_sum(float* x, int64_t n, float shift) {
   return sum;
 }
 
-void softcap(float* x, int64_t n, float cap) {
-  for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
-}
-
 void silu_mul(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
 }
@@ -459,7 +455,6 @@ void fill_scalar_kernels(Kernels& k) {
   k.sum_squares = sum_squares;
   k.scale_mul = scale_mul;
   k.exp_shift_sum = exp_shift_sum;
-  k.softcap = softcap;
   k.silu_mul = silu_mul;
   k.gelu_mul = gelu_mul;
   k.add = add;

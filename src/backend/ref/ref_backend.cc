@@ -100,7 +100,6 @@ class ReferenceBackend final : public Backend {
                      kv_load_key(keys, cache.type, p.head_dim, batch.block_size, j % batch.block_size, d);
             }
             dot *= p.scale;
-            if (p.softcap > 0) dot = p.softcap * std::tanh(dot / p.softcap);
             scores[j - first] = dot;
             max_score = std::max(max_score, dot);
           }
