@@ -61,14 +61,17 @@ bool kquant_mix_more_bits(uint32_t layer, uint32_t num_layers) {
 }
 
 DType quant_fallback_type(DType type, uint64_t cols) {
-  while (cols % dtype_traits(type).block_size != 0) {
-    if (type == DType::kQ6_K || type == DType::kQ5_K) {
-      type = DType::kQ8_0;
-    } else {
-      type = cols % 32 == 0 ? DType::kQ5_0 : DType::kF16;
-    }
+  if (cols % dtype_traits(type).block_size == 0) return type;
+  DType fallback = type;  // a 32-block type has no smaller block to give way to
+  switch (type) {
+    case DType::kQ2_K:
+    case DType::kQ3_K: fallback = DType::kQ4_0; break;
+    case DType::kQ4_K: fallback = DType::kQ5_0; break;
+    case DType::kQ5_K: fallback = DType::kQ5_1; break;
+    case DType::kQ6_K: fallback = DType::kQ8_0; break;
+    default: break;
   }
-  return type;
+  return cols % dtype_traits(fallback).block_size == 0 ? fallback : DType::kF16;
 }
 
 DType recipe_type(const WeightRecipe& recipe, std::string_view name, uint64_t cols,

@@ -59,6 +59,11 @@ TEST(WeightRecipe, OutputMatrixAndKMix) {
   EXPECT_EQ(recipe_type(q4km, "blk.0.attn_v.weight", 64, true, 32), DType::kQ8_0);
   EXPECT_EQ(recipe_type(q4km, "blk.0.attn_v.weight", 72, true, 32), DType::kF16);
   EXPECT_EQ(recipe_type(q4km, "blk.4.attn_q.weight", 64, true, 32), DType::kQ5_0);
+  // llama.cpp's other fallbacks: Q5_K -> Q5_1, Q2_K / Q3_K -> Q4_0, a 32-block type -> F16.
+  EXPECT_EQ(quant_fallback_type(DType::kQ5_K, 64), DType::kQ5_1);
+  EXPECT_EQ(quant_fallback_type(DType::kQ3_K, 96), DType::kQ4_0);
+  EXPECT_EQ(quant_fallback_type(DType::kQ4_0, 48), DType::kF16);
+  EXPECT_EQ(quant_fallback_type(DType::kQ5_K, 512), DType::kQ5_K);
 }
 
 // F32 synthetic models quantized by pagoda quantize: every tensor's type is the one pagoda synth
