@@ -106,6 +106,29 @@ struct BlockQ8_K {
   int16_t bsums[kSuperBlockSize / 16];
 };
 
+// The non-linear 4-bit grid of the IQ4 types: an index 0..15 stands for kIQ4Values[index].
+// The levels crowd near zero, where most weights lie, and the table is asymmetric (-127 ..
+// 113), so a block's scale is signed: the encoder picks the side its extreme element lands on.
+inline constexpr int8_t kIQ4Values[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                          1,    13,   25,  38,  53,  69,  89,  113};
+
+// x = d * kIQ4Values[index]; indices packed as Q4_0's quants: qs[j] holds element j in its low
+// nibble and element j + 16 in its high one.
+struct BlockIQ4_NL {
+  uint16_t d;  // F16 scale
+  uint8_t qs[kBlockSize / 2];
+};
+
+// Eight sub-blocks of 32. x = d * (ls[s] - 32) * kIQ4Values[index], ls[s] 6 bits: low 4 in
+// nibble s % 2 of scales_l[s / 2], high 2 in bits 2s..2s+1 of scales_h. Sub-block s's indices
+// are qs[16s .. 16s + 16), nibbles packed as in BlockIQ4_NL.
+struct BlockIQ4_XS {
+  uint16_t d;  // F16 super-scale of the sub-block scales
+  uint16_t scales_h;
+  uint8_t scales_l[kSuperBlockSize / 64];
+  uint8_t qs[kSuperBlockSize / 2];
+};
+
 // The sizes are the GGUF type sizes (also in the traits table in core/dtype.cc, which is not
 // constexpr; tests/unit/test_quant.cc checks the two agree).
 static_assert(sizeof(BlockQ4_0) == 18);
@@ -119,5 +142,7 @@ static_assert(sizeof(BlockQ4_K) == 144);
 static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ8_K) == 292);
+static_assert(sizeof(BlockIQ4_NL) == 18);
+static_assert(sizeof(BlockIQ4_XS) == 136);
 
 }  // namespace pagoda

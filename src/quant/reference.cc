@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "quant/blocks.h"
 #include "quant/fp16.h"
+#include "quant/reference_iq.h"
 #include "quant/reference_k.h"
 #include "quant/reference_weighted.h"
 
@@ -318,6 +319,8 @@ constexpr Codec kCodecs[] = {
     {DType::kQ5_K, dequantize_q5_k, unit_weights<quantize_q5_k>},
     {DType::kQ6_K, dequantize_q6_k, unit_weights<quantize_q6_k>},
     {DType::kQ8_K, dequantize_q8_k, quantize_q8_k},
+    {DType::kIQ4_NL, dequantize_iq4_nl, unit_weights<quantize_iq4_nl>},
+    {DType::kIQ4_XS, dequantize_iq4_xs, unit_weights<quantize_iq4_xs>},
 };
 
 const Codec* find_codec(DType type) {
@@ -329,26 +332,29 @@ const Codec* find_codec(DType type) {
 
 // The types with a weighted search, and how each turns importance into per-element weights:
 // w = importance * sqrt(sigma2 + x^2), sigma2 = sigma2_factor * the mean square of the row
-// (legacy types) or of each super-block (K types). The factors are llama.cpp's (it doubles
-// sigma2 for Q3_K, Q4_K and Q5_K); its Q6_K weighs by importance alone, but here Q6_K follows
-// the same formula as the rest, with Q2_K's factor, so that one rule holds for every type.
+// (legacy types), of each super-block (K types, IQ4_XS) or of each block of 32 (IQ4_NL). The
+// spans and factors are llama.cpp's (it doubles sigma2 for Q3_K, Q4_K, Q5_K and the IQ4 types);
+// its Q6_K weighs by importance alone, but here Q6_K follows the same formula as the rest,
+// with Q2_K's factor, so that one rule holds for every type.
 struct WeightedCodec {
   DType type;
   WeightedQuantizeFn quantize;
-  bool per_super_block;
+  int64_t span;  // elements sharing one sigma2; 0 for the whole row
   float sigma2_factor;
 };
 
 constexpr WeightedCodec kWeightedCodecs[] = {
-    {DType::kQ4_0, quantize_q4_0_weighted, false, 1.0f},
-    {DType::kQ4_1, quantize_q4_1_weighted, false, 1.0f},
-    {DType::kQ5_0, quantize_q5_0_weighted, false, 1.0f},
-    {DType::kQ5_1, quantize_q5_1_weighted, false, 1.0f},
-    {DType::kQ2_K, quantize_q2_k, true, 1.0f},
-    {DType::kQ3_K, quantize_q3_k, true, 2.0f},
-    {DType::kQ4_K, quantize_q4_k, true, 2.0f},
-    {DType::kQ5_K, quantize_q5_k, true, 2.0f},
-    {DType::kQ6_K, quantize_q6_k, true, 1.0f},
+    {DType::kQ4_0, quantize_q4_0_weighted, 0, 1.0f},
+    {DType::kQ4_1, quantize_q4_1_weighted, 0, 1.0f},
+    {DType::kQ5_0, quantize_q5_0_weighted, 0, 1.0f},
+    {DType::kQ5_1, quantize_q5_1_weighted, 0, 1.0f},
+    {DType::kQ2_K, quantize_q2_k, kSuperBlockSize, 1.0f},
+    {DType::kQ3_K, quantize_q3_k, kSuperBlockSize, 2.0f},
+    {DType::kQ4_K, quantize_q4_k, kSuperBlockSize, 2.0f},
+    {DType::kQ5_K, quantize_q5_k, kSuperBlockSize, 2.0f},
+    {DType::kQ6_K, quantize_q6_k, kSuperBlockSize, 1.0f},
+    {DType::kIQ4_NL, quantize_iq4_nl, kBlockSize, 2.0f},
+    {DType::kIQ4_XS, quantize_iq4_xs, kSuperBlockSize, 2.0f},
 };
 
 const WeightedCodec* find_weighted_codec(DType type) {
@@ -385,7 +391,7 @@ void span_weights(const float* x, const float* importance, int64_t n, double sig
 std::vector<float> row_weights(const WeightedCodec& codec, const float* x, const float* importance,
                                int64_t n) {
   std::vector<double> w(static_cast<size_t>(n));
-  const int64_t span = codec.per_super_block ? kSuperBlockSize : n;
+  const int64_t span = codec.span > 0 ? codec.span : n;
   for (int64_t i = 0; i < n; i += span) {
     span_weights(x + i, importance + i, span, codec.sigma2_factor, w.data() + i);
   }

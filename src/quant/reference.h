@@ -19,8 +19,8 @@ bool can_dequantize(DType type);
 bool can_quantize(DType type);
 
 // dst[0..n) = the values encoded by row_bytes(type, n) bytes at src (any alignment).
-// Supports F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K .. Q8_K. Throws Error for another
-// type or an n that is not a whole number of blocks.
+// Supports F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K .. Q8_K, IQ4_NL, IQ4_XS. Throws
+// Error for another type or an n that is not a whole number of blocks.
 void dequantize_row(DType type, const void* src, float* dst, int64_t n);
 
 // Encodes src[0..n) into row_bytes(type, n) bytes at dst (any alignment). Same types as
@@ -30,7 +30,9 @@ void dequantize_row(DType type, const void* src, float* dst, int64_t n);
 // F16 / BF16 produce the same bytes as the gguf package's quantizers (which mirror ggml's
 // reference code), provided the compiler does not fuse multiply-adds (the default in ISO C++
 // mode). The K-quants use pagoda's own scale search, so their bytes differ from llama.cpp's
-// while decoding with the same formula.
+// while decoding with the same formula; so do IQ4_NL / IQ4_XS (a search for the scale of each
+// 32 values with the least squared error over the non-linear grid; IQ4_XS then codes those
+// scales as 6-bit multiples of one F16 super-scale).
 void quantize_row(DType type, const float* src, void* dst, int64_t n);
 
 // Encodes src[0..n) like quantize_row, but chooses scales and quants that minimise the
@@ -41,9 +43,11 @@ void quantize_row(DType type, const float* src, void* dst, int64_t n);
 // Types without a search (F32, F16, BF16, Q8_0, Q8_K) ignore it.
 //
 // Searched: Q4_0, Q4_1, Q5_0, Q5_1 (block scale and min; never a higher weighted error than
-// quantize_row's) and Q2_K .. Q6_K (every step of quantize_row's search, weighted). sigma2 is
-// the mean square times 2 for Q3_K, Q4_K and Q5_K, as in llama.cpp; Q6_K takes the plain mean
-// square where llama.cpp would weigh by importance alone. A row whose weights are all 0 has
+// quantize_row's), Q2_K .. Q6_K (every step of quantize_row's search, weighted) and IQ4_NL /
+// IQ4_XS (quantize_row's search, weighted; never a higher weighted error than quantize_row's,
+// block by block). sigma2 is the mean square times 2 for Q3_K, Q4_K, Q5_K and the IQ4 types
+// (over each block of 32 for IQ4_NL), as in llama.cpp; Q6_K takes the plain mean square where
+// llama.cpp would weigh by importance alone. A row whose weights are all 0 has
 // nothing to prefer and gets quantize_row's bytes. Throws Error for a negative or non-finite
 // importance, and as quantize_row does for a type or n it cannot encode.
 void quantize_row_weighted(DType type, const float* src, void* dst, int64_t n,

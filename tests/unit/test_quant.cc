@@ -39,6 +39,8 @@ TEST(QuantBlocks, SizesMatchTheTraitsTable) {
   expect_layout<BlockQ5_K>(DType::kQ5_K, kSuperBlockSize);
   expect_layout<BlockQ6_K>(DType::kQ6_K, kSuperBlockSize);
   expect_layout<BlockQ8_K>(DType::kQ8_K, kSuperBlockSize);
+  expect_layout<BlockIQ4_NL>(DType::kIQ4_NL, kBlockSize);
+  expect_layout<BlockIQ4_XS>(DType::kIQ4_XS, kSuperBlockSize);
 }
 
 TEST(QuantBlocks, FieldOffsetsAreGgufs) {
@@ -57,6 +59,10 @@ TEST(QuantBlocks, FieldOffsetsAreGgufs) {
   EXPECT_EQ(offsetof(BlockQ6_K, d), 208u);
   EXPECT_EQ(offsetof(BlockQ8_K, qs), 4u);
   EXPECT_EQ(offsetof(BlockQ8_K, bsums), 260u);
+  EXPECT_EQ(offsetof(BlockIQ4_NL, qs), 2u);
+  EXPECT_EQ(offsetof(BlockIQ4_XS, scales_h), 2u);
+  EXPECT_EQ(offsetof(BlockIQ4_XS, scales_l), 4u);
+  EXPECT_EQ(offsetof(BlockIQ4_XS, qs), 8u);
 }
 
 TEST(QuantBlocks, RowBytes) {
@@ -74,7 +80,9 @@ TEST(QuantReference, RejectsWhatItCannotDo) {
   std::vector<float> values(256, 1.0f);
   std::vector<uint8_t> bytes(1024);
   EXPECT_FALSE(can_dequantize(DType::kIQ2_XXS));
-  EXPECT_FALSE(can_quantize(DType::kIQ4_NL));
+  EXPECT_FALSE(can_quantize(DType::kIQ3_S));
+  EXPECT_TRUE(can_quantize(DType::kIQ4_NL));
+  EXPECT_TRUE(can_dequantize(DType::kIQ4_XS));
   EXPECT_TRUE(can_quantize(DType::kQ3_K));
   EXPECT_THROW(dequantize_row(DType::kIQ2_XXS, bytes.data(), values.data(), 256), Error);
   EXPECT_THROW(quantize_row(DType::kQ8_1, values.data(), bytes.data(), 32), Error);
@@ -248,6 +256,8 @@ constexpr Bound kBounds[] = {
     {DType::kQ5_K, 1.8e-3},  // (1.2e-3)
     {DType::kQ6_K, 4.5e-4},  // (3.0e-4)
     {DType::kQ8_K, 7.5e-5},  // (4.9e-5)
+    {DType::kIQ4_NL, 8e-3},  // (5.4e-3)
+    {DType::kIQ4_XS, 8e-3},  // (5.4e-3)
 };
 
 std::vector<float> gaussian(size_t n, uint32_t seed, float sigma = 1.0f) {
@@ -524,6 +534,38 @@ TEST(QuantKnownBlocks, Q6K) {
   EXPECT_EQ(y[201], 0.5f * 4 * -32);  // quant 0 is -32 after the bias
   EXPECT_EQ(y[136], 0.0f);            // low nibble of ql[72]: group 8, scale 0
   EXPECT_EQ(y[0], 0.5f * -8 * -32);
+}
+
+// The grid as llama.cpp's kvalues_iq4nl has it; element j of a block is the low nibble of qs[j]
+// for j < 16, the high nibble of qs[j - 16] after.
+TEST(QuantKnownBlocks, IQ4NL) {
+  BlockIQ4_NL b{};
+  b.d = 0xb800;  // -0.5
+  for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+  const auto y = decode(DType::kIQ4_NL, b);
+  const int grid[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(y[j], -0.5f * grid[j]) << j;
+    EXPECT_EQ(y[j + 16], -0.5f * grid[15 - j]) << j;
+  }
+}
+
+// Sub-block s's 6-bit scale: nibble s % 2 of scales_l[s / 2], bits 2s..2s+1 of scales_h.
+TEST(QuantKnownBlocks, IQ4XS) {
+  BlockIQ4_XS b{};
+  b.d = 0x3400;  // 0.25
+  // Sub-block 3: ls = 0x2 | (1 << 4) = 18, i.e. scale 18 - 32 = -14. Sub-block 6: ls = 63.
+  b.scales_l[1] = 0x20;
+  b.scales_l[3] = 0x0f;
+  b.scales_h = static_cast<uint16_t>((1 << 6) | (3 << 12));
+  b.qs[3 * 16 + 5] = 0x9e;  // element 3*32 + 5: index 14; element 3*32 + 21: index 9
+  b.qs[6 * 16 + 15] = 0x0f;
+  const auto y = decode(DType::kIQ4_XS, b);
+  EXPECT_EQ(y[3 * 32 + 5], 0.25f * -14 * 89);
+  EXPECT_EQ(y[3 * 32 + 21], 0.25f * -14 * 13);
+  EXPECT_EQ(y[6 * 32 + 15], 0.25f * 31 * 113);
+  EXPECT_EQ(y[6 * 32 + 31], 0.25f * 31 * -127);
+  EXPECT_EQ(y[0], 0.25f * -32 * -127);  // every other sub-block: ls 0, index 0
 }
 
 TEST(QuantKnownBlocks, Q8KAndPlainTypes) {

@@ -1,0 +1,19 @@
+// Internal to src/quant: the non-linear 4-bit types IQ4_NL and IQ4_XS (reference_iq.cc), split
+// from reference.cc like the K-quants. Everyone else calls quant/reference.h.
+#pragma once
+
+#include <cstdint>
+
+namespace pagoda {
+
+// IQ4_NL converts num_blocks blocks of 32 elements, IQ4_XS super-blocks of 256.
+void dequantize_iq4_nl(const uint8_t* src, float* dst, int64_t num_blocks);
+void dequantize_iq4_xs(const uint8_t* src, float* dst, int64_t num_blocks);
+
+// weights: one non-negative weight per element of src; the scales and indices minimise
+// sum w (x - y)^2, nullptr weighing every element 1. With weights the result is never worse, on
+// that weighted error, than the unweighted encoding of the same block.
+void quantize_iq4_nl(const float* src, const float* weights, uint8_t* dst, int64_t num_blocks);
+void quantize_iq4_xs(const float* src, const float* weights, uint8_t* dst, int64_t num_blocks);
+
+}  // namespace pagoda
