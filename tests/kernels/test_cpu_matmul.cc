@@ -39,6 +39,7 @@ const TypeCase kTypes[] = {
     {DType::kQ4_0, 1e-4},  {DType::kQ4_1, 1e-4},  {DType::kQ5_0, 1e-4},  {DType::kQ5_1, 1e-4},
     {DType::kQ2_K, 2e-4},  {DType::kQ3_K, 2e-4},  {DType::kQ4_K, 2e-4},  {DType::kQ5_K, 2e-4},
     {DType::kQ6_K, 2e-4},  {DType::kQ8_K, 1e-10},  // Q8_K: no kernel, rows dequantized to float
+    {DType::kIQ4_NL, 1e-4}, {DType::kIQ4_XS, 1e-4},  // Q8 activations, as the legacy types
 };
 
 std::vector<float> normal(size_t n, uint32_t seed, float scale = 1.0f) {

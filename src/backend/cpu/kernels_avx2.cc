@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "core/dtype.h"
+#include "quant/blocks.h"
 #include "quant/fp8.h"
 
 #if defined(__clang__)

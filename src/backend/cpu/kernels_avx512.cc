@@ -15,6 +15,7 @@
 #include <utility>
 
 #include "core/dtype.h"
+#include "quant/blocks.h"
 #include "quant/fp8.h"
 
 #if defined(__clang__)

@@ -125,6 +125,32 @@ void decode_q8_0(const uint8_t* row, int64_t i, DecodedBlock* out) {
   out->m = 0.0f;
 }
 
+// IQ4_NL: the grid values themselves are the signed quants, as Q8_0's are.
+void decode_iq4_nl(const uint8_t* row, int64_t i, DecodedBlock* out) {
+  const auto b = load<BlockIQ4_NL>(row, i);
+  for (int j = 0; j < 16; ++j) {
+    out->q[j] = kIQ4Values[b.qs[j] & 0xf];
+    out->q[j + 16] = kIQ4Values[b.qs[j] >> 4];
+  }
+  out->d = fp16_to_fp32(b.d);
+  out->m = 0.0f;
+}
+
+// IQ4_XS: block i is sub-block i % 8 of super-block i / 8, dotted as an IQ4_NL block whose
+// scale is the super-scale times the sub-block's 6-bit multiple (an exact float product).
+void decode_iq4_xs(const uint8_t* row, int64_t i, DecodedBlock* out) {
+  const auto b = load<BlockIQ4_XS>(row, i / 8);
+  const int s = static_cast<int>(i % 8);
+  const uint8_t* qs = b.qs + 16 * s;
+  for (int j = 0; j < 16; ++j) {
+    out->q[j] = kIQ4Values[qs[j] & 0xf];
+    out->q[j + 16] = kIQ4Values[qs[j] >> 4];
+  }
+  const int ls = ((b.scales_l[s / 2] >> (4 * (s % 2))) & 0xf) | (((b.scales_h >> (2 * s)) & 3) << 4);
+  out->d = fp16_to_fp32(b.d) * static_cast<float>(ls - 32);
+  out->m = 0.0f;
+}
+
 template <void (*Decode)(const uint8_t*, int64_t, DecodedBlock*)>
 void tile_legacy(const uint8_t* w, size_t w_stride, int num_rows, const uint8_t* x,
                  size_t x_stride, int num_tokens, int64_t cols, float* y, int64_t y_stride) {
@@ -439,6 +465,8 @@ void fill_scalar_kernels(Kernels& k) {
   set(k, DType::kQ5_0, ActFormat::kQ8, tile_legacy<decode_q5_0>);
   set(k, DType::kQ5_1, ActFormat::kQ8, tile_legacy<decode_q5_1>);
   set(k, DType::kQ8_0, ActFormat::kQ8, tile_legacy<decode_q8_0>);
+  set(k, DType::kIQ4_NL, ActFormat::kQ8, tile_legacy<decode_iq4_nl>);
+  set(k, DType::kIQ4_XS, ActFormat::kQ8, tile_legacy<decode_iq4_xs>);
   set(k, DType::kQ2_K, ActFormat::kQ8K, tile_kquant<decode_q2_k>);
   set(k, DType::kQ3_K, ActFormat::kQ8K, tile_kquant<decode_q3_k>);
   set(k, DType::kQ4_K, ActFormat::kQ8K, tile_kquant<decode_q4_k>);
