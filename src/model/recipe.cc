@@ -19,6 +19,10 @@ constexpr WeightRecipe kRecipes[] = {
     {"q4_k_m", DType::kQ4_K, DType::kQ6_K, true, 15},
     {"q5_k_m", DType::kQ5_K, DType::kQ6_K, true, 17},
     {"q6_k", DType::kQ6_K, DType::kQ6_K, false, 18},
+    // llama.cpp's LLAMA_FTYPE_MOSTLY_IQ4_NL / _IQ4_XS: the output matrix Q6_K, the rest (an
+    // untied token table included) the base type.
+    {"iq4_nl", DType::kIQ4_NL, DType::kQ6_K, false, 25},
+    {"iq4_xs", DType::kIQ4_XS, DType::kQ6_K, false, 30},
 };
 
 // The layer of "blk.N.<rest>", or -1.
@@ -69,6 +73,7 @@ DType quant_fallback_type(DType type, uint64_t cols) {
     case DType::kQ4_K: fallback = DType::kQ5_0; break;
     case DType::kQ5_K: fallback = DType::kQ5_1; break;
     case DType::kQ6_K: fallback = DType::kQ8_0; break;
+    case DType::kIQ4_XS: fallback = DType::kIQ4_NL; break;  // the same grid in blocks of 32
     default: break;
   }
   return cols % dtype_traits(fallback).block_size == 0 ? fallback : DType::kF16;

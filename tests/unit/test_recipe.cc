@@ -66,6 +66,26 @@ TEST(WeightRecipe, OutputMatrixAndKMix) {
   EXPECT_EQ(quant_fallback_type(DType::kQ5_K, 512), DType::kQ5_K);
 }
 
+// llama.cpp's IQ4_NL / IQ4_XS file types (25, 30): output Q6_K, an untied token table the base
+// type; IQ4_XS rows of 32-multiples fall back to IQ4_NL, the same grid in blocks of 32.
+TEST(WeightRecipe, IQ4Recipes) {
+  const WeightRecipe& nl = weight_recipe("iq4_nl", "test");
+  const WeightRecipe& xs = weight_recipe("iq4_xs", "test");
+  EXPECT_EQ(nl.file_type, 25u);
+  EXPECT_EQ(xs.file_type, 30u);
+  for (const WeightRecipe* r : {&nl, &xs}) {
+    EXPECT_EQ(recipe_type(*r, "output.weight", 4096, true, 32), DType::kQ6_K);
+    EXPECT_EQ(recipe_type(*r, "token_embd.weight", 4096, false, 32), DType::kQ6_K);
+    EXPECT_EQ(recipe_type(*r, "token_embd.weight", 4096, true, 32), r->base);
+    EXPECT_EQ(recipe_type(*r, "blk.0.attn_v.weight", 4096, true, 32), r->base);
+  }
+  EXPECT_EQ(recipe_type(xs, "blk.0.attn_q.weight", 64, true, 32), DType::kIQ4_NL);
+  EXPECT_EQ(quant_fallback_type(DType::kIQ4_XS, 96), DType::kIQ4_NL);
+  EXPECT_EQ(quant_fallback_type(DType::kIQ4_XS, 48), DType::kF16);
+  EXPECT_EQ(quant_fallback_type(DType::kIQ4_NL, 48), DType::kF16);
+  EXPECT_EQ(quant_fallback_type(DType::kIQ4_XS, 512), DType::kIQ4_XS);
+}
+
 // F32 synthetic models quantized by pagoda quantize: every tensor's type is the one pagoda synth
 // writes directly for the recipe. Qwen3's shape has tied embeddings, Phi-3's an output matrix
 // and fused tensors; the 256-wide rows and 64-wide heads exercise the fallbacks.
@@ -84,7 +104,7 @@ TEST(WeightRecipe, QuantizeGivesSynthTypes) {
       return o.output_path;
     };
     const std::string f32 = synth("f32");
-    for (const char* type : {"q4_k_m", "q4_0", "q6_k"}) {
+    for (const char* type : {"q4_k_m", "q4_0", "q6_k", "iq4_xs"}) {
       SCOPED_TRACE(testing::Message() << shape << " " << type);
       const std::string quantized = dir + "/" + shape + "-quantized-" + type + ".gguf";
       quantize_model({.input_path = f32, .output_path = quantized, .type = type}, {});
