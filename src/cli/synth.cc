@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "cli/format_util.h"
+#include "model/recipe.h"
 #include "model/synth.h"
 
 namespace pagoda::cli {
@@ -17,8 +18,7 @@ Action add_synth(CLI::App& app) {
   std::string names;
   for (const auto& p : synth_presets()) names += (names.empty() ? "" : ", ") + p.name;
   cmd->add_option("--like", o->preset, "Model shape: " + names)->required();
-  cmd->add_option("--type", o->type,
-                  "Weight type: q4_0 q4_1 q5_0 q5_1 q8_0 q4_k q4_k_m q5_k_m q6_k f16 bf16 f32")
+  cmd->add_option("--type", o->type, "Weight type: " + weight_recipe_names())
       ->default_val("q4_0");
   cmd->add_option("--vocab", o->vocab_path, "GGUF file whose tokenizer is copied")->required();
   cmd->add_option("-o,--output", o->output_path, "Output GGUF path")->required();
