@@ -21,6 +21,7 @@ Action add_estimate(CLI::App& app);
 Action add_bench(CLI::App& app);
 Action add_serve(CLI::App& app);
 Action add_quantize(CLI::App& app);
+Action add_convert(CLI::App& app);
 Action add_imatrix(CLI::App& app);
 Action add_chat(CLI::App& app);
 

@@ -149,6 +149,7 @@ int main(int argc, char** argv) {
   add(pagoda::cli::add_chat);
   add(pagoda::cli::add_synth);
   add(pagoda::cli::add_quantize);
+  add(pagoda::cli::add_convert);
   add(pagoda::cli::add_imatrix);
   add(pagoda::cli::add_estimate);
   add(pagoda::cli::add_bench);

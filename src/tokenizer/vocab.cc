@@ -90,15 +90,6 @@ Vocab vocab_from_gguf(const GgufFile& f) {
   } else if (v.model == "gpt2") {
     v.kind = TokenizerKind::kBpe;
     v.add_space_prefix = false;
-    for (const std::string& m : f.has("tokenizer.ggml.merges")
-                                    ? f.get_string_array("tokenizer.ggml.merges")
-                                    : std::vector<std::string>{}) {
-      size_t sp = m.find(' ', 1);
-      if (sp == std::string::npos) {
-        fail(f.name(), ": metadata key 'tokenizer.ggml.merges' entry '", m, "' has no space");
-      }
-      v.merges.emplace_back(m.substr(0, sp), m.substr(sp + 1));
-    }
   } else if (v.model == "bert") {
     v.kind = TokenizerKind::kWordPiece;
     v.add_space_prefix = false;
@@ -110,6 +101,21 @@ Vocab vocab_from_gguf(const GgufFile& f) {
     fail(f.name(), ": tokenizer model '", v.model,
          "' is not supported (supported: llama (SentencePiece BPE), gpt2 (byte-level BPE), bert "
          "(WordPiece))");
+  }
+  // Byte-level BPE needs its merges. A "llama" vocabulary may carry them too (pagoda convert
+  // writes them from a tokenizer.json beside the scores): its ranks then order the merges exactly
+  // as the Hugging Face tokenizer does, where scores only approximate them. llama.cpp reads merges
+  // for BPE vocabularies only, so the scores stay what it uses.
+  if (v.kind == TokenizerKind::kBpe || v.kind == TokenizerKind::kSpm) {
+    for (const std::string& m : f.has("tokenizer.ggml.merges")
+                                    ? f.get_string_array("tokenizer.ggml.merges")
+                                    : std::vector<std::string>{}) {
+      size_t sp = m.find(' ', 1);
+      if (sp == std::string::npos) {
+        fail(f.name(), ": metadata key 'tokenizer.ggml.merges' entry '", m, "' has no space");
+      }
+      v.merges.emplace_back(m.substr(0, sp), m.substr(sp + 1));
+    }
   }
   v.bos = optional_id(f, "tokenizer.ggml.bos_token_id", bos);
   v.eos = optional_id(f, "tokenizer.ggml.eos_token_id", eos);
