@@ -23,7 +23,8 @@ from benchutil import ROOT, SHARED, print_table
 
 TYPES = ["q4_0", "q4_k_m", "q5_k_m", "q6_k", "q8_0"]
 LLAMA_NAMES = {"q4_0": "Q4_0", "q4_1": "Q4_1", "q5_0": "Q5_0", "q5_1": "Q5_1", "q8_0": "Q8_0",
-               "q4_k_m": "Q4_K_M", "q5_k_m": "Q5_K_M", "q6_k": "Q6_K", "q4_k": "Q4_K_S"}
+               "q4_k_m": "Q4_K_M", "q5_k_m": "Q5_K_M", "q6_k": "Q6_K", "q4_k": "Q4_K_S",
+               "iq4_nl": "IQ4_NL", "iq4_xs": "IQ4_XS"}
 
 
 def run(cmd):
