@@ -3,15 +3,14 @@
 //
 // stderr gets, on a terminal, a bar redrawn in place while the tensors are written; stdout gets
 // the one-line summary.
-#include <unistd.h>
 
-#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <string>
 
 #include "cli/commands.h"
 #include "cli/format_util.h"
+#include "cli/tensor_bar.h"
 #include "model/convert.h"
 
 namespace pagoda::cli {
@@ -22,38 +21,17 @@ struct Options {
   bool quiet = false;
 };
 
-// The bar, on a terminal only, at most ten redraws a second.
+// The bar, on a terminal only.
 class Display {
  public:
-  explicit Display(bool quiet) : shown_(!quiet && isatty(STDERR_FILENO) == 1) {}
+  explicit Display(bool quiet) : bar_("convert", quiet) {}
 
   void update(const ConvertProgress& p) {
-    if (!shown_) return;
-    const auto now = std::chrono::steady_clock::now();
-    const bool last = p.bytes_done == p.bytes_total;
-    if (drawn_ && !last && now - last_draw_ < std::chrono::milliseconds(100)) return;
-    last_draw_ = now;
-    drawn_ = true;
-    constexpr int kWidth = 30;
-    const int filled = p.bytes_total ? static_cast<int>(kWidth * static_cast<double>(p.bytes_done) /
-                                                        static_cast<double>(p.bytes_total))
-                                     : kWidth;
-    std::fprintf(stderr, "\r\033[Kconvert [%s%s] tensor %zu/%zu, %s of %s",
-                 std::string(filled, '#').c_str(), std::string(kWidth - filled, '.').c_str(),
-                 p.tensor + 1, p.num_tensors, human_bytes(p.bytes_done).c_str(),
-                 human_bytes(p.bytes_total).c_str());
-    std::fflush(stderr);
-  }
-
-  // Clears the bar; also when converting failed part way.
-  ~Display() {
-    if (drawn_) std::fputs("\r\033[K", stderr);
+    bar_.draw(p.tensor, p.num_tensors, p.bytes_done, p.bytes_total, p.bytes_done == p.bytes_total);
   }
 
  private:
-  bool shown_;
-  bool drawn_ = false;
-  std::chrono::steady_clock::time_point last_draw_;
+  TensorBar bar_;
 };
 
 }  // namespace

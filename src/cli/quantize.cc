@@ -3,15 +3,14 @@
 //
 // stderr gets one line per tensor (its name, the type change and the round-trip error) and, on
 // a terminal, a bar redrawn in place under them; stdout gets the summary.
-#include <unistd.h>
 
-#include <chrono>
 #include <cstdio>
 #include <iostream>
 #include <string>
 
 #include "cli/commands.h"
 #include "cli/format_util.h"
+#include "cli/tensor_bar.h"
 #include "model/quantize.h"
 
 namespace pagoda::cli {
@@ -33,12 +32,12 @@ std::string error_text(double error) {
 // The per-tensor lines and, on a terminal, the bar; nothing with --quiet.
 class Display {
  public:
-  explicit Display(bool quiet) : quiet_(quiet), tty_(isatty(STDERR_FILENO) == 1) {}
+  explicit Display(bool quiet) : quiet_(quiet), bar_("quantize", quiet) {}
 
   void update(const QuantizeProgress& p) {
     if (quiet_) return;
     if (p.tensor_done) {
-      if (tty_) std::fputs("\r\033[K", stderr);
+      bar_.clear();
       const int width = static_cast<int>(std::to_string(p.num_tensors).size());
       std::string what =
           p.from == p.to ? type_name(p.from) + ", " + human_bytes(p.tensor_bytes_in) + ", copied"
@@ -49,32 +48,12 @@ class Display {
       std::fprintf(stderr, "quantize: [%*zu/%zu] %.*s %s\n", width, p.tensor + 1, p.num_tensors,
                    static_cast<int>(p.name.size()), p.name.data(), what.c_str());
     }
-    if (!tty_) return;
-    const auto now = std::chrono::steady_clock::now();
-    if (!p.tensor_done && drawn_ && now - last_draw_ < std::chrono::milliseconds(100)) return;
-    last_draw_ = now;
-    drawn_ = true;
-    constexpr int kWidth = 30;
-    const int filled = p.bytes_total ? static_cast<int>(kWidth * static_cast<double>(p.bytes_done) /
-                                                        static_cast<double>(p.bytes_total))
-                                     : kWidth;
-    std::fprintf(stderr, "\r\033[Kquantize [%s%s] tensor %zu/%zu, %s of %s",
-                 std::string(filled, '#').c_str(), std::string(kWidth - filled, '.').c_str(),
-                 p.tensor + 1, p.num_tensors, human_bytes(p.bytes_done).c_str(),
-                 human_bytes(p.bytes_total).c_str());
-    std::fflush(stderr);
-  }
-
-  // Clears the bar; also when quantizing failed part way.
-  ~Display() {
-    if (drawn_) std::fputs("\r\033[K", stderr);
+    bar_.draw(p.tensor, p.num_tensors, p.bytes_done, p.bytes_total, p.tensor_done);
   }
 
  private:
   bool quiet_;
-  bool tty_;
-  bool drawn_ = false;
-  std::chrono::steady_clock::time_point last_draw_;
+  TensorBar bar_;
 };
 
 }  // namespace
