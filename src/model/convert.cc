@@ -87,33 +87,6 @@ uint32_t permute_heads(const Architecture& arch, const ModelConfig& c, const std
   return 0;
 }
 
-void write_hyper_parameters(const ModelConfig& c, const Architecture& arch, GgufWriter& w,
-                            const std::string& source) {
-  const std::string a = std::string(arch.name) + ".";
-  if (c.context_length) w.add_u32(a + "context_length", c.context_length);
-  w.add_u32(a + "embedding_length", c.hidden_size);
-  w.add_u32(a + "block_count", c.num_layers);
-  w.add_u32(a + "feed_forward_length", c.intermediate_size);
-  w.add_u32(a + "attention.head_count", c.num_heads);
-  w.add_u32(a + "attention.head_count_kv", c.num_kv_heads);
-  w.add_u32(a + "attention.key_length", c.head_dim);
-  w.add_u32(a + "attention.value_length", c.head_dim);
-  w.add_u32(a + "rope.dimension_count", c.rotary_dim ? c.rotary_dim : c.head_dim);
-  w.add_f32(a + "rope.freq_base", c.rope_theta);
-  w.add_f32(a + "attention.layer_norm_rms_epsilon", c.rms_norm_eps);
-  if (c.vocab_size) w.add_u32(a + "vocab_size", c.vocab_size);
-  if (c.sliding_window && arch.uses_sliding_window) {
-    w.add_u32(a + "attention.sliding_window", c.sliding_window);
-  }
-  if (c.rope_scaling_type == "linear") {
-    w.add_string(a + "rope.scaling.type", "linear");
-    w.add_f32(a + "rope.scaling.factor", c.rope_scaling_factor);
-  } else if (!c.rope_scaling_type.empty() && c.rope_scaling_type != "llama3") {
-    // llama3's factors travel as the rope_freqs tensor instead (added with the tensors).
-    fail(source, ": RoPE scaling '", c.rope_scaling_type, "' is not supported by convert yet");
-  }
-}
-
 // The tokenizer under tokenizer.ggml.*, padded to `n_rows` tokens (the embedding's rows; some
 // checkpoints pad the table past the tokenizer, and llama.cpp wants one token per row).
 void write_tokenizer(const Vocab& v, uint64_t n_rows, GgufWriter& w, const std::string& source) {
@@ -183,6 +156,34 @@ std::string folder_name(const std::string& path) {
 }
 
 }  // namespace
+
+void write_gguf_hyper_parameters(const ModelConfig& c, GgufWriter& w, const std::string& source) {
+  const Architecture& arch = architecture_of(c, source);
+  const std::string a = std::string(arch.name) + ".";
+  if (c.context_length) w.add_u32(a + "context_length", c.context_length);
+  w.add_u32(a + "embedding_length", c.hidden_size);
+  w.add_u32(a + "block_count", c.num_layers);
+  w.add_u32(a + "feed_forward_length", c.intermediate_size);
+  w.add_u32(a + "attention.head_count", c.num_heads);
+  w.add_u32(a + "attention.head_count_kv", c.num_kv_heads);
+  w.add_u32(a + "attention.key_length", c.head_dim);
+  w.add_u32(a + "attention.value_length", c.head_dim);
+  w.add_u32(a + "rope.dimension_count", c.rotary_dim ? c.rotary_dim : c.head_dim);
+  w.add_f32(a + "rope.freq_base", c.rope_theta);
+  w.add_f32(a + "attention.layer_norm_rms_epsilon", c.rms_norm_eps);
+  if (c.vocab_size) w.add_u32(a + "vocab_size", c.vocab_size);
+  if (c.sliding_window && arch.uses_sliding_window) {
+    w.add_u32(a + "attention.sliding_window", c.sliding_window);
+  }
+  if (c.rope_scaling_type == "linear") {
+    w.add_string(a + "rope.scaling.type", "linear");
+    w.add_f32(a + "rope.scaling.factor", c.rope_scaling_factor);
+  } else if (!c.rope_scaling_type.empty() && c.rope_scaling_type != "llama3") {
+    // llama3's factors travel as the rope_freqs tensor instead (added with the tensors).
+    fail(source, ": RoPE scaling '", c.rope_scaling_type, "' is not supported by convert yet");
+  }
+}
+
 
 const std::vector<std::string>& convert_type_names() {
   static const std::vector<std::string> names = {"f32", "f16", "bf16"};
@@ -257,7 +258,7 @@ ConvertSummary convert_hf_model(const ConvertOptions& o,
   w.add_string("general.name", folder_name(in));
   w.add_u32("general.file_type", out.file_type);
   w.add_u32("general.quantization_version", 2);
-  write_hyper_parameters(c, *arch, w, in);
+  write_gguf_hyper_parameters(c, w, in);
   write_tokenizer(vocab, embd->shape[1], w, in);
 
   ConvertSummary s;

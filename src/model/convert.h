@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "format/gguf_writer.h"
+#include "model/config.h"
 
 namespace pagoda {
 
@@ -58,5 +60,10 @@ ConvertSummary convert_hf_model(const ConvertOptions& options,
 // j * head_dim / 2 + i (half j, pair i) goes to row 2 * i + j. Returns the source row of output
 // row `row`.
 uint64_t rope_pair_source_row(uint64_t row, uint64_t head_dim);
+
+// A model's hyper-parameters under GGUF's keys for its family (<arch>.context_length, ...,
+// the keys config_from_gguf reads back), as convert and synth write them. Throws Error naming
+// `source` for a family outside the registry or a RoPE scaling GGUF cannot say.
+void write_gguf_hyper_parameters(const ModelConfig& config, GgufWriter& w, const std::string& source);
 
 }  // namespace pagoda

@@ -9,6 +9,7 @@
 #include "format/gguf.h"
 #include "format/gguf_writer.h"
 #include "model/architecture.h"
+#include "model/convert.h"
 #include "model/recipe.h"
 #include "quant/reference.h"
 
@@ -118,19 +119,7 @@ void write_synthetic_model(const SynthOptions& o,
   w.add_string("general.name", "synthetic " + o.preset + " " + o.type);
   w.add_u32("general.file_type", rule.file_type);
   w.add_u32("general.quantization_version", 2);
-  w.add_u32(a + "context_length", c.context_length);
-  w.add_u32(a + "embedding_length", c.hidden_size);
-  w.add_u32(a + "block_count", c.num_layers);
-  w.add_u32(a + "feed_forward_length", c.intermediate_size);
-  w.add_u32(a + "attention.head_count", c.num_heads);
-  w.add_u32(a + "attention.head_count_kv", c.num_kv_heads);
-  w.add_u32(a + "attention.key_length", c.head_dim);
-  w.add_u32(a + "attention.value_length", c.head_dim);
-  w.add_u32(a + "rope.dimension_count", c.head_dim);
-  w.add_f32(a + "rope.freq_base", c.rope_theta);
-  w.add_f32(a + "attention.layer_norm_rms_epsilon", c.rms_norm_eps);
-  w.add_u32(a + "vocab_size", c.vocab_size);
-  if (c.sliding_window) w.add_u32(a + "attention.sliding_window", c.sliding_window);
+  write_gguf_hyper_parameters(c, w, "synth preset " + o.preset);
   if (c.num_experts) {
     w.add_u32(a + "expert_count", c.num_experts);
     w.add_u32(a + "expert_used_count", c.num_experts_used);
