@@ -23,6 +23,21 @@ def shared_dir() -> pathlib.Path:
     return path
 
 
+@pytest.fixture(scope="session")
+def dequant_tool() -> pathlib.Path:
+    """tests/quant_tools/dequant_tool: $PAGODA_DEQUANT_TOOL, else beside $PAGODA_BIN, else build/."""
+    override = os.environ.get("PAGODA_DEQUANT_TOOL")
+    if override:
+        path = pathlib.Path(override)
+    else:
+        pagoda_bin = pathlib.Path(os.environ.get("PAGODA_BIN", ROOT / "build" / "pagoda"))
+        path = pagoda_bin.parent / "tests" / "quant_tools" / "dequant_tool"
+    if not path.exists():
+        pytest.skip(f"*** dequant_tool not found at {path} (is tests/quant_tools wired into the "
+                    f"build?): SKIPPING quant cross-checks against gguf ***")
+    return path
+
+
 def find_tools(*names) -> pathlib.Path:
     """The folder of the tests/tools executables `names`: $PAGODA_TOOLS_DIR (set by CTest), else
     beside $PAGODA_BIN, else build/; fails the test naming where it looked."""

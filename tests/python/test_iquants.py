@@ -8,8 +8,6 @@ decoder) as the oracle.
    (real IQ4_XS tensors): every tensor's type is the recipe's, every IQ4 tensor decodes in gguf
    to what pagoda decodes and close to the F32 source, and the file runs (`pagoda run -n 4`).
 """
-import os
-import pathlib
 import subprocess
 
 import numpy as np
@@ -19,8 +17,8 @@ gguf = pytest.importorskip(
     "gguf", reason="*** the gguf Python package is absent: SKIPPING IQ4 cross-checks ***")
 from gguf import GGMLQuantizationType as T  # noqa: E402
 from gguf.quants import dequantize  # noqa: E402
+from quant_util import run_tool, tool_values  # noqa: E402
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 IQ4_TYPES = ["IQ4_NL", "IQ4_XS"]
 # NMSE of the round trip on standard Gaussian data, about 1.5x pagoda's measured 5.4e-3 for
 # both (tests/unit/test_quant.cc); Q4_0's round-to-nearest gives 7.4e-3.
@@ -28,32 +26,6 @@ GAUSSIAN_NMSE_BOUND = 8e-3
 # Relative RMS error of a whole quantized tensor (Gaussian-like synthetic or trained weights):
 # measured at most 8.0e-2 on stories260K and 7.2e-2 on the synthetic model.
 TENSOR_REL_RMS_BOUND = 0.1
-
-
-@pytest.fixture(scope="module")
-def tool() -> pathlib.Path:
-    override = os.environ.get("PAGODA_DEQUANT_TOOL")
-    if override:
-        path = pathlib.Path(override)
-    else:
-        pagoda_bin = pathlib.Path(os.environ.get("PAGODA_BIN", ROOT / "build" / "pagoda"))
-        path = pagoda_bin.parent / "tests" / "quant_tools" / "dequant_tool"
-    if not path.exists():
-        pytest.skip(f"*** dequant_tool not found at {path}: SKIPPING IQ4 cross-checks ***")
-    return path
-
-
-def run_tool(tool, tmp_path, mode, type_name, data: bytes) -> bytes:
-    src, dst = tmp_path / f"{mode}-{type_name}.in", tmp_path / f"{mode}-{type_name}.out"
-    src.write_bytes(data)
-    r = subprocess.run([str(tool), mode, type_name, str(src), str(dst)], capture_output=True,
-                       text=True, timeout=120)
-    assert r.returncode == 0, f"dequant_tool {mode} {type_name} failed: {r.stderr}"
-    return dst.read_bytes()
-
-
-def pagoda_decode(tool, tmp_path, type_name, data: bytes) -> np.ndarray:
-    return np.frombuffer(run_tool(tool, tmp_path, "dequantize", type_name, data), np.float32)
 
 
 def assert_bits_equal(ours: np.ndarray, theirs: np.ndarray, what: str) -> None:
@@ -66,7 +38,7 @@ def assert_bits_equal(ours: np.ndarray, theirs: np.ndarray, what: str) -> None:
 
 
 @pytest.mark.parametrize("type_name", IQ4_TYPES)
-def test_pagoda_rows_decode_the_same_in_gguf(tool, tmp_path, type_name):
+def test_pagoda_rows_decode_the_same_in_gguf(dequant_tool, tmp_path, type_name):
     rng = np.random.default_rng(17 + IQ4_TYPES.index(type_name))
     gaussian = rng.standard_normal(256 * 64)
     values = np.concatenate([
@@ -79,9 +51,9 @@ def test_pagoda_rows_decode_the_same_in_gguf(tool, tmp_path, type_name):
         -np.abs(rng.standard_normal(256 * 4)) - 1.0,
         np.where(rng.random(256 * 8) < 0.02, 50.0, 1.0) * rng.standard_normal(256 * 8),
     ]).astype(np.float32)
-    blocks = np.frombuffer(run_tool(tool, tmp_path, "quantize", type_name, values.tobytes()),
+    blocks = np.frombuffer(run_tool(dequant_tool, tmp_path, "quantize", type_name, values.tobytes()),
                            np.uint8)
-    ours = pagoda_decode(tool, tmp_path, type_name, blocks.tobytes())
+    ours = tool_values(dequant_tool, tmp_path, "dequantize", type_name, blocks.tobytes())
     theirs = dequantize(blocks.copy(), T[type_name]).reshape(-1)
     assert_bits_equal(ours, theirs, f"decode of pagoda's {type_name} bytes")
     n = gaussian.size
@@ -124,7 +96,7 @@ def quantize(pagoda_bin, src, out, recipe):
     return out
 
 
-def check_file(pagoda_bin, tool, tmp_path, src, out, expect_types):
+def check_file(pagoda_bin, dequant_tool, tmp_path, src, out, expect_types):
     """Every IQ4 tensor of `out`: gguf's decode equals pagoda's and is close to `src`'s F32
     values; the set of tensor types is `expect_types`; the file runs."""
     source = {t.name: t for t in gguf.GGUFReader(src).tensors}
@@ -136,7 +108,7 @@ def check_file(pagoda_bin, tool, tmp_path, src, out, expect_types):
             continue
         raw = np.ascontiguousarray(t.data).view(np.uint8).reshape(-1)
         theirs = dequantize(raw.copy(), t.tensor_type).reshape(-1)
-        ours = pagoda_decode(tool, tmp_path, t.tensor_type.name, raw.tobytes())
+        ours = tool_values(dequant_tool, tmp_path, "dequantize", t.tensor_type.name, raw.tobytes())
         assert_bits_equal(ours, theirs, f"{out.name}: {t.name}")
         w = np.asarray(source[t.name].data, np.float64).reshape(-1)
         rel = np.linalg.norm(w - theirs) / np.linalg.norm(w)
@@ -151,15 +123,15 @@ def check_file(pagoda_bin, tool, tmp_path, src, out, expect_types):
 
 
 @pytest.mark.parametrize("recipe", ["iq4_nl", "iq4_xs"])
-def test_stories_quantized(pagoda_bin, tool, stories, tmp_path, recipe):
+def test_stories_quantized(pagoda_bin, dequant_tool, stories, tmp_path, recipe):
     # 64-wide rows: IQ4_XS falls back to IQ4_NL; the output matrix's Q6_K to Q8_0; rows that
     # are no multiple of 32 (the feed-forward's 172) to F16.
     out = quantize(pagoda_bin, stories, tmp_path / f"stories-{recipe}.gguf", recipe)
-    check_file(pagoda_bin, tool, tmp_path, stories, out, {"F32", "F16", "Q8_0", "IQ4_NL"})
+    check_file(pagoda_bin, dequant_tool, tmp_path, stories, out, {"F32", "F16", "Q8_0", "IQ4_NL"})
 
 
 @pytest.mark.parametrize("recipe,base", [("iq4_nl", "IQ4_NL"), ("iq4_xs", "IQ4_XS")])
-def test_synthetic_quantized(pagoda_bin, tool, synthetic, tmp_path, recipe, base):
+def test_synthetic_quantized(pagoda_bin, dequant_tool, synthetic, tmp_path, recipe, base):
     # Tied embeddings: the token table is the output matrix, Q6_K; every other matrix the base.
     out = quantize(pagoda_bin, synthetic, tmp_path / f"synth-{recipe}.gguf", recipe)
-    check_file(pagoda_bin, tool, tmp_path, synthetic, out, {"F32", "Q6_K", base})
+    check_file(pagoda_bin, dequant_tool, tmp_path, synthetic, out, {"F32", "Q6_K", base})

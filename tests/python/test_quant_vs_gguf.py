@@ -10,9 +10,6 @@ i.e. beside $PAGODA_BIN (build/pagoda) under tests/quant_tools/. $PAGODA_DEQUANT
 3. Encoding the K-quants (gguf has no quantizer for them): pagoda's bytes must decode in gguf
    to exactly what pagoda decodes, and close to the input.
 """
-import os
-import pathlib
-import subprocess
 
 import numpy as np
 import pytest
@@ -22,8 +19,8 @@ gguf = pytest.importorskip(
 from gguf import GGMLQuantizationType as T  # noqa: E402
 from gguf.constants import GGML_QUANT_SIZES  # noqa: E402
 from gguf.quants import dequantize, quantize  # noqa: E402
+from quant_util import run_tool, tool_values  # noqa: E402
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 # Byte offsets of the F16 scale fields inside each block, from the ggml block layouts.
 F16_FIELDS = {
@@ -37,35 +34,6 @@ K_QUANTIZERS = ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K"]
 # Normalized MSE bounds on Gaussian data for the K-quant round trip, about 1.5x the measured
 # values (Q2_K 6.9e-2, Q3_K 2.1e-2, Q4_K 4.9e-3, Q5_K 1.2e-3, Q6_K 3.0e-4, Q8_K 4.9e-5).
 K_NMSE_BOUND = {"Q2_K": 0.1, "Q3_K": 0.03, "Q4_K": 7.5e-3, "Q5_K": 2e-3, "Q6_K": 5e-4, "Q8_K": 8e-5}
-
-
-@pytest.fixture(scope="module")
-def tool() -> pathlib.Path:
-    override = os.environ.get("PAGODA_DEQUANT_TOOL")
-    if override:
-        path = pathlib.Path(override)
-    else:
-        pagoda_bin = pathlib.Path(os.environ.get("PAGODA_BIN", ROOT / "build" / "pagoda"))
-        path = pagoda_bin.parent / "tests" / "quant_tools" / "dequant_tool"
-    if not path.exists():
-        pytest.skip(f"*** dequant_tool not found at {path} (is tests/quant_tools wired into the "
-                    f"build?): SKIPPING quant cross-checks against gguf ***")
-    return path
-
-
-def run_tool(tool: pathlib.Path, tmp_path: pathlib.Path, mode: str, type_name: str,
-             data: bytes) -> bytes:
-    src, dst = tmp_path / f"{mode}-{type_name}.in", tmp_path / f"{mode}-{type_name}.out"
-    src.write_bytes(data)
-    result = subprocess.run([str(tool), mode, type_name, str(src), str(dst)],
-                            capture_output=True, text=True)
-    assert result.returncode == 0, f"dequant_tool {mode} {type_name} failed: {result.stderr}"
-    return dst.read_bytes()
-
-
-def tool_values(tool: pathlib.Path, tmp_path: pathlib.Path, mode: str, type_name: str,
-                data: bytes) -> np.ndarray:
-    return np.frombuffer(run_tool(tool, tmp_path, mode, type_name, data), np.float32)
 
 
 def finite_f16(rng: np.random.Generator, size: int) -> np.ndarray:
@@ -112,10 +80,10 @@ def assert_bits_equal(ours: np.ndarray, theirs: np.ndarray, what: str) -> None:
 
 
 @pytest.mark.parametrize("type_name", BLOCK_TYPES)
-def test_dequantize_random_blocks_matches_gguf(tool, tmp_path, type_name):
+def test_dequantize_random_blocks_matches_gguf(dequant_tool, tmp_path, type_name):
     rng = np.random.default_rng(1234 + BLOCK_TYPES.index(type_name))
     blocks = random_blocks(rng, type_name, num_blocks=300)
-    ours = tool_values(tool, tmp_path, "dequantize", type_name, blocks.tobytes())
+    ours = tool_values(dequant_tool, tmp_path, "dequantize", type_name, blocks.tobytes())
     theirs = reference_dequantize(blocks.reshape(-1), type_name).astype(np.float32)
     assert ours.shape == theirs.shape
     assert np.isfinite(theirs).all(), "test data should stay finite"
@@ -123,17 +91,17 @@ def test_dequantize_random_blocks_matches_gguf(tool, tmp_path, type_name):
 
 
 @pytest.mark.parametrize("type_name", ["F16", "BF16"])
-def test_dequantize_every_16_bit_pattern_matches_gguf(tool, tmp_path, type_name):
+def test_dequantize_every_16_bit_pattern_matches_gguf(dequant_tool, tmp_path, type_name):
     # All 65536 patterns: NaNs (payloads), infinities, subnormals, signed zeros.
     bits = np.arange(1 << 16, dtype=np.uint16)
-    ours = tool_values(tool, tmp_path, "dequantize", type_name, bits.tobytes())
+    ours = tool_values(dequant_tool, tmp_path, "dequantize", type_name, bits.tobytes())
     theirs = dequantize(bits.view(np.uint8), T[type_name]).reshape(-1).astype(np.float32)
     assert_bits_equal(ours, theirs, f"dequantize {type_name}")
 
 
-def test_dequantize_f32_is_identity(tool, tmp_path):
+def test_dequantize_f32_is_identity(dequant_tool, tmp_path):
     values = np.random.default_rng(7).standard_normal(1000).astype(np.float32)
-    ours = tool_values(tool, tmp_path, "dequantize", "F32", values.tobytes())
+    ours = tool_values(dequant_tool, tmp_path, "dequantize", "F32", values.tobytes())
     assert_bits_equal(ours, values, "dequantize F32")
 
 
@@ -173,9 +141,9 @@ def quantize_inputs(rng: np.random.Generator, block_size: int) -> np.ndarray:
 
 
 @pytest.mark.parametrize("type_name", LEGACY_QUANTIZERS + ["F16", "BF16"])
-def test_quantize_is_byte_identical_to_gguf(tool, tmp_path, type_name):
+def test_quantize_is_byte_identical_to_gguf(dequant_tool, tmp_path, type_name):
     values = quantize_inputs(np.random.default_rng(99), block_size=32)
-    ours = run_tool(tool, tmp_path, "quantize", type_name, values.tobytes())
+    ours = run_tool(dequant_tool, tmp_path, "quantize", type_name, values.tobytes())
     theirs = quantize(values, T[type_name])
     theirs_bytes = np.ascontiguousarray(theirs).view(np.uint8).reshape(-1)
     ours_bytes = np.frombuffer(ours, np.uint8)
@@ -192,24 +160,24 @@ def test_quantize_is_byte_identical_to_gguf(tool, tmp_path, type_name):
         f"from gguf's bytes; first is block {differing[0]}")
 
 
-def test_quantize_bf16_special_values_match_gguf(tool, tmp_path):
+def test_quantize_bf16_special_values_match_gguf(dequant_tool, tmp_path):
     # gguf's BF16 quantizer is ggml's: quiet NaNs, ties to even, overflow to Inf, no flush.
     specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 3.4e38, -3.4e38, 1e-40, -1e-45,
                          1.00390625, 1.01171875, 65504.0, 1e-30], dtype=np.float32)
     payload_nan = np.array([0x7F800001, 0xFFC00001, 0x7FBFFFFF], dtype=np.uint32).view(np.float32)
     values = np.concatenate([specials, payload_nan])
-    ours = np.frombuffer(run_tool(tool, tmp_path, "quantize", "BF16", values.tobytes()), np.uint16)
+    ours = np.frombuffer(run_tool(dequant_tool, tmp_path, "quantize", "BF16", values.tobytes()), np.uint16)
     theirs = quantize(values, T.BF16).view(np.uint16).reshape(-1)
     np.testing.assert_array_equal(ours, theirs)
 
 
 @pytest.mark.parametrize("type_name", K_QUANTIZERS)
-def test_k_quant_bytes_decode_the_same_in_gguf(tool, tmp_path, type_name):
+def test_k_quant_bytes_decode_the_same_in_gguf(dequant_tool, tmp_path, type_name):
     rng = np.random.default_rng(5 + K_QUANTIZERS.index(type_name))
     values = quantize_inputs(rng, block_size=256)
-    blocks = np.frombuffer(run_tool(tool, tmp_path, "quantize", type_name, values.tobytes()),
+    blocks = np.frombuffer(run_tool(dequant_tool, tmp_path, "quantize", type_name, values.tobytes()),
                            np.uint8)
-    ours = tool_values(tool, tmp_path, "dequantize", type_name, blocks.tobytes())
+    ours = tool_values(dequant_tool, tmp_path, "dequantize", type_name, blocks.tobytes())
     theirs = reference_dequantize(blocks.copy(), type_name).astype(np.float32)
     assert_bits_equal(ours, theirs, f"decode of pagoda's {type_name} bytes")
     # Closeness on the Gaussian part (the first 64 blocks), block-normalized MSE.
