@@ -36,7 +36,7 @@ def throughput(pagoda, model, kv_type, num_requests, args):
                   str(num_requests), "--prompt-len", str(args.prompt_len), "--output-len",
                   str(args.output_len), "-t", str(args.threads), "--no-progress", "--json", "-"])
     run = j["runs"][0] if "runs" in j else j
-    per_token = j["kv_cache_bytes"] / (j["num_kv_blocks"] * 16)
+    per_token = j["kv_cache_bytes"] / (j["num_kv_blocks"] * j["block_size"])
     return run["output_tokens_per_s"], per_token
 
 
