@@ -294,6 +294,9 @@ void HttpServer::shutdown() {
   while (in_flight_.load() > 0 && Clock::now() < grace) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
+  // A task counts as done once its last bytes are queued: let them reach the client (a stream
+  // cut here would lose its [DONE]), but not wait on a client that does not read.
+  transport_->drain(2.0);
   transport_->stop();
 }
 

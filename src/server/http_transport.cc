@@ -14,6 +14,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <deque>
 #include <list>
@@ -259,6 +260,14 @@ class Session : public std::enable_shared_from_this<Session> {
   void close() {
     net::post(stream_.get_executor(), [self = shared_from_this()] { self->shut(); });
   }
+  // The answer underway goes out, then the connection closes instead of reading another.
+  void close_after_answer() {
+    net::post(stream_.get_executor(), [self = shared_from_this()] {
+      self->draining_ = true;
+      self->keep_alive_ = false;
+      if (self->exchange_id_ == 0) self->shut();
+    });
+  }
 
   // Exchange operations, on the strand.
   void post(std::function<void()> f) { net::post(stream_.get_executor(), std::move(f)); }
@@ -274,6 +283,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (id == exchange_id_) note_ = std::move(note);
   }
   size_t unsent() const { return unsent_.load(); }
+  bool answering() const { return answering_.load(); }
 
  private:
   void read_next();
@@ -315,6 +325,8 @@ class Session : public std::enable_shared_from_this<Session> {
   bool writing_ = false;
   std::atomic<size_t> unsent_{0};
   bool closed_ = false;
+  bool draining_ = false;  // the server is going down: no request after this one
+  std::atomic<bool> answering_{false};  // an exchange is open: its answer is not all written
 };
 
 namespace {
@@ -362,6 +374,7 @@ void Session::read_next() {
   reader_.emplace(t_.limits);
   body_phase_ = false;
   exchange_id_ = 0;
+  answering_ = false;
   if (buffer_.size() > 0) {  // a pipelined request is already here
     started_ = Clock::now();
     stream_.expires_after(seconds(t_.limits.header_timeout_s));
@@ -435,10 +448,11 @@ void Session::on_bytes() {
 void Session::dispatch() {
   HttpRequest req = reader_->take();
   req.client = client_;
-  keep_alive_ = reader_->keep_alive();
+  keep_alive_ = reader_->keep_alive() && !draining_;
   reader_.reset();
   stream_.expires_never();
   exchange_id_ = next_exchange_id++;
+  answering_ = true;
   method_ = req.method;
   path_ = req.path;
   version_ = req.version;
@@ -535,6 +549,7 @@ void Session::on_written(beast::error_code ec, size_t n) {
 void Session::answer_written() {
   log(status_);
   exchange_id_ = 0;
+  answering_ = false;
   watch_.cancel();
   if (keep_alive_) {
     read_next();
@@ -573,6 +588,7 @@ void Session::client_gone() {
 
 void Session::refuse(int status, const std::string& message) {
   exchange_id_ = next_exchange_id++;
+  answering_ = true;
   method_.clear();
   path_.clear();
   note_.clear();
@@ -604,6 +620,7 @@ void Session::linger() {
 void Session::shut() {
   if (closed_) return;
   closed_ = true;
+  answering_ = false;
   watch_.cancel();
   beast::error_code ignored;
   stream_.socket().shutdown(tcp::socket::shutdown_both, ignored);
@@ -747,6 +764,32 @@ void HttpTransport::stop_accepting() {
     if (t->acceptor) t->acceptor->close(ignored);
     if (t->accept_retry) t->accept_retry->cancel();
   });
+}
+
+void HttpTransport::drain(double timeout_s) {
+  using Clock = std::chrono::steady_clock;
+  Impl& t = *impl_;
+  stop_accepting();
+  std::vector<std::shared_ptr<Session>> open;
+  {
+    std::lock_guard lock(t.mutex);
+    for (auto& [p, w] : t.sessions) {
+      if (auto s = w.lock()) open.push_back(std::move(s));
+    }
+  }
+  for (auto& s : open) s->close_after_answer();
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(timeout_s));
+  // A connection whose answer is written may linger for the client's close; that is not waited on.
+  const auto answering = [&] {
+    for (auto& s : open) {
+      if (s->answering()) return true;
+    }
+    return false;
+  };
+  while (answering() && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
 }
 
 void HttpTransport::stop() {

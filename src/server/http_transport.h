@@ -135,6 +135,10 @@ class HttpTransport {
   void run();
   // Closes the listener; open connections carry on.
   void stop_accepting();
+  // Closes the listener and lets each answer underway reach its client: a connection closes
+  // once its answer is written (idle ones at once). Returns when none is left or after
+  // `timeout_s`. Not from an I/O thread: it waits on them.
+  void drain(double timeout_s);
   // Closes every connection and ends run(). Any thread.
   void stop();
   // Runs `task` on a worker thread (tokenizing, rendering templates: work too long for I/O).
