@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "core/error.h"
 #include "format/gguf.h"
@@ -117,10 +118,10 @@ struct TensorSpan {
   int64_t num_experts;  // 3-D tensors: experts stacked, each a matrix of its own
 };
 
-class ImatrixCollector final : public Backend {
+class MatmulObserver final : public Backend {
  public:
-  ImatrixCollector(Backend& inner, const ModelFile& file, Imatrix& imatrix)
-      : inner_(inner), imatrix_(imatrix) {
+  MatmulObserver(Backend& inner, const ModelFile& file, MatmulInputSink sink)
+      : inner_(inner), sink_(std::move(sink)) {
     for (const TensorRef& t : file.tensors()) {
       const std::string name = gguf_tensor_name(t.name);
       if (t.shape.size() < 2 || name.rfind("blk.", 0) != 0 || t.data == nullptr) continue;
@@ -187,12 +188,12 @@ class ImatrixCollector final : public Backend {
     last_x_ = x;
     last_tokens_ = num_tokens;
     last_expert_ = expert;
-    imatrix_.add(span.name, expert, span.num_experts, x, num_tokens, w.cols);
+    sink_(span.name, expert, span.num_experts, x, num_tokens, w.cols);
     return &span;
   }
 
   Backend& inner_;
-  Imatrix& imatrix_;
+  MatmulInputSink sink_;
   std::vector<TensorSpan> spans_;
   const TensorSpan* last_span_ = nullptr;
   const float* last_x_ = nullptr;
@@ -201,8 +202,16 @@ class ImatrixCollector final : public Backend {
 
 }  // namespace
 
+std::unique_ptr<Backend> make_matmul_observer(Backend& inner, const ModelFile& file, MatmulInputSink sink) {
+  return std::make_unique<MatmulObserver>(inner, file, std::move(sink));
+}
+
 std::unique_ptr<Backend> make_imatrix_collector(Backend& inner, const ModelFile& file, Imatrix& imatrix) {
-  return std::make_unique<ImatrixCollector>(inner, file, imatrix);
+  return make_matmul_observer(inner, file,
+                              [&imatrix](const std::string& name, int64_t expert, int64_t num_experts,
+                                         const float* x, int64_t rows, int64_t cols) {
+                                imatrix.add(name, expert, num_experts, x, rows, cols);
+                              });
 }
 
 std::vector<std::vector<TokenId>> imatrix_chunks(const std::vector<TokenId>& text, int32_t ctx,

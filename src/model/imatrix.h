@@ -57,6 +57,13 @@ struct Imatrix {
 std::unique_ptr<Backend> make_imatrix_collector(Backend& inner, const ModelFile& file,
                                                 Imatrix& imatrix);
 
+// The same pass-through with the input handed to `sink` instead of an Imatrix (the AWQ
+// collector, model/awq.h, keeps other statistics): sink(name, expert, num_experts, x, rows,
+// cols) is called where make_imatrix_collector would call Imatrix::add, with the same rules.
+using MatmulInputSink = std::function<void(const std::string& name, int64_t expert, int64_t num_experts,
+                                           const float* x, int64_t num_rows, int64_t cols)>;
+std::unique_ptr<Backend> make_matmul_observer(Backend& inner, const ModelFile& file, MatmulInputSink sink);
+
 // Calibration chunks cut as llama-imatrix cuts them: `text` (token ids, BOS first when the
 // model adds one) in consecutive chunks of `ctx` tokens, each chunk's first token replaced by
 // `bos` (kNoToken: kept); the last partial chunk dropped; at most `max_chunks` (0: all).

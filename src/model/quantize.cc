@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <map>
 
 #include "core/error.h"
 #include "format/gguf.h"
@@ -86,9 +87,10 @@ double relative_error(double diff2, double ref2) {
 // Writes `t` encoded as `type` to `sink` in chunks, calling wrote(bytes) after each; returns
 // the round trip's relative error against the values decoded from `t`.
 // `importance`: per expert (one for a 2-D matrix), the columns' weights, or empty for none.
+// `scaling` (may be null): AWQ's scales, applied to each decoded row before it is encoded.
 double convert_tensor(const GgufTensorInfo& t, DType type, int threads,
-                      const std::vector<std::vector<float>>& importance, GgufWriter::Sink& sink,
-                      const std::function<void(uint64_t)>& wrote) {
+                      const std::vector<std::vector<float>>& importance, const TensorScaling* scaling,
+                      GgufWriter::Sink& sink, const std::function<void(uint64_t)>& wrote) {
   const int64_t cols = static_cast<int64_t>(t.shape[0]);
   const uint64_t rows = t.num_elements / t.shape[0];
   const uint64_t rows_per_expert = importance.empty() ? rows : rows / importance.size();
@@ -105,6 +107,7 @@ double convert_tensor(const GgufTensorInfo& t, DType type, int threads,
 #pragma omp for schedule(static) reduction(+ : diff2, ref2)
       for (int64_t r = 0; r < static_cast<int64_t>(n); ++r) {
         dequantize_row(t.type, t.data + (r0 + r) * in_rb, row.data(), cols);
+        if (scaling) apply_scaling(*scaling, static_cast<int64_t>(r0 + r), row.data(), cols);
         uint8_t* dst = out.data() + r * out_rb;
         const uint64_t expert = importance.empty() ? 0 : (r0 + r) / rows_per_expert;
         quantize_row_weighted(type, row.data(), dst, cols,
@@ -188,6 +191,7 @@ QuantizeSummary quantize_model(const QuantizeOptions& o,
   w.set_value("general.file_type", GgufWriter::make_uint(GgufType::kUint32, rule.file_type));
   w.set_value("general.quantization_version", GgufWriter::make_uint(GgufType::kUint32, 2));
   Imatrix imatrix;
+  const bool searching = !o.awq.text_path.empty();
   if (!o.imatrix_path.empty()) {
     imatrix = Imatrix::read(o.imatrix_path);
     // The keys llama-quantize writes, so either tool's files say how they were made.
@@ -201,6 +205,24 @@ QuantizeSummary quantize_model(const QuantizeOptions& o,
   }
 
   QuantizeSummary summary;
+  AwqScaling searched;
+  if (searching) {
+    std::map<std::string, DType> types;
+    for (size_t ti = 0; ti < in->tensors().size(); ++ti) types[in->tensors()[ti].name] = plan.types[ti];
+    searched = awq_compute(
+        o.input_path, *in, o.awq, [&](const std::string& name) { return types.at(name); },
+        [&](const std::string& name) {
+          std::vector<float> m;
+          if (!o.imatrix_path.empty()) m = imatrix.mean(name, 0);
+          return m;
+        },
+        o.awq_progress, summary.awq);
+    w.set_value("quantize.awq.dataset", GgufWriter::make_string(o.awq.text_path));
+    w.set_value("quantize.awq.chunks_count", GgufWriter::make_uint(GgufType::kUint32, summary.awq.chunks));
+    w.set_value("quantize.awq.groups_count", GgufWriter::make_uint(GgufType::kUint32, summary.awq.groups.size()));
+  }
+  const AwqScaling* scaling = searching ? &searched : o.awq_scaling;
+
   summary.num_tensors = in->tensors().size();
   summary.bytes_in = plan.bytes_in;
   summary.bytes_out = plan.bytes_out;
@@ -223,6 +245,11 @@ QuantizeSummary quantize_model(const QuantizeOptions& o,
         type == t.type ? t.num_bytes : row_bytes(type, cols) * (t.num_elements / t.shape[0]);
     p.bytes_total = plan.bytes_out;
     if (type != t.type) ++summary.num_converted;
+    const TensorScaling* scaled = nullptr;
+    if (scaling) {
+      const auto it = scaling->find(t.name);
+      if (it != scaling->end()) scaled = &it->second;
+    }
     std::vector<std::vector<float>> importance;
     if (!o.imatrix_path.empty() && type != t.type && is_quantized_type(type)) {
       importance = tensor_importance(imatrix, t, o.imatrix_path);
@@ -230,11 +257,17 @@ QuantizeSummary quantize_model(const QuantizeOptions& o,
         summary.without_importance.push_back(t.name);
       } else {
         ++summary.num_weighted;
+        // The scaled matrix reads x / s: its columns' mean square is the measured one / s^2.
+        if (scaled && !scaled->col_mul.empty() && !importance[0].empty()) {
+          for (int64_t c = 0; c < cols; ++c) {
+            importance[0][static_cast<size_t>(c)] /= scaled->col_mul[c] * scaled->col_mul[c];
+          }
+        }
       }
     }
     w.add_tensor(
         t.name, type, t.shape,
-        [&t, type, threads, p, &written, &summary, &progress,
+        [&t, type, threads, p, &written, &summary, &progress, scaled,
          importance = std::move(importance)](GgufWriter::Sink& sink) mutable {
           p.name = t.name;
           auto wrote = [&](uint64_t bytes) {
@@ -242,11 +275,11 @@ QuantizeSummary quantize_model(const QuantizeOptions& o,
             p.bytes_done = written;
             if (progress) progress(p);
           };
-          if (type == t.type) {
+          if (type == t.type && !scaled) {
             sink.write(t.data, t.num_bytes);
             wrote(t.num_bytes);
           } else {
-            p.error = convert_tensor(t, type, threads, importance, sink, wrote);
+            p.error = convert_tensor(t, type, threads, importance, scaled, sink, wrote);
             // A NaN error (a NaN weight) counts as the worst.
             const double worst = summary.worst_error;
             if (summary.worst_name.empty() || (!std::isnan(worst) && !(p.error <= worst))) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "model/awq.h"
 
 namespace pagoda {
 
@@ -31,6 +32,14 @@ struct QuantizeOptions {
   // An importance matrix (model/imatrix.h): each converted matrix it has an entry for is
   // quantized minimising the error weighted by it (quantize_row_weighted); the others plainly.
   std::string imatrix_path;
+  // Activation-aware scaling (model/awq.h): with a calibration text, the groups of matrices that
+  // share an input are rescaled (the preceding norm or matrix rows divided back) before they
+  // are quantized, and an importance matrix, if given, weighs the rescaled columns. Needs an
+  // F32 / F16 / BF16 input.
+  AwqOptions awq;
+  std::function<void(const AwqProgress&)> awq_progress;
+  // Scales to fold as they are, instead of searching them (tests); ignored with awq.text_path.
+  const AwqScaling* awq_scaling = nullptr;
 };
 
 // The names QuantizeOptions::type accepts, in the order above.
@@ -64,7 +73,8 @@ struct QuantizeProgress {
   bool tensor_done = false;
   // With tensor_done: the relative RMS error of the round trip, ‖w − deq(q(w))‖ / ‖w‖ over the
   // whole tensor, where w are the values as decoded from the input (for a requantized tensor,
-  // the input's quantized values, not the original weights). 0 for a tensor copied as it is or
+  // the input's quantized values, not the original weights; for an AWQ-scaled one, the scaled
+  // values). 0 for a tensor copied as it is or
   // decoded to F32; 0 for an all-zero w that stays zero, infinity when it does not.
   double error = 0;
 };
@@ -83,6 +93,8 @@ struct QuantizeSummary {
   // those it had no entry for (quantized without).
   size_t num_weighted = 0;
   std::vector<std::string> without_importance;
+  // With --awq: the calibration and each group's alpha and objective.
+  AwqReport awq;
 };
 
 // Writes the file; `progress` (may be empty) is called as described above. Throws Error naming
