@@ -1,4 +1,6 @@
-// Tensor element types, numbered as GGUF numbers them (ggml_type), with one traits table.
+// Tensor element types, numbered as GGUF numbers them (ggml_type). Their traits come from the
+// one weight-type table, quant/weight_types.cc, which defines the lookups below: each row there
+// also names the type's codec, so core declares them and that table answers.
 #pragma once
 
 #include <cstdint>

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "model/architecture.h"
+#include "quant/weight_types.h"
 
 namespace pagoda {
 namespace {
@@ -66,16 +67,9 @@ bool kquant_mix_more_bits(uint32_t layer, uint32_t num_layers) {
 
 DType quant_fallback_type(DType type, uint64_t cols) {
   if (cols % dtype_traits(type).block_size == 0) return type;
-  DType fallback = type;  // a 32-block type has no smaller block to give way to
-  switch (type) {
-    case DType::kQ2_K:
-    case DType::kQ3_K: fallback = DType::kQ4_0; break;
-    case DType::kQ4_K: fallback = DType::kQ5_0; break;
-    case DType::kQ5_K: fallback = DType::kQ5_1; break;
-    case DType::kQ6_K: fallback = DType::kQ8_0; break;
-    case DType::kIQ4_XS: fallback = DType::kIQ4_NL; break;  // the same grid in blocks of 32
-    default: break;
-  }
+  // The table's partner with smaller blocks; a 32-block type has none to give way to.
+  const WeightType* t = find_weight_type(type);
+  const DType fallback = t != nullptr && t->fallback ? *t->fallback : type;
   return cols % dtype_traits(fallback).block_size == 0 ? fallback : DType::kF16;
 }
 

@@ -38,7 +38,8 @@ std::string weight_recipe_names();
 bool kquant_mix_more_bits(uint32_t layer, uint32_t num_layers);
 // The type a row of `cols` elements really gets: rows that are no whole number of blocks fall
 // back the way llama.cpp's quantizer does (Q2_K / Q3_K to Q4_0, Q4_K to Q5_0, Q5_K to Q5_1,
-// Q6_K to Q8_0, IQ4_XS to IQ4_NL; F16 when that does not fit either).
+// Q6_K to Q8_0, IQ4_XS to IQ4_NL: the weight-type table's `fallback`, quant/weight_types.h; F16
+// when that does not fit either).
 DType quant_fallback_type(DType type, uint64_t cols);
 
 // The type the recipe gives the weight matrix `name` (GGUF tensor naming) whose rows hold

@@ -9,6 +9,7 @@
 #include "backend/cpu/cpu_features.h"
 #include "backend/kv_format.h"
 #include "core/dtype.h"
+#include "quant/weight_types.h"
 
 namespace pagoda::cpu {
 
@@ -100,10 +101,10 @@ using QuantizeFn = void (*)(const float* x, int64_t cols, uint8_t* out);
 
 struct Kernels {
   CpuLevel level = CpuLevel::kScalar;
-  MatmulKernel matmul[32];  // indexed by the DType's number
+  MatmulKernel matmul[kNumWeightTypes];  // indexed by dtype_index (the type's table row)
   // Where set, products of the type run from weights packed once (packed.h), at every token
   // count, in place of `matmul`.
-  PackedKernel packed[32];
+  PackedKernel packed[kNumWeightTypes];
   QuantizeFn quantize_q8 = nullptr;
   QuantizeFn quantize_q8k = nullptr;
 
@@ -153,6 +154,7 @@ void fill_scalar_kernels(Kernels& k);
 void fill_avx2_kernels(Kernels& k);
 void fill_avx512_kernels(Kernels& k);
 
-inline int dtype_index(DType type) { return static_cast<int>(type); }
+// The type's row in the weight-type table (quant/weight_types.h); -1 for none.
+inline int dtype_index(DType type) { return weight_type_index(type); }
 
 }  // namespace pagoda::cpu

@@ -215,37 +215,50 @@ void pack_float(const uint8_t* w, size_t w_stride, int64_t rows, int64_t cols, i
   }
 }
 
+using PackFn = void (*)(const uint8_t* w, size_t w_stride, int64_t rows, int64_t cols, int64_t group,
+                       uint8_t* out);
+
+// The types with a packed layout (packed.h): bytes of one group per `per_cols` columns, and the
+// packer of one group. A type is packed at a level where x86_packed.inc's fill_packed also
+// gives it a tile.
+struct PackedLayout {
+  DType type;
+  int64_t per_cols;
+  int64_t group_bytes;
+  PackFn pack;
+};
+
+constexpr PackedLayout kLayouts[] = {
+    {DType::kQ4_0, 32, 32 + 4 * kVectorBytes, pack_legacy<decode_nibbles<2, false>, 18, false, true>},
+    {DType::kQ4_1, 32, 64 + 4 * kVectorBytes, pack_legacy<decode_nibbles<4, true>, 20, true, true>},
+    {DType::kQ8_0, 32, 32 + 8 * kVectorBytes, pack_legacy<decode_q8_0, 34, false, false>},
+    {DType::kQ4_K, 256, 64 + 8 * 32 + 8 * 4 * kVectorBytes, pack_k<decode_q4_k, 144, false>},
+    {DType::kQ6_K, 256, 32 + 16 * 16 + 8 * 6 * kVectorBytes, pack_k<decode_q6_k, 210, true>},
+    {DType::kF16, 1, kPackRows * 2, pack_float<2>},
+    {DType::kBF16, 1, kPackRows * 2, pack_float<2>},
+};
+
+const PackedLayout* find_layout(DType type) {
+  for (const PackedLayout& l : kLayouts) {
+    if (l.type == type) return &l;
+  }
+  return nullptr;
+}
+
 }  // namespace
 
 size_t packed_group_bytes(DType type, int64_t cols) {
-  switch (type) {
-    case DType::kQ4_0: return static_cast<size_t>(cols / 32 * (32 + 4 * kVectorBytes));
-    case DType::kQ4_1: return static_cast<size_t>(cols / 32 * (64 + 4 * kVectorBytes));
-    case DType::kQ8_0: return static_cast<size_t>(cols / 32 * (32 + 8 * kVectorBytes));
-    case DType::kQ4_K: return static_cast<size_t>(cols / 256 * (64 + 8 * 32 + 8 * 4 * kVectorBytes));
-    case DType::kQ6_K: return static_cast<size_t>(cols / 256 * (32 + 16 * 16 + 8 * 6 * kVectorBytes));
-    case DType::kF16:
-    case DType::kBF16: return static_cast<size_t>(cols * kPackRows * 2);
-    default: return 0;
-  }
+  const PackedLayout* l = find_layout(type);
+  return l == nullptr ? 0 : static_cast<size_t>(cols / l->per_cols * l->group_bytes);
 }
 
 void pack_groups(DType type, const uint8_t* w, size_t w_stride, int64_t rows, int64_t cols,
                  int64_t first_group, int64_t last_group, uint8_t* out) {
   const size_t group_bytes = packed_group_bytes(type, cols);
   if (group_bytes == 0) fail("pack: no packed layout for ", dtype_traits(type).name);
+  const PackFn pack = find_layout(type)->pack;
   for (int64_t g = first_group; g < last_group; ++g) {
-    uint8_t* o = out + static_cast<size_t>(g) * group_bytes;
-    switch (type) {
-      case DType::kQ4_0: pack_legacy<decode_nibbles<2, false>, 18, false, true>(w, w_stride, rows, cols, g, o); break;
-      case DType::kQ4_1: pack_legacy<decode_nibbles<4, true>, 20, true, true>(w, w_stride, rows, cols, g, o); break;
-      case DType::kQ8_0: pack_legacy<decode_q8_0, 34, false, false>(w, w_stride, rows, cols, g, o); break;
-      case DType::kQ4_K: pack_k<decode_q4_k, 144, false>(w, w_stride, rows, cols, g, o); break;
-      case DType::kQ6_K: pack_k<decode_q6_k, 210, true>(w, w_stride, rows, cols, g, o); break;
-      case DType::kF16:
-      case DType::kBF16: pack_float<2>(w, w_stride, rows, cols, g, o); break;
-      default: break;
-    }
+    pack(w, w_stride, rows, cols, g, out + static_cast<size_t>(g) * group_bytes);
   }
 }
 
