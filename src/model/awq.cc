@@ -273,8 +273,9 @@ double output_error(const float* const* d, int k, const float* x, int64_t n, int
 }
 
 // The group's objective for column scales S (cols values).
+// Only every row_step-th row of each matrix is scored (max_rows), to bound the search's time.
 double scaled_error(std::span<const AwqMatrix> matrices, int64_t cols, const float* x, int64_t n,
-                    const std::vector<float>& S, int threads) {
+                    const std::vector<float>& S, int64_t max_rows, int threads) {
   double total = 0;
   for (const AwqMatrix& m : matrices) {
     if (!is_quantized_type(m.type)) continue;
@@ -284,7 +285,9 @@ double scaled_error(std::span<const AwqMatrix> matrices, int64_t cols, const flo
       for (int64_t c = 0; c < cols; ++c) importance[c] = m.importance[c] / (S[c] * S[c]);
     }
     const size_t rb = row_bytes(m.type, cols);
-    const int64_t blocks = (m.rows + kRowBlock - 1) / kRowBlock;
+    const int64_t step = max_rows > 0 ? (m.rows + max_rows - 1) / max_rows : 1;
+    const int64_t scored = (m.rows + step - 1) / step;
+    const int64_t blocks = (scored + kRowBlock - 1) / kRowBlock;
     double err = 0;
 #pragma omp parallel num_threads(threads > 0 ? threads : omp_get_max_threads())
     {
@@ -295,8 +298,8 @@ double scaled_error(std::span<const AwqMatrix> matrices, int64_t cols, const flo
       for (int64_t b = 0; b < blocks; ++b) {
         const float* d[kRowBlock];
         int k = 0;
-        for (int64_t r = b * kRowBlock; r < std::min(m.rows, (b + 1) * kRowBlock); ++r, ++k) {
-          const float* w = m.w + r * cols;
+        for (int64_t i = b * kRowBlock; i < std::min(scored, (b + 1) * kRowBlock); ++i, ++k) {
+          const float* w = m.w + i * step * cols;
           for (int64_t c = 0; c < cols; ++c) scaled[c] = w[c] * S[c];
           quantize_row_weighted(m.type, scaled.data(), q.data(), cols, importance.empty() ? nullptr : importance.data());
           dequantize_row(m.type, q.data(), back.data(), cols);
@@ -316,7 +319,7 @@ double scaled_error(std::span<const AwqMatrix> matrices, int64_t cols, const flo
 
 AwqSearch awq_search(std::span<const AwqMatrix> matrices, int64_t cols, const float* x, int64_t n,
                      std::span<const float> mean_abs, std::span<const int32_t> scale_index, int grid,
-                     int threads) {
+                     int threads, int64_t max_rows) {
   if (grid < 1) fail("awq: a grid of ", grid, " points");
   const size_t num_scales = mean_abs.size();
   AwqSearch best;
@@ -341,7 +344,7 @@ AwqSearch awq_search(std::span<const AwqMatrix> matrices, int64_t cols, const fl
     for (int64_t c = 0; c < cols; ++c) {
       S[c] = s[scale_index.empty() ? static_cast<size_t>(c) : static_cast<size_t>(scale_index[c])];
     }
-    const double err = scaled_error(matrices, cols, x, n, S, threads);
+    const double err = scaled_error(matrices, cols, x, n, S, max_rows, threads);
     best.errors.push_back(err);
     if (i == 0 || err < best_error) {  // strictly better: ties keep the smaller alpha
       best_error = err;
@@ -456,7 +459,7 @@ AwqScaling awq_compute(const std::string& model_path, const GgufFile& file, cons
       }
       for (size_t i = 0; i < mean.size(); ++i) mean[i] /= static_cast<float>(std::max(count[i], 1));
       const AwqSearch s = awq_search(matrices, g.cols, in->second.sample.data(), in->second.sample_rows(), mean,
-                                     g.scale_index, o.grid, o.threads);
+                                     g.scale_index, o.grid, o.threads, o.matrix_rows);
       fold_awq_scales(g, s.scales, file, scaling);
       const double best = *std::min_element(s.errors.begin(), s.errors.end());
       report.groups.push_back({g.input, s.alpha, best, s.errors.front()});

@@ -14,7 +14,10 @@
 // Statistics: one calibration pass (the imatrix chunks) through make_awq_collector, which keeps
 // per distinct input (q/k/v share one, gate/up share one) the sum of |x| per column over every
 // token and a sample of at most max_sample_rows rows (every sample_stride-th token): memory
-// 4·cols·max_sample_rows bytes per input, e.g. 2.3 MiB for 576 columns and 1024 rows.
+// 4·cols·max_sample_rows bytes per input, e.g. 1.1 MiB for 576 columns and 512 rows; SmolLM2-135M
+// (30 layers, inputs of 576, 576, 576 and 1536 columns) takes 190 MiB.
+// The search's time is rows x cols x tokens multiply-adds per matrix and alpha; AwqOptions
+// bounds it by scoring 512 sampled tokens and 256 evenly strided rows of each matrix.
 #pragma once
 
 #include <cstdint>
@@ -46,7 +49,7 @@ struct AwqInput {
 };
 
 struct AwqStats {
-  int64_t max_sample_rows = 1024;
+  int64_t max_sample_rows = 512;
   int64_t sample_stride = 1;
   std::map<std::string, AwqInput> inputs;  // by awq_input_key
 
@@ -120,10 +123,12 @@ struct AwqSearch {
 };
 
 // alpha over `grid` points i / (grid - 1); x: `n` sampled input rows of `cols`; mean_abs per
-// column. Matrices whose type is not quantized add nothing. `threads` 0: OpenMP's default.
+// scale. Matrices whose type is not quantized add nothing. `threads` 0: OpenMP's default.
+// max_rows > 0: only every ceil(rows / max_rows)-th row of each matrix is scored (the objective
+// is then that subset's error), which bounds the time a group takes.
 AwqSearch awq_search(std::span<const AwqMatrix> matrices, int64_t cols, const float* x, int64_t n,
                      std::span<const float> mean_abs, std::span<const int32_t> scale_index, int grid,
-                     int threads);
+                     int threads, int64_t max_rows = 0);
 
 // ---- the whole step, for quantize_model
 
@@ -131,7 +136,8 @@ struct AwqOptions {
   std::string text_path;   // calibration text
   int32_t ctx = 512;       // tokens per chunk
   int64_t chunks = 0;      // at most; 0 = every whole chunk of the text
-  int64_t sample_rows = 1024;
+  int64_t sample_rows = 512;   // calibration tokens the objective is scored on
+  int64_t matrix_rows = 256;   // rows of each matrix scored (evenly strided); 0: all
   int grid = 21;
   int threads = 0;
 };
