@@ -8,8 +8,6 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 
 #include "backend/backend.h"
 #include "bench/progress.h"
@@ -18,7 +16,6 @@
 #include "model/imatrix.h"
 #include "model/model.h"
 #include "model/model_file.h"
-#include "tokenizer/tokenizer.h"
 
 namespace pagoda::cli {
 namespace {
@@ -33,27 +30,11 @@ struct Options {
   int threads = 0;
 };
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, ": cannot read");
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 int run_imatrix(const Options& o) {
   auto file = ModelFile::open(o.model);
   auto model = Model::load(*file);
-  auto tokenizer = Tokenizer::create(file->vocab());
-  const Vocab& vocab = tokenizer->vocab();
-  std::vector<TokenId> tokens;
-  const bool bos = vocab.add_bos && vocab.valid(vocab.bos);
-  if (bos) tokens.push_back(vocab.bos);
-  for (TokenId t : tokenizer->encode(read_text(o.file))) tokens.push_back(t);
-  const auto chunks = imatrix_chunks(tokens, o.ctx, bos ? vocab.bos : kNoToken, o.chunks);
-  if (chunks.empty()) {
-    fail(o.file, ": ", tokens.size(), " tokens, not enough for one chunk of -c ", o.ctx);
-  }
+  const CalibrationText text = calibration_chunks(*file, o.file, o.ctx, o.chunks, "-c");
+  const auto& chunks = text.chunks;
   const auto num_chunks = static_cast<int64_t>(chunks.size());
 
   Imatrix imatrix;
@@ -61,7 +42,7 @@ int run_imatrix(const Options& o) {
   imatrix.chunk_size = static_cast<uint32_t>(o.ctx);
   auto backend = make_cpu_backend(o.threads);
   auto collector = make_imatrix_collector(*backend, *file, imatrix);
-  std::fprintf(stderr, "%s: %zu tokens, %lld chunks of %d\n", o.file.c_str(), tokens.size(),
+  std::fprintf(stderr, "%s: %zu tokens, %lld chunks of %d\n", o.file.c_str(), text.num_tokens,
                static_cast<long long>(num_chunks), o.ctx);
   g_stop = false;
   auto old_handler = std::signal(SIGINT, on_sigint);

@@ -5,15 +5,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
-#include <sstream>
 
 #include "core/error.h"
 #include "model/imatrix.h"
 #include "model/model.h"
 #include "model/quantize.h"
 #include "quant/reference.h"
-#include "tokenizer/tokenizer.h"
 
 namespace pagoda {
 
@@ -126,21 +123,23 @@ AwqPlan awq_plan(const GgufFile& file) {
   };
   for (uint64_t l = 0; l < num_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
-    // q / k / v after attn_norm.
-    AwqGroup qkv{p + "attn_in", {}, with_bias({p + "attn_norm.weight"}, p + "attn_norm"), 0, {}};
-    for (const char* m : {"attn_q", "attn_k", "attn_v", "attn_qkv"}) {
-      if (const auto* t = matrix(p + m + ".weight")) {
-        qkv.matrices.push_back(t->name);
-        qkv.cols = static_cast<int64_t>(t->shape[0]);
+    // The matrices among `names` that read the output of the norm `norm` (q/k/v, gate/up).
+    auto after_norm = [&](const std::string& input, const std::string& norm, std::initializer_list<const char*> names) {
+      AwqGroup g{p + input, {}, with_bias({p + norm + ".weight"}, p + norm), 0, {}};
+      for (const char* m : names) {
+        if (const auto* t = matrix(p + m + ".weight")) {
+          g.matrices.push_back(t->name);
+          g.cols = static_cast<int64_t>(t->shape[0]);
+        }
       }
-    }
-    if (!qkv.matrices.empty()) {
-      if (file.find_tensor(p + "attn_norm.weight")) {
-        plan.groups.push_back(std::move(qkv));
+      if (g.matrices.empty()) return;
+      if (file.find_tensor(p + norm + ".weight")) {
+        plan.groups.push_back(std::move(g));
       } else {
-        plan.skipped.push_back(p + "attn_in: no attn_norm.weight to fold the scales into");
+        plan.skipped.push_back(p + input + ": no " + norm + ".weight to fold the scales into");
       }
-    }
+    };
+    after_norm("attn_in", "attn_norm", {"attn_q", "attn_k", "attn_v", "attn_qkv"});
     // attn_output after attn_v: attention mixes positions, never value channels, so dividing
     // v's rows by s divides attention's output channels by s. With grouped-query attention one
     // value channel feeds a column of every head in its group, so those columns share a scale.
@@ -173,20 +172,7 @@ AwqPlan awq_plan(const GgufFile& file) {
     }
     const auto* gate = matrix(p + "ffn_gate.weight");
     const auto* up = matrix(p + "ffn_up.weight");
-    AwqGroup ffn{p + "ffn_in", {}, with_bias({p + "ffn_norm.weight"}, p + "ffn_norm"), 0, {}};
-    for (const auto* t : {gate, up}) {
-      if (t) {
-        ffn.matrices.push_back(t->name);
-        ffn.cols = static_cast<int64_t>(t->shape[0]);
-      }
-    }
-    if (!ffn.matrices.empty()) {
-      if (file.find_tensor(p + "ffn_norm.weight")) {
-        plan.groups.push_back(std::move(ffn));
-      } else {
-        plan.skipped.push_back(p + "ffn_in: no ffn_norm.weight to fold the scales into");
-      }
-    }
+    after_norm("ffn_in", "ffn_norm", {"ffn_gate", "ffn_up"});
     // ffn_down after ffn_up: its input is act(gate) * up, linear in up's rows.
     if (const auto* down = matrix(p + "ffn_down.weight")) {
       if (gate && up && up->shape[1] == down->shape[0]) {
@@ -357,14 +343,6 @@ AwqSearch awq_search(std::span<const AwqMatrix> matrices, int64_t cols, const fl
 
 namespace {
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, ": cannot read");
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // The rows of a matrix tensor decoded to F32.
 std::vector<float> decode(const GgufTensorInfo& t) {
   const int64_t cols = static_cast<int64_t>(t.shape[0]);
@@ -399,14 +377,7 @@ AwqScaling awq_compute(const std::string& model_path, const GgufFile& file, cons
   // Calibration: the imatrix chunks, every position through every layer.
   auto model_file = ModelFile::open(model_path);
   auto model = Model::load(*model_file);
-  auto tokenizer = Tokenizer::create(model_file->vocab());
-  const Vocab& vocab = tokenizer->vocab();
-  std::vector<TokenId> tokens;
-  const bool bos = vocab.add_bos && vocab.valid(vocab.bos);
-  if (bos) tokens.push_back(vocab.bos);
-  for (TokenId t : tokenizer->encode(read_text(o.text_path))) tokens.push_back(t);
-  const auto chunks = imatrix_chunks(tokens, o.ctx, bos ? vocab.bos : kNoToken, o.chunks);
-  if (chunks.empty()) fail(o.text_path, ": ", tokens.size(), " tokens, not enough for one chunk of ", o.ctx);
+  const auto chunks = calibration_chunks(*model_file, o.text_path, o.ctx, o.chunks, "--awq-ctx").chunks;
   AwqStats stats;
   stats.max_sample_rows = o.sample_rows;
   const int64_t total_tokens = static_cast<int64_t>(chunks.size()) * o.ctx;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <utility>
 
 #include "core/error.h"
@@ -10,6 +12,7 @@
 #include "format/gguf_writer.h"
 #include "kv/kv_storage.h"
 #include "model/weights.h"
+#include "tokenizer/tokenizer.h"
 
 namespace pagoda {
 
@@ -225,6 +228,23 @@ std::vector<std::vector<TokenId>> imatrix_chunks(const std::vector<TokenId>& tex
     if (bos != kNoToken) chunks.back()[0] = bos;
   }
   return chunks;
+}
+
+CalibrationText calibration_chunks(const ModelFile& file, const std::string& path, int32_t ctx,
+                                   int64_t max_chunks, const std::string& ctx_option) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, ": cannot read");
+  std::stringstream text;
+  text << in.rdbuf();
+  auto tokenizer = Tokenizer::create(file.vocab());
+  const Vocab& vocab = tokenizer->vocab();
+  std::vector<TokenId> tokens;
+  const bool bos = vocab.add_bos && vocab.valid(vocab.bos);
+  if (bos) tokens.push_back(vocab.bos);
+  for (TokenId t : tokenizer->encode(text.str())) tokens.push_back(t);
+  CalibrationText c{imatrix_chunks(tokens, ctx, bos ? vocab.bos : kNoToken, max_chunks), tokens.size()};
+  if (c.chunks.empty()) fail(path, ": ", tokens.size(), " tokens, not enough for one chunk of ", ctx_option, " ", ctx);
+  return c;
 }
 
 int64_t run_imatrix_chunks(Model& model, Backend& backend, const std::vector<std::vector<TokenId>>& chunks,

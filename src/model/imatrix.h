@@ -70,6 +70,16 @@ std::unique_ptr<Backend> make_matmul_observer(Backend& inner, const ModelFile& f
 std::vector<std::vector<TokenId>> imatrix_chunks(const std::vector<TokenId>& text, int32_t ctx,
                                                  TokenId bos, int64_t max_chunks);
 
+// A calibration text file tokenized by `file`'s tokenizer (BOS first when the model adds one)
+// and cut by imatrix_chunks. Throws Error naming the path when it cannot be read or holds too
+// few tokens for one chunk (the message names the chunk length as `ctx_option` N).
+struct CalibrationText {
+  std::vector<std::vector<TokenId>> chunks;
+  size_t num_tokens = 0;
+};
+CalibrationText calibration_chunks(const ModelFile& file, const std::string& path, int32_t ctx,
+                                   int64_t max_chunks, const std::string& ctx_option);
+
 // Runs each chunk through `model` (every position through every layer) on `backend`, which
 // collects; `after_chunk(done)` is called after each and may return false to stop. Returns the
 // number of chunks run.

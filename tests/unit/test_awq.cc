@@ -26,15 +26,13 @@ namespace pagoda {
 namespace {
 
 TEST(Awq, InputKeys) {
-  EXPECT_EQ(awq_input_key("blk.3.attn_q.weight"), "blk.3.attn_in");
-  EXPECT_EQ(awq_input_key("blk.3.attn_v.weight"), "blk.3.attn_in");
-  EXPECT_EQ(awq_input_key("blk.12.ffn_up.weight"), "blk.12.ffn_in");
-  EXPECT_EQ(awq_input_key("blk.12.ffn_gate.weight"), "blk.12.ffn_in");
-  EXPECT_EQ(awq_input_key("blk.0.ffn_down.weight"), "blk.0.ffn_down");
-  EXPECT_EQ(awq_input_key("blk.0.attn_output.weight"), "blk.0.attn_output");
-  EXPECT_EQ(awq_input_key("blk.0.ffn_down_exps.weight"), "");
-  EXPECT_EQ(awq_input_key("output.weight"), "");
-  EXPECT_EQ(awq_input_key("blk.0.attn_norm.weight"), "");
+  const std::pair<const char*, const char*> cases[] = {
+      {"blk.3.attn_q.weight", "blk.3.attn_in"},       {"blk.3.attn_v.weight", "blk.3.attn_in"},
+      {"blk.12.ffn_up.weight", "blk.12.ffn_in"},      {"blk.12.ffn_gate.weight", "blk.12.ffn_in"},
+      {"blk.0.ffn_down.weight", "blk.0.ffn_down"},    {"blk.0.attn_output.weight", "blk.0.attn_output"},
+      {"blk.0.ffn_down_exps.weight", ""},             {"output.weight", ""},
+      {"blk.0.attn_norm.weight", ""}};
+  for (const auto& [name, key] : cases) EXPECT_EQ(awq_input_key(name), key) << name;
 }
 
 std::vector<float> logits_of(const std::string& path, const std::vector<TokenId>& prompt) {
