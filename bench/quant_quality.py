@@ -2,7 +2,8 @@
 round-to-nearest (no importance matrix) and with an importance matrix (pagoda imatrix /
 llama-imatrix on the same calibration text), the KL divergence of each quantized model's token
 distributions from the F32 model's (mean and p99), top-1 agreement and the perplexity ratio, by
-`pagoda bench quality` on held-out text.
+`pagoda bench quality` on held-out text. fp8 (pagoda's own FP8_E4M3 type: E4M3 codes with an F16
+scale per 32) has no llama.cpp counterpart: its rows are pagoda's alone, and say so.
 
     python3 bench/quant_quality.py --llama-quantize PATH --llama-imatrix PATH \\
         [--model ../shared/models/stories260K.gguf] [--types q4_0 q4_k_m ...]
@@ -21,7 +22,7 @@ import tempfile
 
 from benchutil import ROOT, SHARED, print_table
 
-TYPES = ["q4_0", "q4_k_m", "q5_k_m", "q6_k", "q8_0"]
+TYPES = ["q4_0", "q4_k_m", "q5_k_m", "q6_k", "q8_0", "fp8"]
 LLAMA_NAMES = {"q4_0": "Q4_0", "q4_1": "Q4_1", "q5_0": "Q5_0", "q5_1": "Q5_1", "q8_0": "Q8_0",
                "q4_k_m": "Q4_K_M", "q5_k_m": "Q5_K_M", "q6_k": "Q6_K", "q4_k": "Q4_K_S",
                "iq4_nl": "IQ4_NL", "iq4_xs": "IQ4_XS"}
@@ -72,7 +73,9 @@ def main():
         for wtype in args.types:
             for method in ("rtn", "imatrix"):
                 results = {}
-                for engine in ("pagoda", "llama.cpp") if peers else ("pagoda",):
+                # A type llama.cpp lacks (fp8) is quantized by pagoda alone.
+                engines = ("pagoda", "llama.cpp") if peers and wtype in LLAMA_NAMES else ("pagoda",)
+                for engine in engines:
                     out = tmp / f"{engine}-{wtype}-{method}.gguf"
                     if engine == "pagoda":
                         cmd = [args.pagoda, "quantize", "-i", args.model, "-o", out, "--type", wtype, "-q"]
@@ -90,6 +93,8 @@ def main():
                 for engine, q in results.items():
                     rows.append([wtype, method, engine, f"{q['kl_mean']:.5f}", f"{q['kl_p99']:.4f}",
                                  f"{q['top1_agreement_pct']:.2f}", f"{q['ppl_ratio']:.4f}"])
+                if peers and wtype not in LLAMA_NAMES:
+                    rows.append([wtype, method, "llama.cpp", "no counterpart", "", "", ""])
         print_table(f"{pathlib.Path(args.model).name}: quantized against F32 ({args.windows} windows "
                     f"of {args.ctx} tokens of the text's second half; imatrix from {args.chunks} "
                     f"chunks of its first half)",

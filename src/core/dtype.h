@@ -15,6 +15,11 @@ enum class DType : uint32_t {
   kIQ2_XXS = 16, kIQ2_XS = 17, kIQ3_XXS = 18, kIQ1_S = 19, kIQ4_NL = 20, kIQ3_S = 21,
   kIQ2_S = 22, kIQ4_XS = 23, kI8 = 24, kI16 = 25, kI32 = 26, kI64 = 27, kF64 = 28,
   kIQ1_M = 29, kBF16 = 30, kTQ1_0 = 34, kTQ2_0 = 35, kMXFP4 = 39,
+  // pagoda-private, not a ggml type: blocks of 32 FP8 E4M3 codes (quant/fp8.h) after one F16
+  // scale, 34 bytes (BlockFP8 in quant/blocks.h). Numbered far past ggml's sequential types
+  // (they end at 39, MXFP4, in the llama.cpp pagoda compares with) so no future ggml type takes
+  // it; files holding it are pagoda-only: llama.cpp and the gguf package refuse the number.
+  kFP8_E4M3 = 0xF8E4,  // 63716: "F8 E4"
 };
 
 struct DTypeTraits {

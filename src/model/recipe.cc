@@ -24,6 +24,9 @@ constexpr WeightRecipe kRecipes[] = {
     // untied token table included) the base type.
     {"iq4_nl", DType::kIQ4_NL, DType::kQ6_K, false, 25},
     {"iq4_xs", DType::kIQ4_XS, DType::kQ6_K, false, 30},
+    // pagoda's own FP8_E4M3 (core/dtype.h), every matrix, as q8_0 is; llama_ftype has no FP8,
+    // so general.file_type takes the type's private number too.
+    {"fp8", DType::kFP8_E4M3, DType::kFP8_E4M3, false, 0xF8E4},
 };
 
 // The layer of "blk.N.<rest>", or -1.

@@ -131,6 +131,13 @@ struct BlockIQ4_XS {
 
 // The sizes are the GGUF type sizes (also in the traits table in core/dtype.cc, which is not
 // constexpr; tests/unit/test_quant.cc checks the two agree).
+// FP8_E4M3 (pagoda's own type, core/dtype.h): 32 E4M3 codes (quant/fp8.h) with one F16 scale,
+// laid out as Q8_0 is; x = d * e4m3(code), d = F16(amax / 448).
+struct BlockFP8 {
+  uint16_t d;
+  uint8_t qs[kBlockSize];
+};
+
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ5_0) == 22);
@@ -144,5 +151,6 @@ static_assert(sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ8_K) == 292);
 static_assert(sizeof(BlockIQ4_NL) == 18);
 static_assert(sizeof(BlockIQ4_XS) == 136);
+static_assert(sizeof(BlockFP8) == 34);
 
 }  // namespace pagoda

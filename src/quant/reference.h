@@ -19,7 +19,8 @@ bool can_dequantize(DType type);
 bool can_quantize(DType type);
 
 // dst[0..n) = the values encoded by row_bytes(type, n) bytes at src (any alignment).
-// Supports F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K .. Q8_K, IQ4_NL, IQ4_XS. Throws
+// Supports F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K .. Q8_K, IQ4_NL, IQ4_XS and
+// pagoda's own FP8_E4M3 (quant/weight_types.cc has the list). Throws
 // Error for another type or an n that is not a whole number of blocks.
 void dequantize_row(DType type, const void* src, float* dst, int64_t n);
 
@@ -32,7 +33,8 @@ void dequantize_row(DType type, const void* src, float* dst, int64_t n);
 // mode). The K-quants use pagoda's own scale search, so their bytes differ from llama.cpp's
 // while decoding with the same formula; so do IQ4_NL / IQ4_XS (a search for the scale of each
 // 32 values with the least squared error over the non-linear grid; IQ4_XS then codes those
-// scales as 6-bit multiples of one F16 super-scale).
+// scales as 6-bit multiples of one F16 super-scale). FP8_E4M3 rounds x / d to the nearest E4M3
+// value (ties to even) with d = F16(amax / 448), as the FP8 KV cache codes its groups.
 void quantize_row(DType type, const float* src, void* dst, int64_t n);
 
 // Encodes src[0..n) like quantize_row, but chooses scales and quants that minimise the
@@ -45,7 +47,9 @@ void quantize_row(DType type, const float* src, void* dst, int64_t n);
 // Searched: Q4_0, Q4_1, Q5_0, Q5_1 (block scale and min; never a higher weighted error than
 // quantize_row's), Q2_K .. Q6_K (every step of quantize_row's search, weighted) and IQ4_NL /
 // IQ4_XS (quantize_row's search, weighted; never a higher weighted error than quantize_row's,
-// block by block). sigma2 is the mean square times 2 for Q3_K, Q4_K, Q5_K and the IQ4 types
+// block by block) and FP8_E4M3 (32 block scales from amax / 448 up to twice it; never a higher
+// weighted error than quantize_row's, block by block). sigma2 is the mean square times 2 for
+// Q3_K, Q4_K, Q5_K and the IQ4 types
 // (over each block of 32 for IQ4_NL), as in llama.cpp; Q6_K takes the plain mean square where
 // llama.cpp would weigh by importance alone. A row whose weights are all 0 has
 // nothing to prefer and gets quantize_row's bytes. Throws Error for a negative or non-finite

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "quant/blocks.h"
+#include "quant/reference_fp8.h"
 #include "quant/reference_iq.h"
 #include "quant/reference_k.h"
 #include "quant/reference_legacy.h"
@@ -66,6 +67,10 @@ constexpr WeightType kTypes[] = {
     {{DType::kTQ1_0, "TQ1_0", 256, 54}},
     {{DType::kTQ2_0, "TQ2_0", 256, 66}},
     {{DType::kMXFP4, "MXFP4", 32, 17}},
+    // pagoda's own: E4M3 codes with an F16 scale per 32 (reference_fp8.h). Its search weighs
+    // like the legacy types' (sigma2 from the whole row).
+    {{DType::kFP8_E4M3, "FP8_E4M3", 32, 34}, dequantize_fp8_e4m3, quantize_fp8_e4m3,
+     quantize_fp8_e4m3_weighted, 0, 1.0f},
 };
 static_assert(std::size(kTypes) == kNumWeightTypes);
 

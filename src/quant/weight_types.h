@@ -38,7 +38,7 @@ struct WeightType {
 };
 
 // Rows of the table; the CPU backend sizes its kernel tables by it.
-inline constexpr int kNumWeightTypes = 32;
+inline constexpr int kNumWeightTypes = 33;
 
 std::span<const WeightType> weight_types();
 // nullptr for a type the table does not hold.

@@ -8,7 +8,8 @@
 // float weights 1e-10 (float instead of double sums; also Q8_K, which no level has a kernel
 // for and which goes through float rows); weights dotted with 8-bit activations
 // 1e-4 (Q8, one scale per 32: about 3e-5 expected for Gaussian data) and 2e-4 (Q8K, one scale
-// per 256: about 5e-5). A single shape may have only one output, whose squared error is one
+// per 256: about 5e-5); FP8_E4M3 1e-10 (its codes are decoded exactly and dotted with the float
+// activations, as float weights are). A single shape may have only one output, whose squared error is one
 // draw of a chi-square variable, so each shape alone only has to stay within 30 times that
 // (a wrong quant, scale or offset anywhere gives 1e-2 or more).
 #include <gtest/gtest.h>
@@ -40,6 +41,7 @@ const TypeCase kTypes[] = {
     {DType::kQ2_K, 2e-4},  {DType::kQ3_K, 2e-4},  {DType::kQ4_K, 2e-4},  {DType::kQ5_K, 2e-4},
     {DType::kQ6_K, 2e-4},  {DType::kQ8_K, 1e-10},  // Q8_K: no kernel, rows dequantized to float
     {DType::kIQ4_NL, 1e-4}, {DType::kIQ4_XS, 1e-4},  // Q8 activations, as the legacy types
+    {DType::kFP8_E4M3, 1e-10},  // float activations
 };
 
 std::vector<float> normal(size_t n, uint32_t seed, float scale = 1.0f) {
@@ -164,7 +166,8 @@ TEST_P(CpuMatmul, EveryTypeMatchesTheReference) {
 TEST_P(CpuMatmul, LargeProductsMatchTheReference) {
   auto ref = make_reference_backend();
   auto cpu = make_cpu_backend(threads_);
-  for (DType type : {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ4_K, DType::kQ6_K, DType::kF16}) {
+  for (DType type : {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ4_K, DType::kQ6_K, DType::kF16,
+                     DType::kFP8_E4M3}) {
     SCOPED_TRACE(dtype_traits(type).name);
     const int64_t rows = 300, cols = 1024, num_tokens = 70;
     const Weights w = weights(type, rows, cols, 5);
@@ -173,7 +176,7 @@ TEST_P(CpuMatmul, LargeProductsMatchTheReference) {
     std::vector<float> want(static_cast<size_t>(num_tokens * rows)), got(want.size(), NAN);
     ref->matmul(w.matrix, x.data(), num_tokens, want.data());
     cpu->matmul(w.matrix, x.data(), num_tokens, got.data());
-    const double bound = type == DType::kF16 ? 1e-10 : 2e-4;
+    const double bound = type == DType::kF16 || type == DType::kFP8_E4M3 ? 1e-10 : 2e-4;
     EXPECT_LE(error_over_power(got, want, w, x, num_tokens), bound);
   }
 }
@@ -250,6 +253,21 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // Every level computes the same integer sums, so levels differ only by float summation order.
+// FP8_E4M3 runs on tiles of its own at every level (float activations), and packed at the
+// AVX-512 level, rather than falling back to one dequantized row at a time.
+TEST(CpuKernels, FP8HasItsOwnTiles) {
+  const int type = cpu::dtype_index(DType::kFP8_E4M3);
+  ASSERT_GE(type, 0);
+  for (const CpuLevel level : {CpuLevel::kScalar, CpuLevel::kAvx2, CpuLevel::kAvx512}) {
+    const cpu::Kernels& k = cpu::cpu_kernels(level);
+    EXPECT_NE(k.matmul[type].tile, nullptr) << cpu_level_name(level);
+    EXPECT_EQ(k.matmul[type].act, cpu::ActFormat::kF32) << cpu_level_name(level);
+    if (level == CpuLevel::kAvx512 && detected_cpu_level() >= CpuLevel::kAvx512) {
+      EXPECT_NE(k.packed[type].tile, nullptr);
+    }
+  }
+}
+
 TEST(CpuKernels, LevelsAgreeWithScalar) {
   for (const TypeCase& tc : kTypes) {
     const int64_t cols = dtype_traits(tc.type).block_size == 1 ? 45 : 512;

@@ -34,7 +34,7 @@ constexpr Weighting kSearched[] = {
     {DType::kQ4_0, 0, 1.0},     {DType::kQ4_1, 0, 1.0},      {DType::kQ5_0, 0, 1.0},
     {DType::kQ5_1, 0, 1.0},     {DType::kQ2_K, 256, 1.0},    {DType::kQ3_K, 256, 2.0},
     {DType::kQ4_K, 256, 2.0},   {DType::kQ5_K, 256, 2.0},    {DType::kQ6_K, 256, 1.0},
-    {DType::kIQ4_NL, 32, 2.0},  {DType::kIQ4_XS, 256, 2.0},
+    {DType::kIQ4_NL, 32, 2.0},  {DType::kIQ4_XS, 256, 2.0},  {DType::kFP8_E4M3, 0, 1.0},
 };
 
 constexpr DType kWithoutSearch[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0,
@@ -202,6 +202,7 @@ constexpr HeavyBound kHeavyBounds[] = {
     {DType::kQ6_K, 0.5},  // 0.234 [0.084 .. 0.330]
     {DType::kIQ4_NL, 0.4},  // 0.145
     {DType::kIQ4_XS, 0.4},  // 0.143
+    {DType::kFP8_E4M3, 0.3},  // 0.088
 };
 
 double heavy_bound(DType type) {
@@ -214,8 +215,9 @@ double heavy_bound(DType type) {
 // On the two mildly weighted sets the bound is 1 (never worse than quantize_row); measured
 // gaussian, outliers: Q4_0 0.848, 0.944; Q4_1 0.763, 0.808; Q5_0 0.824, 0.973; Q5_1 0.747,
 // 0.754; Q2_K 0.902, 0.899; Q3_K 0.945, 0.962; Q4_K 0.945, 0.841; Q5_K 0.950, 0.933; Q6_K
-// 0.952, 0.968; IQ4_NL 0.947, 0.935; IQ4_XS 0.943, 0.882. The legacy searches cannot exceed 1
-// (quantize_row's scale is a candidate), nor can the IQ4 ones (quantize_row's block is).
+// 0.952, 0.968; IQ4_NL 0.947, 0.935; IQ4_XS 0.943, 0.882; FP8_E4M3 0.537, 0.171. The legacy
+// and FP8 searches cannot exceed 1 (quantize_row's scale is a candidate), nor can the IQ4 ones
+// (quantize_row's block is).
 TEST(QuantWeighted, LowersTheWeightedError) {
   const RowSet sets[] = {gaussian_set(), outlier_set(), heavy_set()};
   for (const Weighting& t : kSearched) {
@@ -253,6 +255,7 @@ constexpr UniformBound kUniformBounds[] = {
     {DType::kQ6_K, 1.03},  // 1.010
     {DType::kIQ4_NL, 1.03},  // 1.009
     {DType::kIQ4_XS, 1.03},  // 1.007
+    {DType::kFP8_E4M3, 0.7},  // 0.599: 32 scales beat amax / 448 on plain error too
 };
 
 TEST(QuantWeighted, UniformImportanceKeepsThePlainError) {
@@ -293,6 +296,7 @@ constexpr RoundTripBound kRoundTripBounds[] = {
     {DType::kQ6_K, 4.5e-4, 7.5e-4},  // 3.1e-4, 4.8e-4 (5.0e-4)
     {DType::kIQ4_NL, 8.5e-3, 1.2e-2},  // 5.5e-3, 7.7e-3
     {DType::kIQ4_XS, 8.5e-3, 1.2e-2},  // 5.6e-3, 7.8e-3
+    {DType::kFP8_E4M3, 5.5e-4, 8e-4},  // 3.6e-4, 5.3e-4 (round to nearest: 5.8e-4)
 };
 
 double round_trip_nmse(DType type, const RowSet& set) {

@@ -172,6 +172,30 @@ void tile_legacy(const uint8_t* w, size_t w_stride, int num_rows, const uint8_t*
   }
 }
 
+// ---- FP8_E4M3 (blocks of 32, F32 activations) ----
+
+// Codes decoded exactly to floats and dotted with the float activations; each block's sum is
+// then scaled: acc += d * sum. No 8-bit activations: E4M3 values need 18-bit integers.
+void tile_fp8(const uint8_t* w, size_t w_stride, int num_rows, const uint8_t* x, size_t x_stride,
+              int num_tokens, int64_t cols, float* y, int64_t y_stride) {
+  for (int r = 0; r < num_rows; ++r) {
+    float acc[kTileTokens] = {};
+    for (int64_t b = 0; b < cols / kBlockSize; ++b) {
+      const auto blk = load<BlockFP8>(w + r * w_stride, b);
+      float v[kBlockSize];
+      for (int j = 0; j < kBlockSize; ++j) v[j] = fp8_e4m3_to_fp32(blk.qs[j]);
+      const float d = fp16_to_fp32(blk.d);
+      for (int t = 0; t < num_tokens; ++t) {
+        const float* xt = reinterpret_cast<const float*>(x + t * x_stride) + b * kBlockSize;
+        float sum = 0.0f;
+        for (int j = 0; j < kBlockSize; ++j) sum += v[j] * xt[j];
+        acc[t] += d * sum;
+      }
+    }
+    for (int t = 0; t < num_tokens; ++t) y[t * y_stride + r] = acc[t];
+  }
+}
+
 // ---- K-quants (super-blocks of 256, Q8K activations) ----
 
 // x = d * sc[g] * q - dmin * mn[g] for element e of group g = e / 16.
@@ -467,6 +491,7 @@ void fill_scalar_kernels(Kernels& k) {
   set(k, DType::kQ8_0, ActFormat::kQ8, tile_legacy<decode_q8_0>);
   set(k, DType::kIQ4_NL, ActFormat::kQ8, tile_legacy<decode_iq4_nl>);
   set(k, DType::kIQ4_XS, ActFormat::kQ8, tile_legacy<decode_iq4_xs>);
+  set(k, DType::kFP8_E4M3, ActFormat::kF32, tile_fp8);
   set(k, DType::kQ2_K, ActFormat::kQ8K, tile_kquant<decode_q2_k>);
   set(k, DType::kQ3_K, ActFormat::kQ8K, tile_kquant<decode_q3_k>);
   set(k, DType::kQ4_K, ActFormat::kQ8K, tile_kquant<decode_q4_k>);

@@ -105,6 +105,25 @@ void pack_legacy(const uint8_t* w, size_t w_stride, int64_t rows, int64_t cols, 
   }
 }
 
+// FP8_E4M3: the 16 rows' scales, then per column the 16 rows' codes as stored.
+void pack_fp8(const uint8_t* w, size_t w_stride, int64_t rows, int64_t cols, int64_t group,
+              uint8_t* out) {
+  for (int64_t b = 0; b < cols / 32; ++b) {
+    uint16_t d[kPackRows] = {};
+    uint8_t codes[32][kPackRows] = {};
+    for (int r = 0; r < kPackRows; ++r) {
+      const int64_t row = group * kPackRows + r;
+      if (row >= rows) break;
+      const uint8_t* blk = w + row * w_stride + b * 34;
+      d[r] = u16_at(blk);
+      for (int j = 0; j < 32; ++j) codes[j][r] = blk[2 + j];
+    }
+    put_f16(d, out);
+    std::memcpy(out + 32, codes, sizeof(codes));
+    out += 32 + sizeof(codes);
+  }
+}
+
 // ---- K-quants: super-blocks of 256 ----
 
 struct Block256 {
@@ -232,6 +251,7 @@ constexpr PackedLayout kLayouts[] = {
     {DType::kQ4_0, 32, 32 + 4 * kVectorBytes, pack_legacy<decode_nibbles<2, false>, 18, false, true>},
     {DType::kQ4_1, 32, 64 + 4 * kVectorBytes, pack_legacy<decode_nibbles<4, true>, 20, true, true>},
     {DType::kQ8_0, 32, 32 + 8 * kVectorBytes, pack_legacy<decode_q8_0, 34, false, false>},
+    {DType::kFP8_E4M3, 32, 32 + 32 * kPackRows, pack_fp8},
     {DType::kQ4_K, 256, 64 + 8 * 32 + 8 * 4 * kVectorBytes, pack_k<decode_q4_k, 144, false>},
     {DType::kQ6_K, 256, 32 + 16 * 16 + 8 * 6 * kVectorBytes, pack_k<decode_q6_k, 210, true>},
     {DType::kF16, 1, kPackRows * 2, pack_float<2>},

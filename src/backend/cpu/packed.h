@@ -8,6 +8,7 @@
 // quant u of row r, column 4j + i. Per type, per block of 32 columns (K-quants: per 256):
 //   Q4_0, Q4_1  [d f16 x16] [m f16 x16, Q4_1 only] [4 nibble vectors]             x = d (u - 8), d u + m
 //   Q8_0        [d f16 x16] [8 byte vectors, u = q + 128]                          x = d (u - 128)
+//   FP8_E4M3    [d f16 x16] [per column: the 16 rows' E4M3 codes, 16 bytes] x32   x = d e4m3(code)
 //   Q4_K        [d x16][dmin x16 f16] [scale u8 x16, min u8 x16] x8 [4 nibble vectors] x8
 //                                                                  x = d sc u - dmin mn (groups of 32)
 //   Q6_K        [d f16 x16] [scale i8 x16] x16 [4 nibble vectors, 2 high-bit vectors] x8
