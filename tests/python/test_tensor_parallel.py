@@ -121,3 +121,21 @@ def test_serve_16_concurrent_requests_give_what_they_give_alone(pagoda_bin, stor
         assert [complete(one.url, p, 24) for p in prompts[:4]] == alone[:4]
     finally:
         one.stop()
+
+
+def test_estimate_tp_counts_per_rank_memory_and_the_ranks_needed(pagoda_bin):
+    base = [pagoda_bin, "estimate", "--preset", "llama-3-70b", "--weights-type", "q4_k_m",
+            "--context", "4096", "--batch", "8", "--memory-gb", "24", "--json", "-"]
+    whole = json.loads(run(base).stdout)
+    r = run(base + ["--tp", "4"])
+    assert r.returncode == 0, r.stderr
+    tp = json.loads(r.stdout)["tensor_parallel"]
+    assert tp["ranks"] == 4
+    assert abs(tp["weights_bytes_per_rank"] * 4 - whole["weight_bytes"]) < 4
+    assert abs(tp["kv_bytes_per_rank"] * 4 - whole["kv_bytes_total"]) < 4
+    # 70B at 4.8 bits is 39.6 GiB: two ranks hold 19.8 GiB of weights each plus 5 GiB of KV,
+    # past 24 GiB; four fit.
+    assert tp["ranks_needed"] == 4
+    bad = run(base + ["--tp", "3"])
+    assert bad.returncode == 1
+    assert "--tp 3 does not divide the model's 8 KV heads" in bad.stderr
