@@ -3,6 +3,7 @@
 #include <pthread.h>
 
 #include <csignal>
+#include <cinttypes>
 #include <cstdio>
 #include <memory>
 
@@ -31,8 +32,32 @@ Ranks::Ranks() {
   pthread_sigmask(SIG_SETMASK, &before, nullptr);
 }
 
+// This process's peak resident memory (VmHWM), in bytes; 0 where /proc does not say.
+uint64_t peak_resident_bytes() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (f == nullptr) return 0;
+  char line[256];
+  uint64_t kib = 0;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    if (std::sscanf(line, "VmHWM: %" SCNu64 " kB", &kib) == 1) break;
+  }
+  std::fclose(f);
+  return kib * 1024;
+}
+
 Ranks::~Ranks() {
-  if (g_world && g_leading) send_stop(*g_world);
+  if (!g_world) return;
+  if (g_leading) send_stop(*g_world);
+  // One line per rank: what tensor parallelism cost it (bench/tensor_parallel.py reads these).
+  const Communicator::Stats s = g_world->stats();
+  if (s.num_all_reduces > 0) {
+    std::fprintf(stderr,
+                 "rank %d of %d: peak resident %.1f MiB, %lld all-reduces, %.3f s in them "
+                 "(%.1f us each)\n",
+                 g_world->rank(), g_world->size(), double(peak_resident_bytes()) / 1048576.0,
+                 static_cast<long long>(s.num_all_reduces), s.all_reduce_s,
+                 1e6 * s.all_reduce_s / double(s.num_all_reduces));
+  }
   g_world.reset();
 }
 

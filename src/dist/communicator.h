@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <span>
 
@@ -28,6 +29,16 @@ class Communicator {
                       std::span<const size_t> counts) = 0;
   // Ends every rank with `code` (a rank that failed alone would leave the others waiting).
   [[noreturn]] virtual void abort(int code) = 0;
+
+  // What the sums across ranks cost this rank so far (the figure tensor parallelism adds).
+  struct Stats {
+    int64_t num_all_reduces = 0;
+    double all_reduce_s = 0;
+  };
+  Stats stats() const { return stats_; }
+
+ protected:
+  Stats stats_;
 };
 
 // Whether this process was started by mpirun (OpenMPI's environment says so) with more than one

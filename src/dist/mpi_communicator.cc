@@ -47,9 +47,12 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
 
   void all_reduce_sum(float* data, size_t count) override {
+    const double start = MPI_Wtime();
     check(MPI_Allreduce(MPI_IN_PLACE, data, checked_int(count), MPI_FLOAT, MPI_SUM,
                         MPI_COMM_WORLD),
           "all-reduce");
+    stats_.all_reduce_s += MPI_Wtime() - start;
+    ++stats_.num_all_reduces;
   }
 
   void broadcast(void* data, size_t bytes) override {
