@@ -139,3 +139,63 @@ def test_estimate_tp_counts_per_rank_memory_and_the_ranks_needed(pagoda_bin):
     bad = run(base + ["--tp", "3"])
     assert bad.returncode == 1
     assert "--tp 3 does not divide the model's 8 KV heads" in bad.stderr
+
+
+@pytest.fixture
+def two_hosts(tmp_path):
+    """Two "hosts": network namespaces joined by a veth pair, 10.231.<k>.1 and .2, and an
+    rsh agent for mpirun that starts a host's processes in its namespace (and notes each start
+    in `starts`). Made and removed here; skipped where namespaces cannot be made."""
+    if shutil.which("ip") is None:
+        pytest.skip("*** iproute2 is absent: SKIPPING the two-host tensor parallel test ***")
+    k = os.getpid() % 200 + 20
+    ns = [f"pagoda-tp-{os.getpid()}-a", f"pagoda-tp-{os.getpid()}-b"]
+    addr = [f"10.231.{k}.1", f"10.231.{k}.2"]
+    veth = [f"pgtp{os.getpid() % 100000}a", f"pgtp{os.getpid() % 100000}b"]
+    made = subprocess.run(["ip", "netns", "add", ns[0]], capture_output=True, text=True)
+    if made.returncode != 0:
+        pytest.skip(f"*** cannot make network namespaces ({made.stderr.strip()}): SKIPPING the "
+                    "two-host tensor parallel test ***")
+    starts = tmp_path / "starts"
+    try:
+        steps = [["ip", "netns", "add", ns[1]],
+                 ["ip", "link", "add", veth[0], "type", "veth", "peer", "name", veth[1]]]
+        for i in range(2):
+            steps += [["ip", "link", "set", veth[i], "netns", ns[i]],
+                      ["ip", "-n", ns[i], "addr", "add", addr[i] + "/24", "dev", veth[i]],
+                      ["ip", "-n", ns[i], "link", "set", veth[i], "up"],
+                      ["ip", "-n", ns[i], "link", "set", "lo", "up"]]
+        for step in steps:
+            subprocess.run(step, check=True, capture_output=True)
+        agent = tmp_path / "rsh"
+        agent.write_text("#!/bin/sh\nhost=\"$1\"; shift\n"
+                         f"case \"$host\" in {addr[0]}) ns={ns[0]} ;; {addr[1]}) ns={ns[1]} ;; "
+                         "*) echo \"unknown host $host\" >&2; exit 1 ;; esac\n"
+                         f"echo \"$ns\" >> {starts}\n"
+                         "exec ip netns exec \"$ns\" sh -c \"$*\"\n")
+        agent.chmod(0o755)
+        yield ns, addr, agent, starts
+    finally:
+        for n in ns:
+            subprocess.run(["ip", "netns", "del", n], capture_output=True)
+
+
+def test_two_hosts_over_tcp_give_what_one_process_gives(pagoda_bin, stories, two_hosts):
+    ns, addr, agent, starts = two_hosts
+    if MPIRUN is None:
+        pytest.skip("*** mpirun is absent: SKIPPING the two-host tensor parallel test ***")
+    subnet = addr[0].rsplit(".", 1)[0] + ".0/24"
+    # Rank 0 on the first host, rank 1 on the second; the ranks talk over TCP on the veth pair
+    # only (no shared memory), as two machines would.
+    cmd = ["ip", "netns", "exec", ns[0], MPIRUN, "--allow-run-as-root",
+           "--host", ",".join(addr), "-np", "2", "--mca", "plm_rsh_agent", agent,
+           "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", subnet,
+           "--mca", "oob_tcp_if_include", subnet,
+           "-x", "OMPI_ALLOW_RUN_AS_ROOT", "-x", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM",
+           pagoda_bin, "run", "-m", stories, "-p", "Once upon a time", "-n", "32", "--temp", "0",
+           "-t", "1"]
+    r = run(cmd, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert ns[1] in starts.read_text().split()  # the second host's processes were started there
+    assert "rank 1 of 2" in r.stderr
+    assert r.stdout == generate(pagoda_bin, stories, 1, "Once upon a time", 32)
