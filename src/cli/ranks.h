@@ -3,6 +3,8 @@
 // server); the others follow its steps until it is done.
 #pragma once
 
+#include <functional>
+
 namespace pagoda {
 class Backend;
 class Communicator;
@@ -29,6 +31,12 @@ bool is_follower();
 // Ranks other than 0 follow rank 0's steps on `model` and return true once it is done (the
 // command ends there); rank 0 and a single process get false and go on.
 bool follow_rank0(Model& model, Backend& backend);
+
+// Rank 0 learns at once when another rank's process ends, however it ends (killed, out of
+// memory): `handler` runs then, on a thread of its own, with that rank. Without one, rank 0
+// prints one line naming the rank and exits 1. Not called for ranks that end because rank 0
+// told them to.
+void on_rank_lost(std::function<void(int rank, int size)> handler);
 
 // After an error: with several ranks, ends them all with `code` (one rank's failure would leave
 // the others waiting on it); otherwise returns.

@@ -225,6 +225,14 @@ Action add_serve(CLI::App& app) {
                            .c_str()
                      : "");
     running = &http;
+    // Tensor parallel: another rank gone means no step can finish; say so to the clients.
+    on_rank_lost([&http](int rank, int size) {
+      const std::string message = "tensor parallel: rank " + std::to_string(rank) + " of " +
+                                  std::to_string(size) + " is gone (its process ended)";
+      std::fprintf(stderr, "serve: %s: failing the requests in flight, exiting\n",
+                   message.c_str());
+      http.fail_in_flight(message, 0.5);
+    });
     http.run();
     running = nullptr;
     std::fprintf(stderr, "serve: stopped\n");

@@ -10,6 +10,9 @@ import pathlib
 import signal
 import shutil
 import subprocess
+import threading
+import time
+import urllib.error
 import urllib.request
 
 import pytest
@@ -199,3 +202,49 @@ def test_two_hosts_over_tcp_give_what_one_process_gives(pagoda_bin, stories, two
     assert ns[1] in starts.read_text().split()  # the second host's processes were started there
     assert "rank 1 of 2" in r.stderr
     assert r.stdout == generate(pagoda_bin, stories, 1, "Once upon a time", 32)
+
+
+def test_a_rank_that_dies_fails_the_requests_in_flight_with_a_500(pagoda_bin):
+    # Qwen2.5-0.5B on one thread a rank decodes ~10 tokens/s: 400 tokens are still running when
+    # rank 1 is killed.
+    s = Server(pagoda_bin, need(QWEN), "-t", "1", "--kv-tokens", "4096", launcher=mpirun(2))
+    try:
+        results = {}
+
+        def plain():
+            body = json.dumps({"prompt": "Once", "max_tokens": 400, "ignore_eos": True}).encode()
+            req = urllib.request.Request(s.url + "/v1/completions", data=body)
+            try:
+                urllib.request.urlopen(req, timeout=120)
+                results["plain"] = (200, "")
+            except urllib.error.HTTPError as e:
+                results["plain"] = (e.code, e.read().decode())
+
+        def streamed():
+            body = json.dumps({"prompt": "Once", "max_tokens": 400, "ignore_eos": True,
+                               "stream": True}).encode()
+            req = urllib.request.Request(s.url + "/v1/completions", data=body)
+            with urllib.request.urlopen(req, timeout=120) as r:
+                results["stream"] = r.read().decode()
+
+        threads = [threading.Thread(target=f) for f in (plain, streamed)]
+        for t in threads:
+            t.start()
+        time.sleep(3)
+        children = pathlib.Path(f"/proc/{s.proc.pid}/task/{s.proc.pid}/children").read_text()
+        for pid in children.split():
+            env = pathlib.Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            if b"OMPI_COMM_WORLD_RANK=1" in env:
+                os.kill(int(pid), signal.SIGKILL)
+        for t in threads:
+            t.join(60)
+        assert s.proc.wait(60) != 0  # no hang, and not a success
+        status, body = results["plain"]
+        assert status == 500
+        assert "rank 1 of 2 is gone" in json.loads(body)["error"]["message"]
+        events = [line[6:] for line in results["stream"].split("\n") if line.startswith("data: ")]
+        assert events[-1] == "[DONE]"
+        assert "rank 1 of 2 is gone" in json.loads(events[-2])["error"]["message"]
+        assert "serve: tensor parallel: rank 1 of 2 is gone" in "".join(s.log)
+    finally:
+        s.stop()
