@@ -98,12 +98,7 @@ def main():
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(600):
-            try:
-                urllib.request.urlopen(url + "/health", timeout=2)
-                break
-            except OSError:
-                time.sleep(0.2)
+        wait_healthy(url, proc)
         chat(url, "warm up", None, 8)
         # A schema the server has not seen, then the same one again.
         new = [chat(url, PROMPTS[0], SCHEMA, 4)["ttft"]]

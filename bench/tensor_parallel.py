@@ -22,7 +22,7 @@ import tempfile
 import time
 import urllib.request
 
-from benchutil import free_port, print_table, synth_model
+from benchutil import free_port, print_table, synth_model, wait_healthy
 
 RANK_LINE = re.compile(r"rank (\d+) of (\d+): peak resident ([\d.]+) MiB, (\d+) all-reduces, "
                        r"([\d.]+) s in them")
@@ -68,12 +68,7 @@ def batched(args, model, ranks, threads):
                             stdout=subprocess.DEVNULL, stderr=log)
     url = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(600):
-            try:
-                urllib.request.urlopen(url + "/health", timeout=2)
-                break
-            except OSError:
-                time.sleep(0.5)
+        wait_healthy(url, proc)
         complete(url, "warm up", 2)
         start = time.time()
         with concurrent.futures.ThreadPoolExecutor(16) as pool:
