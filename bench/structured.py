@@ -13,12 +13,13 @@ import json
 import pathlib
 import random
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import time
 import urllib.request
+
+from benchutil import free_port, wait_healthy
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -47,12 +48,6 @@ PROMPTS = [
     "Give me the profile of a nurse from Toronto.",
     "Create a record for a teacher in Nairobi.",
 ]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def chat(url, prompt, schema, max_tokens, salt=""):
