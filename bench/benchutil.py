@@ -106,6 +106,22 @@ def llama_server_cmd(binary, model, threads, kv_tokens, batch, parallel, kv_type
                          "--no-webui", *extra]
 
 
+def wait_healthy(url, proc, name="the server", timeout=600):
+    """Returns once GET url/health answers 200; RuntimeError when `proc` exits or time runs out."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{name} exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=5) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.3)
+    raise RuntimeError(f"{name} did not become healthy")
+
+
 class Server:
     """A server process on a free port, ready once GET /health answers 200; a context manager
     that stops it (SIGTERM, then SIGKILL after 30 s)."""
@@ -118,19 +134,12 @@ class Server:
                                      stderr=subprocess.DEVNULL)
 
     def __enter__(self):
-        deadline = time.time() + self.timeout
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited with {self.proc.returncode}")
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=5) as r:
-                    if r.status == 200:
-                        return self
-            except OSError:
-                pass
-            time.sleep(0.3)
-        self.stop()
-        raise RuntimeError(f"{self.name} did not become healthy")
+        try:
+            wait_healthy(self.url, self.proc, self.name, self.timeout)
+        except RuntimeError:
+            self.stop()
+            raise
+        return self
 
     def __exit__(self, *exc):
         self.stop()

@@ -13,12 +13,13 @@ import json
 import pathlib
 import random
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import time
 import urllib.request
+
+from benchutil import free_port, wait_healthy
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -47,12 +48,6 @@ PROMPTS = [
     "Give me the profile of a nurse from Toronto.",
     "Create a record for a teacher in Nairobi.",
 ]
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def chat(url, prompt, schema, max_tokens, salt=""):
@@ -98,12 +93,7 @@ def main():
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
-        for _ in range(600):
-            try:
-                urllib.request.urlopen(url + "/health", timeout=2)
-                break
-            except OSError:
-                time.sleep(0.2)
+        wait_healthy(url, proc)
         chat(url, "warm up", None, 8)
         # A schema the server has not seen, then the same one again.
         new = [chat(url, PROMPTS[0], SCHEMA, 4)["ttft"]]

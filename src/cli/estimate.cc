@@ -40,6 +40,7 @@ struct EstimateArgs {
   std::string hardware;
   std::vector<std::string> hw;
   int gpus = 1;
+  int tp = 1;  // ranks splitting the model (mpirun -np N pagoda serve)
   std::string prompt_len = "512";
   std::string output_len = "256";
   std::string dataset;
@@ -114,6 +115,67 @@ void print_table(const Estimate& e, const std::string& model_name, bool is_prese
         std::string(*e.fits ? "fits" : "does NOT fit") + "; largest batch of " +
             std::to_string(e.context) + "-token sequences: " + std::to_string(*e.max_batch));
   }
+}
+
+// Tensor parallel over `ranks` processes (model/tensor_parallel.h): every weight matrix and the
+// KV heads are split evenly; the activations, sized by the hidden width, are on every rank, so
+// the overhead is counted whole on each.
+struct RankShare {
+  int ranks = 1;
+  uint64_t weights = 0, kv = 0, overhead = 0, total = 0;
+};
+
+RankShare rank_share(const Estimate& e, int ranks) {
+  RankShare r;
+  r.ranks = ranks;
+  const auto n = static_cast<uint64_t>(ranks);
+  r.weights = (e.weights.num_bytes + n - 1) / n;
+  r.kv = (e.kv_bytes_total + n - 1) / n;
+  r.overhead = e.overhead_bytes;
+  r.total = r.weights + r.kv + r.overhead;
+  return r;
+}
+
+// The fewest ranks (dividing the KV heads) whose share fits `memory`; 0 when none does.
+int ranks_needed(const Estimate& e, uint64_t memory) {
+  for (uint32_t n = 1; n <= e.config.num_kv_heads; ++n) {
+    if (e.config.num_kv_heads % n == 0 && rank_share(e, static_cast<int>(n)).total <= memory) {
+      return static_cast<int>(n);
+    }
+  }
+  return 0;
+}
+
+void print_tensor_parallel(const Estimate& e, int ranks) {
+  const ModelConfig& c = e.config;
+  const RankShare r = rank_share(e, ranks);
+  auto row = [](const char* label, const std::string& value, const std::string& note) {
+    std::printf("%-17s %11s  %s\n", label, value.c_str(), note.c_str());
+  };
+  std::printf("tensor parallel:  %d ranks, each %u of %u KV heads (%u query heads)\n", ranks,
+              c.num_kv_heads / ranks, c.num_kv_heads, c.num_heads / ranks);
+  row("  weights:", human_bytes(r.weights), "1/" + std::to_string(ranks) + " of every matrix");
+  row("  KV total:", human_bytes(r.kv), "its KV heads of every block");
+  row("  overhead:", human_bytes(r.overhead), "activations, whole on every rank");
+  row("  total:", human_bytes(r.total), "per rank");
+  if (e.memory_bytes) {
+    const int need = ranks_needed(e, *e.memory_bytes);
+    row("  memory:", human_bytes(*e.memory_bytes),
+        std::string(r.total <= *e.memory_bytes ? "fits" : "does NOT fit") + " per rank; " +
+            (need ? "ranks needed at this context and batch: " + std::to_string(need)
+                  : "no split over whole KV heads fits"));
+  }
+}
+
+EstimateJson tensor_parallel_json(const Estimate& e, int ranks) {
+  const RankShare r = rank_share(e, ranks);
+  EstimateJson j = {{"ranks", ranks},
+                    {"weights_bytes_per_rank", r.weights},
+                    {"kv_bytes_per_rank", r.kv},
+                    {"overhead_bytes_per_rank", r.overhead},
+                    {"total_bytes_per_rank", r.total}};
+  if (e.memory_bytes) j["ranks_needed"] = ranks_needed(e, *e.memory_bytes);
+  return j;
 }
 
 EstimateJson to_json(const Estimate& e, const std::string& model_name, bool is_preset) {
@@ -383,6 +445,10 @@ Action add_estimate(CLI::App& app) {
                   "price_per_hour, memory_utilization");
   cmd->add_option("--gpus", a->gpus, "Devices splitting the model (tensor parallel)")
       ->default_val(1);
+  cmd->add_option("--tp", a->tp,
+                  "Ranks splitting the model (mpirun -np N pagoda serve): memory per rank, and "
+                  "with --memory-gb the ranks needed")
+      ->check(CLI::Range(1, 1024));
   cmd->add_option("--prompt-len", a->prompt_len, "Workload prompt tokens: N or MIN:MAX (uniform)")
       ->default_val("512");
   cmd->add_option("--output-len", a->output_len,
@@ -470,14 +536,21 @@ Action add_estimate(CLI::App& app) {
       if (!(a->memory_gib > 0)) fail("--memory-gb must be more than 0");
       if (!deployment) o.memory_bytes = gib_to_bytes(a->memory_gib, "--memory-gb");
     }
+    if (a->tp > 1 && config.num_kv_heads % static_cast<uint32_t>(a->tp) != 0) {
+      fail("--tp ", a->tp, " does not divide the model's ", config.num_kv_heads,
+           " KV heads (each rank holds whole KV heads)");
+    }
+    if (deployment && cmd->count("--tp")) fail("--tp: give it without --hardware (memory only)");
     if (!deployment) {
       const Estimate e = estimate_memory(config, weights, o);
-      const EstimateJson json = to_json(e, name, is_preset);
+      EstimateJson json = to_json(e, name, is_preset);
+      if (cmd->count("--tp")) json["tensor_parallel"] = tensor_parallel_json(e, a->tp);
       if (a->json_path == "-") {
         std::cout << json.dump(2) << "\n";
         return 0;
       }
       print_table(e, name, is_preset, false);
+      if (cmd->count("--tp")) print_tensor_parallel(e, a->tp);
       write_json(json, a->json_path);
       return 0;
     }

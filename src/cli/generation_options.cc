@@ -76,12 +76,12 @@ int32_t resolve_context(const GenerationOptions& o, const Model& model) {
   return static_cast<int32_t>(trained == 0 || trained > 4096 ? 4096 : trained);
 }
 
-LoadedModel load_model(const GenerationOptions& o) {
+LoadedModel load_model(const GenerationOptions& o, Communicator* tp) {
   LoadedModel m;
   m.file = ModelFile::open(o.model);
   check_model(*m.file);
   m.tokenizer = Tokenizer::create(m.file->vocab());
-  m.model = Model::load(*m.file);
+  m.model = Model::load(*m.file, tp);
   m.backend = o.backend == "reference" ? make_reference_backend() : make_cpu_backend(o.threads);
   return m;
 }

@@ -16,6 +16,10 @@
 #include "model/model_file.h"
 #include "tokenizer/tokenizer.h"
 
+namespace pagoda {
+class Communicator;
+}
+
 namespace pagoda::cli {
 
 struct GenerationOptions {
@@ -49,7 +53,8 @@ struct LoadedModel {
   std::unique_ptr<Model> model;
   std::unique_ptr<Backend> backend;
 };
-LoadedModel load_model(const GenerationOptions& o);
+// With `tp` (several ranks) each rank loads its slice of the model (cli/ranks.h).
+LoadedModel load_model(const GenerationOptions& o, Communicator* tp = nullptr);
 
 // Set by the SIGINT handler that `install_interrupt_handler` puts in place: how many Ctrl-C
 // since the last reset. The handler does not restart interrupted reads, so a read waiting for

@@ -5,11 +5,13 @@
 // line on stderr; a mistyped command or option gets the nearest one suggested.
 #include <algorithm>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/ranks.h"
 #include "core/error.h"
 
 namespace pagoda::cli {
@@ -185,15 +187,19 @@ int main(int argc, char** argv) {
     std::cerr << "error: " << usage_message(e, app, argc, argv) << "\n";
     return 2;
   }
+  std::optional<pagoda::cli::Ranks> ranks;  // started by mpirun as one of several ranks
   try {
+    ranks.emplace();
     for (auto& [sub, action] : commands) {
       if (sub->parsed()) return action();
     }
   } catch (const pagoda::cli::UsageError& e) {
     std::cerr << "error: " << one_line(e.what()) << "\n";
+    pagoda::cli::end_ranks_on_error(2);
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "error: " << one_line(e.what()) << "\n";
+    pagoda::cli::end_ranks_on_error(1);
     return 1;
   }
   return 1;

@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/format_util.h"
 #include "cli/generation_options.h"
+#include "cli/ranks.h"
 #include "cli/speculative_options.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
@@ -75,8 +76,10 @@ Action add_run(CLI::App& app) {
       throw UsageError("pagoda run: --system and --chat-template go with --chat");
     }
     const SamplingParams sampling = sampling_params(o->gen);
-    const std::string text = prompt_text(*o);
-    LoadedModel m = load_model(o->gen);
+    // Under mpirun only rank 0 reads the prompt (stdin goes to it alone); the others follow.
+    const std::string text = is_follower() ? std::string() : prompt_text(*o);
+    LoadedModel m = load_model(o->gen, ranks());
+    if (follow_rank0(*m.model, *m.backend)) return 0;
     const Tokenizer& tokenizer = *m.tokenizer;
     std::vector<TokenId> prompt;
     if (o->chat) {

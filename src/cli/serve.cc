@@ -12,6 +12,7 @@
 #include "cli/chat_support.h"
 #include "cli/commands.h"
 #include "cli/format_util.h"
+#include "cli/ranks.h"
 #include "cli/speculative_options.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
@@ -58,7 +59,11 @@ void wait_for_signal(std::atomic<server::HttpServer*>& target) {
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
   int sig = 0;
-  sigwait(&set, &sig);
+  // mpirun hands a signal to every rank; the ranks that follow rank 0 end when it tells them
+  // to, once it has finished its requests.
+  do {
+    sigwait(&set, &sig);
+  } while (is_follower());
   server::HttpServer* http = target.load();
   if (http == nullptr) std::_Exit(128 + sig);
   std::fprintf(stderr, "serve: %s: finishing requests in flight, then exiting\n",
@@ -160,8 +165,9 @@ Action add_serve(CLI::App& app) {
     auto file = ModelFile::open(o->model);
     check_model(*file);
     auto tokenizer = Tokenizer::create(file->vocab());
-    auto model = Model::load(*file);
+    auto model = Model::load(*file, ranks());
     auto backend = make_cpu_backend(o->threads);
+    if (follow_rank0(*model, *backend)) return 0;  // rank 0 serves; the others follow it
     const Vocab& vocab = tokenizer->vocab();
     std::shared_ptr<ChatTemplate> chat;
     if (std::string source = chat_template_source(o->chat_template_file, *file, vocab);
@@ -219,6 +225,14 @@ Action add_serve(CLI::App& app) {
                            .c_str()
                      : "");
     running = &http;
+    // Tensor parallel: another rank gone means no step can finish; say so to the clients.
+    on_rank_lost([&http](int rank, int size) {
+      const std::string message = "tensor parallel: rank " + std::to_string(rank) + " of " +
+                                  std::to_string(size) + " is gone (its process ended)";
+      std::fprintf(stderr, "serve: %s: failing the requests in flight, exiting\n",
+                   message.c_str());
+      http.fail_in_flight(message, 0.5);
+    });
     http.run();
     running = nullptr;
     std::fprintf(stderr, "serve: stopped\n");

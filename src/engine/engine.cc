@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "engine/forward_batch.h"
-#include "engine/kv_copy.h"
+#include "kv/kv_copy.h"
 
 namespace pagoda {
 namespace {
@@ -269,7 +269,7 @@ std::vector<OutputEvent> Engine::step() {
   for (SequenceId id : plan.preempted) speculator_->preempted(id);
   speculator_->propose(plan, scheduler_);
   const ForwardBatch batch = build_forward_batch(plan, scheduler_);
-  copy_kv_blocks(*kv_, model_.config(), plan.block_copies);
+  model_.copy_kv_blocks(*kv_, plan.block_copies);
   speculator_->copy_blocks(plan.block_copies);
   num_block_copies_ += static_cast<int64_t>(plan.block_copies.size());
   if (batch.num_tokens() > 0) model_.forward(backend_, batch, *kv_, logits_);

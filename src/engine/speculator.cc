@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "core/error.h"
-#include "engine/kv_copy.h"
+#include "kv/kv_copy.h"
 
 namespace pagoda {
 namespace {

@@ -15,6 +15,7 @@ namespace pagoda {
 
 class Model;
 class ModelFile;
+class Communicator;
 
 struct Architecture {
   std::string_view name;                         // general.architecture, and ModelConfig's
@@ -42,7 +43,7 @@ struct Architecture {
   // families, and every Hugging Face checkpoint, rotate the two halves of each head.
   bool gguf_rope_adjacent_pairs = false;
   std::string_view fallback_chat_template;  // a builtin template's name; empty: none
-  std::unique_ptr<Model> (*load)(const ModelFile&) = nullptr;
+  std::unique_ptr<Model> (*load)(const ModelFile&, Communicator*) = nullptr;
 };
 
 // Every family, in the order `supported_architectures` lists them.

@@ -28,8 +28,8 @@ struct GemmaLayer {
 class Gemma3Model final : public Model {
  public:
   explicit Gemma3Model(const ModelFile& file);
-  void forward(Backend& backend, const ForwardBatch& batch, KvStorage& kv,
-               std::vector<float>& logits) override;
+  void forward_local(Backend& backend, const ForwardBatch& batch, KvStorage& kv,
+                     std::vector<float>& logits) override;
 
  private:
   WeightMatrix token_embd_;  // [vocab, hidden]
@@ -90,7 +90,7 @@ Gemma3Model::Gemma3Model(const ModelFile& file) {
   rope_local_.position_scale = 1.0f;
 }
 
-void Gemma3Model::forward(Backend& be, const ForwardBatch& batch, KvStorage& kv,
+void Gemma3Model::forward_local(Backend& be, const ForwardBatch& batch, KvStorage& kv,
                           std::vector<float>& logits) {
   const ModelConfig& c = config_;
   const int64_t n = batch.num_tokens(), hidden = c.hidden_size, hd = c.head_dim;
@@ -139,7 +139,11 @@ void Gemma3Model::forward(Backend& be, const ForwardBatch& batch, KvStorage& kv,
 
 }  // namespace
 
-std::unique_ptr<Model> load_gemma3(const ModelFile& file) {
+std::unique_ptr<Model> load_gemma3(const ModelFile& file, Communicator* tp) {
+  if (tp != nullptr) {
+    fail(file.path(), ": tensor parallelism is not built for Gemma 3 yet (it is for the Llama "
+         "family: Llama, Qwen2, Qwen3); run it as one process");
+  }
   return std::make_unique<Gemma3Model>(file);
 }
 

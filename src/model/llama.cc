@@ -5,11 +5,13 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "dist/communicator.h"
 #include "kv/kv_storage.h"
 #include "model/architecture.h"
 #include "model/model.h"
 #include "model/model_file.h"
 #include "model/moe.h"
+#include "model/tensor_parallel.h"
 #include "model/weights.h"
 
 namespace pagoda {
@@ -25,13 +27,26 @@ struct LayerWeights {
   MoeWeights moe;                               // mixture of experts instead: Mixtral, Qwen3-MoE
 };
 
+// A 1-D tensor's elements [first, first + count) (a bias of this rank's heads).
+std::vector<float> part(std::vector<float> v, int64_t first, int64_t count) {
+  return {v.begin() + first, v.begin() + first + count};
+}
+
 class LlamaModel final : public Model {
  public:
-  explicit LlamaModel(const ModelFile& file);
-  void forward(Backend& backend, const ForwardBatch& batch, KvStorage& kv,
-               std::vector<float>& logits) override;
+  LlamaModel(const ModelFile& file, Communicator* tp);
+  void forward_local(Backend& backend, const ForwardBatch& batch, KvStorage& kv,
+                     std::vector<float>& logits) override;
 
  private:
+  // Tensor parallel: the sum across ranks of a row-parallel product (a no-op when whole).
+  void sum_ranks(float* x, int64_t count) {
+    if (tp_ != nullptr) tp_->all_reduce_sum(x, static_cast<size_t>(count));
+  }
+
+  TensorSlices slices_;                     // this rank's part (everything when whole)
+  std::vector<std::vector<uint8_t>> owned_; // column slices copied out of the file
+  std::vector<float> local_logits_;
   WeightMatrix token_embd_;          // [vocab, hidden]
   std::vector<LayerWeights> layers_;
   std::vector<float> output_norm_;   // [hidden]
@@ -43,20 +58,43 @@ class LlamaModel final : public Model {
   MoeScratch moe_scratch_;
 };
 
-LlamaModel::LlamaModel(const ModelFile& file) {
+LlamaModel::LlamaModel(const ModelFile& file, Communicator* tp) {
+  tp_ = tp;
   config_ = file.config();
   ModelConfig& c = config_;
   c.validate(file.path());
   const Architecture& arch = architecture_of(c, file.path());
   if (!arch.uses_sliding_window) c.sliding_window = 0;
   TensorLookup w(file);
-  const int64_t hidden = c.hidden_size, q_dim = int64_t{c.num_heads} * c.head_dim,
-                kv_dim = int64_t{c.num_kv_heads} * c.head_dim;
+  const int64_t hidden = c.hidden_size, hd = c.head_dim, q_dim = int64_t{c.num_heads} * hd,
+                kv_dim = int64_t{c.num_kv_heads} * hd;
   if (c.vocab_size == 0) {
     fail(file.path(), ": the model does not set its vocabulary size");
   }
   if (c.intermediate_size == 0) fail(file.path(), ": the model does not set its FFN size");
-  token_embd_ = w.matrix("token_embd.weight", c.vocab_size, hidden);
+  const int64_t ff = c.intermediate_size;
+  if (tp != nullptr) {
+    if (c.num_experts) {
+      fail(file.path(), ": tensor parallelism is not built for mixture-of-experts models yet");
+    }
+    const std::string down = w.has("blk.0.ffn_down.weight") ? "blk.0.ffn_down.weight" : "";
+    const int64_t block = down.empty() ? 1 : dtype_traits(w.type(down)).block_size;
+    slices_ = tensor_slices(c, block, file.path(), tp->rank(), tp->size());
+  } else {
+    slices_ = {{0, c.num_kv_heads}, {0, c.num_heads}, {0, ff}, {0, c.vocab_size}};
+  }
+  // This rank's rows of Q, K, V (whole heads), gate and up (its feed-forward columns).
+  const int64_t q_first = slices_.heads.first * hd, q_rows = slices_.heads.count * hd;
+  const int64_t kv_first = slices_.kv_heads.first * hd, kv_rows = slices_.kv_heads.count * hd;
+  const int64_t ff_first = slices_.ffn.first, ff_rows = slices_.ffn.count;
+  // Its columns of the attention output and down projections: copies unless it has them all.
+  auto columns = [&](const std::string& name, int64_t rows, int64_t cols, int64_t first,
+                     int64_t count) {
+    if (tp == nullptr) return w.matrix(name, rows, cols);
+    return w.matrix_cols(name, rows, cols, first, count, owned_.emplace_back());
+  };
+  token_embd_ = w.matrix_rows("token_embd.weight", slices_.vocab.first, slices_.vocab.count,
+                              c.vocab_size, hidden);
   for (uint32_t l = 0; l < c.num_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     LayerWeights L;
@@ -64,44 +102,50 @@ LlamaModel::LlamaModel(const ModelFile& file) {
     if (w.has(p + "attn_qkv.weight")) {  // fused, Q then K then V (Phi-3)
       const std::string qkv = p + "attn_qkv.weight";
       const int64_t rows = q_dim + 2 * kv_dim;
-      L.wq = w.matrix_rows(qkv, 0, q_dim, rows, hidden);
-      L.wk = w.matrix_rows(qkv, q_dim, kv_dim, rows, hidden);
-      L.wv = w.matrix_rows(qkv, q_dim + kv_dim, kv_dim, rows, hidden);
+      L.wq = w.matrix_rows(qkv, q_first, q_rows, rows, hidden);
+      L.wk = w.matrix_rows(qkv, q_dim + kv_first, kv_rows, rows, hidden);
+      L.wv = w.matrix_rows(qkv, q_dim + kv_dim + kv_first, kv_rows, rows, hidden);
     } else {
-      L.wq = w.matrix(p + "attn_q.weight", q_dim, hidden);
-      L.wk = w.matrix(p + "attn_k.weight", kv_dim, hidden);
-      L.wv = w.matrix(p + "attn_v.weight", kv_dim, hidden);
+      L.wq = w.matrix_rows(p + "attn_q.weight", q_first, q_rows, q_dim, hidden);
+      L.wk = w.matrix_rows(p + "attn_k.weight", kv_first, kv_rows, kv_dim, hidden);
+      L.wv = w.matrix_rows(p + "attn_v.weight", kv_first, kv_rows, kv_dim, hidden);
     }
-    L.wo = w.matrix(p + "attn_output.weight", hidden, q_dim);
+    L.wo = columns(p + "attn_output.weight", hidden, q_dim, q_first, q_rows);
     if (w.has(p + "attn_q.bias")) {
-      L.bq = w.vector(p + "attn_q.bias", q_dim);
-      L.bk = w.vector(p + "attn_k.bias", kv_dim);
-      L.bv = w.vector(p + "attn_v.bias", kv_dim);
+      L.bq = part(w.vector(p + "attn_q.bias", q_dim), q_first, q_rows);
+      L.bk = part(w.vector(p + "attn_k.bias", kv_dim), kv_first, kv_rows);
+      L.bv = part(w.vector(p + "attn_v.bias", kv_dim), kv_first, kv_rows);
     }
     if (w.has(p + "attn_q_norm.weight")) {
       L.q_norm = w.vector(p + "attn_q_norm.weight", c.head_dim);
       L.k_norm = w.vector(p + "attn_k_norm.weight", c.head_dim);
     }
     L.ffn_norm = w.vector(p + "ffn_norm.weight", hidden);
-    const int64_t ff = c.intermediate_size;
     if (c.num_experts) {
       L.moe = load_moe(w, p, c);
     } else {
       if (arch.fused_gate_up) {  // ffn_up holds the gate's rows, then the up projection's
-        L.w_gate = w.matrix_rows(p + "ffn_up.weight", 0, ff, 2 * ff, hidden);
-        L.w_up = w.matrix_rows(p + "ffn_up.weight", ff, ff, 2 * ff, hidden);
+        L.w_gate = w.matrix_rows(p + "ffn_up.weight", ff_first, ff_rows, 2 * ff, hidden);
+        L.w_up = w.matrix_rows(p + "ffn_up.weight", ff + ff_first, ff_rows, 2 * ff, hidden);
       } else {
-        L.w_gate = w.matrix(p + "ffn_gate.weight", ff, hidden);
-        L.w_up = w.matrix(p + "ffn_up.weight", ff, hidden);
+        L.w_gate = w.matrix_rows(p + "ffn_gate.weight", ff_first, ff_rows, ff, hidden);
+        L.w_up = w.matrix_rows(p + "ffn_up.weight", ff_first, ff_rows, ff, hidden);
       }
-      L.w_down = w.matrix(p + "ffn_down.weight", hidden, ff);
+      L.w_down = columns(p + "ffn_down.weight", hidden, ff, ff_first, ff_rows);
     }
     layers_.push_back(std::move(L));
   }
   output_norm_ = w.vector("output_norm.weight", hidden);
   c.tie_embeddings = !w.has("output.weight");
-  output_ = c.tie_embeddings ? token_embd_ : w.matrix("output.weight", c.vocab_size, hidden);
+  output_ = c.tie_embeddings ? token_embd_
+                             : w.matrix_rows("output.weight", slices_.vocab.first,
+                                             slices_.vocab.count, c.vocab_size, hidden);
   weight_bytes_ = w.bytes_used();
+  // From here on the shape is this rank's: its heads and KV heads (its KV cache holds only
+  // those), its feed-forward columns. The vocabulary stays whole: rank 0 gathers the logits.
+  c.num_heads = static_cast<uint32_t>(slices_.heads.count);
+  c.num_kv_heads = static_cast<uint32_t>(slices_.kv_heads.count);
+  c.intermediate_size = static_cast<uint32_t>(ff_rows);
   // Untied, the embedding table is only looked up, never multiplied by: nothing to prepare.
   matrices_ = w.matrices_except(c.tie_embeddings ? 0 : token_embd_.id);
 
@@ -124,8 +168,8 @@ LlamaModel::LlamaModel(const ModelFile& file) {
   if (!rope_freq_factors_.empty()) rope_.freq_factors = rope_freq_factors_.data();
 }
 
-void LlamaModel::forward(Backend& be, const ForwardBatch& batch, KvStorage& kv,
-                         std::vector<float>& logits) {
+void LlamaModel::forward_local(Backend& be, const ForwardBatch& batch, KvStorage& kv,
+                               std::vector<float>& logits) {
   const ModelConfig& c = config_;
   const int64_t n = batch.num_tokens(), hidden = c.hidden_size, hd = c.head_dim;
   const int64_t q_dim = int64_t{c.num_heads} * hd, kv_dim = int64_t{c.num_kv_heads} * hd;
@@ -137,7 +181,12 @@ void LlamaModel::forward(Backend& be, const ForwardBatch& batch, KvStorage& kv,
   ap.window = static_cast<int32_t>(c.sliding_window);
   const OutputRows out(batch);
 
-  be.embed(token_embd_, batch.token_ids.data(), n, act_.x.data());
+  if (tp_ == nullptr) {
+    be.embed(token_embd_, batch.token_ids.data(), n, act_.x.data());
+  } else {
+    embed_slice(be, token_embd_, slices_.vocab, batch.token_ids.data(), n, hidden, act_.x.data());
+    sum_ranks(act_.x.data(), n * hidden);
+  }
   for (size_t l = 0; l < layers_.size(); ++l) {
     const LayerWeights& L = layers_[l];
     be.rms_norm(act_.x.data(), L.attn_norm.data(), n, hidden, c.rms_norm_eps, act_.h.data());
@@ -161,6 +210,7 @@ void LlamaModel::forward(Backend& be, const ForwardBatch& batch, KvStorage& kv,
     be.attention(act_.q.data(), kv.layer(layer), narrow ? out.attention_batch() : ab, ap,
                  act_.attn.data());
     be.matmul(L.wo, act_.attn.data(), m, act_.h.data());
+    sum_ranks(act_.h.data(), m * hidden);
     be.add(act_.x.data(), act_.h.data(), m * hidden);
 
     be.rms_norm(act_.x.data(), L.ffn_norm.data(), m, hidden, c.rms_norm_eps, act_.h.data());
@@ -171,16 +221,22 @@ void LlamaModel::forward(Backend& be, const ForwardBatch& batch, KvStorage& kv,
     be.matmul_many({{&L.w_gate, act_.gate.data()}, {&L.w_up, act_.up.data()}}, act_.h.data(), m);
     be.silu_mul(act_.gate.data(), act_.up.data(), m * ff, act_.gate.data());
     be.matmul(L.w_down, act_.gate.data(), m, act_.h.data());
+    sum_ranks(act_.h.data(), m * hidden);
     be.add(act_.x.data(), act_.h.data(), m * hidden);
   }
 
-  compute_logits(be, c, out.logit_rows(), output_norm_, output_, act_, logits);
+  if (tp_ == nullptr) {
+    compute_logits(be, c, out.logit_rows(), output_norm_, output_, act_, logits);
+    return;
+  }
+  compute_logits(be, c, out.logit_rows(), output_norm_, output_, act_, local_logits_);
+  gather_logits(*tp_, c, local_logits_, static_cast<int64_t>(out.logit_rows().size()), logits);
 }
 
 }  // namespace
 
-std::unique_ptr<Model> load_llama(const ModelFile& file) {
-  return std::make_unique<LlamaModel>(file);
+std::unique_ptr<Model> load_llama(const ModelFile& file, Communicator* tp) {
+  return std::make_unique<LlamaModel>(file, tp);
 }
 
 }  // namespace pagoda

@@ -6,7 +6,10 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "dist/communicator.h"
+#include "kv/kv_copy.h"
 #include "model/model_file.h"
+#include "model/tensor_parallel.h"
 
 namespace pagoda {
 
@@ -57,7 +60,7 @@ void compute_logits(Backend& be, const ModelConfig& c, std::span<const int32_t> 
               act.last.begin() + r * hidden);
   }
   be.rms_norm(act.last.data(), output_norm.data(), m, hidden, c.rms_norm_eps, act.last.data());
-  logits.resize(m * c.vocab_size);
+  logits.resize(m * output.rows);  // the vocabulary, or this rank's slice of it
   be.matmul(output, act.last.data(), m, logits.data());
 }
 
@@ -107,8 +110,21 @@ std::span<const int32_t> OutputRows::logit_rows() const {
   return narrows ? std::span<const int32_t>(front) : std::span<const int32_t>(batch.logit_rows);
 }
 
-std::unique_ptr<Model> Model::load(const ModelFile& file) {
-  return architecture_of(file.config(), file.path()).load(file);
+std::unique_ptr<Model> Model::load(const ModelFile& file, Communicator* tp) {
+  if (tp != nullptr && tp->size() < 2) tp = nullptr;
+  return architecture_of(file.config(), file.path()).load(file, tp);
+}
+
+void Model::forward(Backend& backend, const ForwardBatch& batch, KvStorage& kv,
+                    std::vector<float>& logits) {
+  if (tp_ != nullptr) send_forward(*tp_, batch, kv);
+  forward_local(backend, batch, kv, logits);
+}
+
+void Model::copy_kv_blocks(KvStorage& kv, std::span<const BlockCopy> copies) {
+  if (copies.empty()) return;
+  if (tp_ != nullptr) send_block_copies(*tp_, copies, kv);
+  pagoda::copy_kv_blocks(kv, config_, copies);
 }
 
 std::vector<float> llama3_rope_freq_factors(const ModelConfig& c, int32_t rotary_dim) {

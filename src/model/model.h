@@ -14,6 +14,8 @@ namespace pagoda {
 
 class ModelFile;
 class KvStorage;
+class Communicator;
+struct BlockCopy;
 
 // One step's tokens, laid out for the forward pass (see AttentionBatch for the K/V side).
 struct ForwardBatch {
@@ -84,8 +86,11 @@ struct OutputRows {
 
 class Model {
  public:
-  // Picks the architecture from the file; throws Error naming an unsupported one.
-  static std::unique_ptr<Model> load(const ModelFile& file);
+  // Picks the architecture from the file; throws Error naming an unsupported one. With `tp`
+  // (tensor parallel, more than one rank) this rank keeps only its slice of the weights and
+  // of the KV heads (model/tensor_parallel.h); rank 0 drives the others through forward() and
+  // copy_kv_blocks(), the others run follow_steps().
+  static std::unique_ptr<Model> load(const ModelFile& file, Communicator* tp = nullptr);
   virtual ~Model() = default;
 
   const ModelConfig& config() const { return config_; }
@@ -98,22 +103,33 @@ class Model {
   }
 
   // Runs every token of the batch through the model, writing K/V into `kv`, and leaves the
-  // logits of batch.logit_rows in `logits`: [logit_rows.size(), vocab_size].
-  virtual void forward(Backend& backend, const ForwardBatch& batch, KvStorage& kv,
-                       std::vector<float>& logits) = 0;
+  // logits of batch.logit_rows in `logits`: [logit_rows.size(), vocab_size]. Under tensor
+  // parallelism rank 0 first sends the step to the other ranks.
+  void forward(Backend& backend, const ForwardBatch& batch, KvStorage& kv,
+               std::vector<float>& logits);
+  // Copies whole blocks of K/V, every layer (copy-on-write of forks), on every rank.
+  void copy_kv_blocks(KvStorage& kv, std::span<const BlockCopy> copies);
+
+  // The ranks this model is split over; null when it is whole.
+  Communicator* tensor_parallel() const { return tp_; }
+  // This rank's part of the step rank 0 sent (follow_steps); on rank 0 the logits are every
+  // rank's, on the others `logits` is left as it is.
+  virtual void forward_local(Backend& backend, const ForwardBatch& batch, KvStorage& kv,
+                             std::vector<float>& logits) = 0;
 
  protected:
+  Communicator* tp_ = nullptr;
   ModelConfig config_;
   uint64_t weight_bytes_ = 0;
   std::vector<WeightMatrix> matrices_;  // every matrix the forward pass multiplies by
 };
 
-std::unique_ptr<Model> load_llama(const ModelFile& file);
+std::unique_ptr<Model> load_llama(const ModelFile& file, Communicator* tp);
 
 // Llama 3 RoPE scaling as divisors of each rotary frequency ([rotary_dim / 2]): 1 for high
 // frequencies (wavelength < original context / high_freq_factor), `factor` for low ones
 // (wavelength > original context / low_freq_factor), and a smooth blend between.
 std::vector<float> llama3_rope_freq_factors(const ModelConfig& c, int32_t rotary_dim);
-std::unique_ptr<Model> load_gemma3(const ModelFile& file);
+std::unique_ptr<Model> load_gemma3(const ModelFile& file, Communicator* tp);
 
 }  // namespace pagoda

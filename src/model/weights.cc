@@ -1,6 +1,8 @@
 #include "model/weights.h"
 
+#include <cstring>
 
+#include "core/mapped_file.h"
 #include "core/error.h"
 #include "quant/reference.h"
 
@@ -45,12 +47,15 @@ bool TensorLookup::has(const std::string& name) const { return by_name_.count(na
 const TensorRef& TensorLookup::get(const std::string& name) const {
   auto it = by_name_.find(name);
   if (it == by_name_.end()) fail(source_, ": tensor '", name, "' is missing");
-  const TensorRef& t = *it->second;
-  if (!counted_[t.data]) {
-    counted_[t.data] = true;
-    bytes_used_ += t.num_bytes;
-  }
-  return t;
+  return *it->second;
+}
+
+DType TensorLookup::type(const std::string& name) const { return get(name).type; }
+
+void TensorLookup::count(const uint8_t* data, uint64_t bytes) const {
+  if (counted_[data]) return;
+  counted_[data] = true;
+  bytes_used_ += bytes;
 }
 
 WeightMatrix TensorLookup::matrix(const std::string& name, int64_t rows, int64_t cols) const {
@@ -81,6 +86,40 @@ WeightMatrix TensorLookup::matrix_rows(const std::string& name, int64_t first, i
   w.data = t.data + static_cast<uint64_t>(first) * w.row_bytes;
   w.id = new_weight_id();
   w.mapped = true;  // TensorRef::data points into the ModelFile's mapping
+  count(w.data, w.row_bytes * static_cast<uint64_t>(rows));
+  matrices_.push_back(w);
+  return w;
+}
+
+WeightMatrix TensorLookup::matrix_cols(const std::string& name, int64_t rows, int64_t total_cols,
+                                       int64_t first, int64_t cols,
+                                       std::vector<uint8_t>& storage) const {
+  const WeightMatrix whole = matrix_rows(name, 0, rows, rows, total_cols);
+  matrices_.pop_back();  // only the slice is multiplied by
+  counted_.erase(whole.data);
+  bytes_used_ -= whole.row_bytes * static_cast<uint64_t>(rows);
+  const DTypeTraits& t = dtype_traits(whole.type);
+  if (first < 0 || cols <= 0 || first + cols > total_cols || first % t.block_size != 0 ||
+      cols % t.block_size != 0) {
+    fail(source_, ": columns ", first, " .. ", first + cols, " of tensor '", name, "' (", t.name,
+         ", blocks of ", t.block_size, ") do not fall on whole blocks of its ", total_cols);
+  }
+  const uint64_t offset = static_cast<uint64_t>(first / t.block_size) * t.type_size;
+  const uint64_t row_bytes = static_cast<uint64_t>(cols / t.block_size) * t.type_size;
+  storage.resize(row_bytes * static_cast<uint64_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    std::memcpy(storage.data() + static_cast<uint64_t>(r) * row_bytes,
+                whole.data + static_cast<uint64_t>(r) * whole.row_bytes + offset, row_bytes);
+  }
+  // The whole matrix was read once to copy the slice; its pages need not stay.
+  release_mapped_pages(whole.data, static_cast<size_t>(whole.row_bytes * rows));
+  WeightMatrix w = whole;
+  w.cols = cols;
+  w.row_bytes = row_bytes;
+  w.data = storage.data();
+  w.id = new_weight_id();
+  w.mapped = false;
+  count(w.data, storage.size());
   matrices_.push_back(w);
   return w;
 }
@@ -95,6 +134,7 @@ std::vector<WeightMatrix> TensorLookup::matrices_except(uint64_t skip_id) const 
 
 std::vector<float> TensorLookup::vector(const std::string& name, int64_t size) const {
   const TensorRef& t = get(name);
+  count(t.data, t.num_bytes);
   if (static_cast<int64_t>(t.num_elements) != size) {
     fail(source_, ": tensor '", name, "' has ", t.num_elements, " elements, expected ", size);
   }

@@ -16,6 +16,8 @@ class TensorLookup {
   explicit TensorLookup(const ModelFile& file);
 
   bool has(const std::string& gguf_name) const;
+  // The stored type of a tensor; throws Error naming it when absent.
+  DType type(const std::string& gguf_name) const;
   // A 2-D matrix [rows, cols]; throws Error naming the tensor when absent or of another shape.
   WeightMatrix matrix(const std::string& gguf_name, int64_t rows, int64_t cols) const;
   // Rows [first, first + rows) of a matrix of `total_rows` x `cols`, as a matrix of its own: a
@@ -23,15 +25,22 @@ class TensorLookup {
   // stacked experts (a 3-D tensor's experts one after the other).
   WeightMatrix matrix_rows(const std::string& gguf_name, int64_t first, int64_t rows,
                            int64_t total_rows, int64_t cols) const;
+  // Columns [first, first + cols) of every row of a `rows` x `total_cols` matrix, copied into
+  // `storage` (a column slice is not contiguous in the file): a row-parallel matrix's part on
+  // one tensor-parallel rank. Throws Error unless the columns fall on whole blocks of its type.
+  WeightMatrix matrix_cols(const std::string& gguf_name, int64_t rows, int64_t total_cols,
+                           int64_t first, int64_t cols, std::vector<uint8_t>& storage) const;
   // A 1-D tensor of `size` elements converted to float (norm weights, biases).
   std::vector<float> vector(const std::string& gguf_name, int64_t size) const;
   // Every matrix handed out so far but the one whose id is `skip_id` (0: none skipped).
   std::vector<WeightMatrix> matrices_except(uint64_t skip_id) const;
-  // Sum of the bytes of every tensor used so far.
+  // Sum of the bytes of every tensor (or part of one) used so far.
   uint64_t bytes_used() const { return bytes_used_; }
 
  private:
   const TensorRef& get(const std::string& gguf_name) const;
+  // Adds `bytes` to bytes_used once for the bytes at `data`.
+  void count(const uint8_t* data, uint64_t bytes) const;
 
   std::string source_;
   std::unordered_map<std::string, const TensorRef*> by_name_;  // GGUF names

@@ -128,6 +128,12 @@ void GenerationTask::abort() {
   });
 }
 
+void GenerationTask::fail_now(ApiError e) {
+  ex_->post([self = shared_from_this(), e = std::move(e)] {
+    if (!self->ended_) self->fail(e);
+  });
+}
+
 void GenerationTask::send(const std::vector<ChoiceDelta>& deltas) {
   if (!request_->stream) return;
   const Tokenizer& tok = *server_.model_.tokenizer;

@@ -27,6 +27,8 @@ class GenerationTask : public std::enable_shared_from_this<GenerationTask> {
   void start();
   // Ends the generation now (shutdown): each open choice gets finish_reason "abort". Any thread.
   void abort();
+  // Ends it with `e` (a stream gets it as its last event, others as the response). Any thread.
+  void fail_now(ApiError e);
 
  private:
   void notify();

@@ -300,6 +300,18 @@ void HttpServer::shutdown() {
   transport_->stop();
 }
 
+void HttpServer::fail_in_flight(const std::string& message, double timeout_s) {
+  draining_ = true;
+  std::vector<std::shared_ptr<GenerationTask>> left;
+  {
+    std::lock_guard lock(tasks_mutex_);
+    for (auto& [p, t] : tasks_) left.push_back(t);
+  }
+  for (auto& t : left) t->fail_now(ApiError(500, "server_error", message));
+  left.clear();
+  transport_->drain(timeout_s);
+}
+
 void HttpServer::track(const std::shared_ptr<GenerationTask>& task) {
   std::lock_guard lock(tasks_mutex_);
   tasks_.emplace(task.get(), task);

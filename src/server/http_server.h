@@ -56,6 +56,10 @@ class HttpServer {
   // flight to finish, ends what is left (finish_reason "abort"), then closes every connection.
   // Any thread.
   void shutdown();
+  // The engine cannot go on (tensor parallel: another rank is gone): every request in flight
+  // ends now with a 500 carrying `message`, new ones get 503; waits up to `timeout_s` for those
+  // answers to reach their clients. Any thread but an I/O one.
+  void fail_in_flight(const std::string& message, double timeout_s);
 
   int port() const { return port_; }
   int32_t num_in_flight() const { return in_flight_.load(); }

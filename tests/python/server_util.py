@@ -19,8 +19,10 @@ QWEN = ROOT / "models" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 class Server:
     """A running `pagoda serve`; `url` is its base URL. Stderr is collected in `log`."""
 
-    def __init__(self, pagoda_bin, model, *args, timeout=120):
-        cmd = [str(pagoda_bin), "serve", "-m", str(model), "--port", "0", *map(str, args)]
+    def __init__(self, pagoda_bin, model, *args, timeout=120, launcher=()):
+        """`launcher`: words before the binary (mpirun and its options)."""
+        cmd = [*map(str, launcher), str(pagoda_bin), "serve", "-m", str(model), "--port", "0",
+               *map(str, args)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      text=True)
         self.log = []

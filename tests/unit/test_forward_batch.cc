@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #include "engine/forward_batch.h"
-#include "engine/kv_copy.h"
+#include "kv/kv_copy.h"
 #include "sched/scheduler.h"
 
 namespace pagoda {

@@ -1,4 +1,4 @@
-#include "engine/kv_copy.h"
+#include "kv/kv_copy.h"
 
 #include <cstring>
 
