@@ -197,7 +197,10 @@ const std::vector<std::string>& estimate_weight_types() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> n;
     for (const WeightRecipe& r : weight_recipes()) n.emplace_back(r.name);
-    for (const GpuPacking& p : kGpuPackings) n.emplace_back(p.name);
+    // "fp8" is both a recipe (pagoda's FP8_E4M3 blocks) and a GPU packing: listed once.
+    for (const GpuPacking& p : kGpuPackings) {
+      if (std::find(n.begin(), n.end(), p.name) == n.end()) n.emplace_back(p.name);
+    }
     return n;
   }();
   return names;

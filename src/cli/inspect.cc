@@ -1,4 +1,5 @@
 // pagoda inspect FILE: what a model file holds, and what it will cost in memory.
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <sstream>
@@ -87,8 +88,12 @@ void print_tensors(const std::vector<TensorRef>& tensors, const ModelConfig& c) 
   }
   std::cout << "\n" << tensors.size() << " tensors:\n";
   uint64_t total = 0, params = 0;
+  int type_width = 6;  // the longest type name present ("FP8_E4M3", "IQ2_XXS") widens it
   for (const auto& t : tensors) {
-    std::printf("  %-48s %-6s %-22s %12s\n", t.name.c_str(),
+    type_width = std::max(type_width, static_cast<int>(dtype_traits(t.type).name.size()));
+  }
+  for (const auto& t : tensors) {
+    std::printf("  %-48s %-*s %-22s %12s\n", t.name.c_str(), type_width,
                 std::string(dtype_traits(t.type).name).c_str(), shape_text(t.shape).c_str(),
                 human_bytes(t.num_bytes).c_str());
     total += t.num_bytes;
