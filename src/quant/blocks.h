@@ -129,6 +129,58 @@ struct BlockIQ4_XS {
   uint8_t qs[kSuperBlockSize / 2];
 };
 
+// The 2- and 3-bit i-quants (llama.cpp's layouts): super-blocks of 256 in groups of 8 (IQ2) or
+// 4 (IQ3) values, each group one index into a grid of magnitude patterns (quant/iq_grids.h,
+// generated at build time) plus one sign per value, with a 4-bit scale per 32 (IQ2_XS: per 16).
+// Seven sign bits are stored per group of 8; the eighth makes the count of minus signs even.
+//
+// IQ2_XXS: per 32 values two uint32 of qs: the first holds four 8-bit grid indices, the second
+// four 7-bit sign codes (bits 7l..7l+6 for group l) and the scale ls in bits 28..31:
+// x = d * (0.5 + ls) / 4 * grid * sign.
+struct BlockIQ2_XXS {
+  uint16_t d;  // F16
+  uint16_t qs[kSuperBlockSize / 8];
+};
+
+// IQ2_XS: qs[g] = 9-bit grid index | 7-bit sign code << 9 for group g of 8; scales[s] holds the
+// 4-bit scales of values 32s..32s+15 (low nibble) and 32s+16..32s+31 (high):
+// x = d * (0.5 + ls) / 4 * grid * sign.
+struct BlockIQ2_XS {
+  uint16_t d;
+  uint16_t qs[kSuperBlockSize / 8];
+  uint8_t scales[kSuperBlockSize / 32];
+};
+
+// IQ2_S: group g of 8 has the 10-bit grid index qs[g] | bits 2(g % 4)..2(g % 4)+1 of
+// qh[g / 4] << 8 and its 8 signs in signs[g] (bit j for value j); scales as IQ2_XS's:
+// x = d * (0.5 + ls) / 4 * grid * sign. (llama.cpp's IQ3_XXS files hold some IQ2_S tensors.)
+struct BlockIQ2_S {
+  uint16_t d;
+  uint8_t qs[kSuperBlockSize / 8];
+  uint8_t signs[kSuperBlockSize / 8];
+  uint8_t qh[kSuperBlockSize / 32];
+  uint8_t scales[kSuperBlockSize / 32];
+};
+
+// IQ3_XXS: qs[0 .. 64) are 8-bit grid indices, one per group of 4; then one uint32 per 32
+// values: four 7-bit sign codes (one per 8 values) and the scale in bits 28..31:
+// x = d * (0.5 + ls) / 2 * grid * sign.
+struct BlockIQ3_XXS {
+  uint16_t d;
+  uint8_t qs[3 * kSuperBlockSize / 8];
+};
+
+// IQ3_S: group i of 4 has the 9-bit grid index qs[i] | bit i % 8 of qh[i / 8] << 8; value e has
+// its sign in bit e % 8 of signs[e / 8] (all eight stored); scales[s] holds the scales of
+// values 64s..64s+31 (low nibble) and 64s+32..64s+63 (high): x = d * (1 + 2 ls) * grid * sign.
+struct BlockIQ3_S {
+  uint16_t d;
+  uint8_t qs[kSuperBlockSize / 4];
+  uint8_t qh[kSuperBlockSize / 32];
+  uint8_t signs[kSuperBlockSize / 8];
+  uint8_t scales[kSuperBlockSize / 64];
+};
+
 // The sizes are the GGUF type sizes (also in the traits table in core/dtype.cc, which is not
 // constexpr; tests/unit/test_quant.cc checks the two agree).
 // FP8_E4M3 (pagoda's own type, core/dtype.h): 32 E4M3 codes (quant/fp8.h) with one F16 scale,
@@ -149,6 +201,11 @@ static_assert(sizeof(BlockQ4_K) == 144);
 static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ8_K) == 292);
+static_assert(sizeof(BlockIQ2_XXS) == 66);
+static_assert(sizeof(BlockIQ2_XS) == 74);
+static_assert(sizeof(BlockIQ2_S) == 82);
+static_assert(sizeof(BlockIQ3_XXS) == 98);
+static_assert(sizeof(BlockIQ3_S) == 110);
 static_assert(sizeof(BlockIQ4_NL) == 18);
 static_assert(sizeof(BlockIQ4_XS) == 136);
 static_assert(sizeof(BlockFP8) == 34);

@@ -56,12 +56,16 @@ std::vector<float> row_weights(const WeightType& codec, const float* x, const fl
   return normalized;
 }
 
-// The table's row for `type`, which must have reference code, and the number of blocks in n
+// The table's row for `type`, which must have the reference code `encode` asks for (an encoder
+// or a decoder: the 2- and 3-bit i-quants have a decoder alone), and the number of blocks in n
 // elements; throws on either being wrong.
-const WeightType& codec_and_blocks(const char* what, DType type, int64_t n, int64_t* num_blocks) {
+const WeightType& codec_and_blocks(const char* what, bool encode, DType type, int64_t n,
+                                   int64_t* num_blocks) {
   const WeightType* codec = find_weight_type(type);
-  if (codec == nullptr || codec->dequantize == nullptr || codec->quantize == nullptr) {
-    fail(what, ": no reference code for type ", dtype_traits(type).name);
+  if (codec == nullptr || (encode ? codec->quantize == nullptr : codec->dequantize == nullptr)) {
+    fail(what, ": no reference code for type ", dtype_traits(type).name,
+         encode && codec != nullptr && codec->dequantize != nullptr
+             ? " (pagoda decodes it but does not encode it)" : "");
   }
   row_bytes(type, n);  // validates n
   *num_blocks = n / codec->traits.block_size;
@@ -94,13 +98,13 @@ bool can_quantize(DType type) {
 
 void dequantize_row(DType type, const void* src, float* dst, int64_t n) {
   int64_t num_blocks = 0;
-  const WeightType& codec = codec_and_blocks("dequantize_row", type, n, &num_blocks);
+  const WeightType& codec = codec_and_blocks("dequantize_row", false, type, n, &num_blocks);
   codec.dequantize(static_cast<const uint8_t*>(src), dst, num_blocks);
 }
 
 void quantize_row(DType type, const float* src, void* dst, int64_t n) {
   int64_t num_blocks = 0;
-  const WeightType& codec = codec_and_blocks("quantize_row", type, n, &num_blocks);
+  const WeightType& codec = codec_and_blocks("quantize_row", true, type, n, &num_blocks);
   codec.quantize(src, static_cast<uint8_t*>(dst), num_blocks);
 }
 

@@ -19,13 +19,14 @@ bool can_dequantize(DType type);
 bool can_quantize(DType type);
 
 // dst[0..n) = the values encoded by row_bytes(type, n) bytes at src (any alignment).
-// Supports F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K .. Q8_K, IQ4_NL, IQ4_XS and
-// pagoda's own FP8_E4M3 (quant/weight_types.cc has the list). Throws
+// Supports F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K .. Q8_K, IQ2_XXS, IQ2_XS,
+// IQ2_S, IQ3_XXS, IQ3_S, IQ4_NL, IQ4_XS and pagoda's own FP8_E4M3 (quant/weight_types.cc has
+// the list). Throws
 // Error for another type or an n that is not a whole number of blocks.
 void dequantize_row(DType type, const void* src, float* dst, int64_t n);
 
 // Encodes src[0..n) into row_bytes(type, n) bytes at dst (any alignment). Same types as
-// dequantize_row. Inputs must be finite; as in ggml, the F16 scales bound what survives: block
+// dequantize_row but the 2- and 3-bit i-quants, which pagoda only decodes. Inputs must be finite; as in ggml, the F16 scales bound what survives: block
 // maxima beyond about 65504 times the largest quant overflow to Inf, and tiny blocks (scales
 // below 6e-5, F16's smallest normal) lose precision. The legacy types (Q4_0 .. Q8_0) and
 // F16 / BF16 produce the same bytes as the gguf package's quantizers (which mirror ggml's

@@ -1,5 +1,6 @@
 // Internal to src/quant: the non-linear 4-bit types IQ4_NL and IQ4_XS (reference_iq.cc), split
-// from reference.cc like the K-quants. Everyone else calls quant/reference.h.
+// from reference.cc like the K-quants, and the decoders of the 2- and 3-bit i-quants
+// (reference_iq_low.cc). Everyone else calls quant/reference.h.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +10,13 @@ namespace pagoda {
 // IQ4_NL converts num_blocks blocks of 32 elements, IQ4_XS super-blocks of 256.
 void dequantize_iq4_nl(const uint8_t* src, float* dst, int64_t num_blocks);
 void dequantize_iq4_xs(const uint8_t* src, float* dst, int64_t num_blocks);
+
+// Super-blocks of 256. Decoding only: pagoda does not write these types.
+void dequantize_iq2_xxs(const uint8_t* src, float* dst, int64_t num_blocks);
+void dequantize_iq2_xs(const uint8_t* src, float* dst, int64_t num_blocks);
+void dequantize_iq2_s(const uint8_t* src, float* dst, int64_t num_blocks);
+void dequantize_iq3_xxs(const uint8_t* src, float* dst, int64_t num_blocks);
+void dequantize_iq3_s(const uint8_t* src, float* dst, int64_t num_blocks);
 
 // weights: one non-negative weight per element of src; the scales and indices minimise
 // sum w (x - y)^2, nullptr weighing every element 1. With weights the result is never worse, on

@@ -20,7 +20,8 @@ void unit_weights(const float* src, uint8_t* dst, int64_t num_blocks) {
 }
 
 // Every type GGUF files may hold, in GGUF's order. A type pagoda computes with has its codec;
-// one it only recognises (to name it in an error) has its traits alone.
+// one it only recognises (to name it in an error) has its traits alone. The 2- and 3-bit
+// i-quants are decoded but never encoded (reference_iq_low.cc).
 //
 // The weighted searches' spans and sigma2 factors are llama.cpp's (it doubles sigma2 for Q3_K,
 // Q4_K, Q5_K and the IQ4 types); its Q6_K weighs by importance alone, but here Q6_K follows the
@@ -46,14 +47,14 @@ constexpr WeightType kTypes[] = {
     {{DType::kQ6_K, "Q6_K", 256, 210}, dequantize_q6_k, unit_weights<quantize_q6_k>, quantize_q6_k,
      kSuperBlockSize, 1.0f, DType::kQ8_0},
     {{DType::kQ8_K, "Q8_K", 256, 292}, dequantize_q8_k, quantize_q8_k},
-    {{DType::kIQ2_XXS, "IQ2_XXS", 256, 66}},
-    {{DType::kIQ2_XS, "IQ2_XS", 256, 74}},
-    {{DType::kIQ3_XXS, "IQ3_XXS", 256, 98}},
+    {{DType::kIQ2_XXS, "IQ2_XXS", 256, 66}, dequantize_iq2_xxs},
+    {{DType::kIQ2_XS, "IQ2_XS", 256, 74}, dequantize_iq2_xs},
+    {{DType::kIQ3_XXS, "IQ3_XXS", 256, 98}, dequantize_iq3_xxs},
     {{DType::kIQ1_S, "IQ1_S", 256, 50}},
     {{DType::kIQ4_NL, "IQ4_NL", 32, 18}, dequantize_iq4_nl, unit_weights<quantize_iq4_nl>,
      quantize_iq4_nl, kBlockSize, 2.0f},
-    {{DType::kIQ3_S, "IQ3_S", 256, 110}},
-    {{DType::kIQ2_S, "IQ2_S", 256, 82}},
+    {{DType::kIQ3_S, "IQ3_S", 256, 110}, dequantize_iq3_s},
+    {{DType::kIQ2_S, "IQ2_S", 256, 82}, dequantize_iq2_s},
     // The same grid in blocks of 32 takes the rows IQ4_XS's super-blocks cannot.
     {{DType::kIQ4_XS, "IQ4_XS", 256, 136}, dequantize_iq4_xs, unit_weights<quantize_iq4_xs>,
      quantize_iq4_xs, kSuperBlockSize, 2.0f, DType::kIQ4_NL},
