@@ -9,7 +9,8 @@
 // for and which goes through float rows); weights dotted with 8-bit activations
 // 1e-4 (Q8, one scale per 32: about 3e-5 expected for Gaussian data) and 2e-4 (Q8K, one scale
 // per 256: about 5e-5); FP8_E4M3 1e-10 (its codes are decoded exactly and dotted with the float
-// activations, as float weights are). A single shape may have only one output, whose squared error is one
+// activations, as float weights are), and so are the 2- and 3-bit i-quants (decoded to
+// floats by the reference decoder). A single shape may have only one output, whose squared error is one
 // draw of a chi-square variable, so each shape alone only has to stay within 30 times that
 // (a wrong quant, scale or offset anywhere gives 1e-2 or more).
 #include <gtest/gtest.h>
@@ -25,6 +26,7 @@
 #include "backend/cpu/cpu_features.h"
 #include "backend/cpu/kernels.h"
 #include "core/dtype.h"
+#include "quant/fp16.h"
 #include "quant/reference.h"
 
 namespace pagoda {
@@ -42,6 +44,10 @@ const TypeCase kTypes[] = {
     {DType::kQ6_K, 2e-4},  {DType::kQ8_K, 1e-10},  // Q8_K: no kernel, rows dequantized to float
     {DType::kIQ4_NL, 1e-4}, {DType::kIQ4_XS, 1e-4},  // Q8 activations, as the legacy types
     {DType::kFP8_E4M3, 1e-10},  // float activations
+    // Decoded by the reference decoder and dotted with the float activations (random blocks:
+    // pagoda does not encode these types).
+    {DType::kIQ2_XXS, 1e-10}, {DType::kIQ2_XS, 1e-10}, {DType::kIQ2_S, 1e-10},
+    {DType::kIQ3_XXS, 1e-10}, {DType::kIQ3_S, 1e-10},
 };
 
 std::vector<float> normal(size_t n, uint32_t seed, float scale = 1.0f) {
@@ -59,6 +65,21 @@ struct Weights {
   WeightMatrix matrix;
 };
 
+// Random blocks of a type pagoda only decodes (the 2- and 3-bit i-quants, whose every bit
+// pattern is a valid block): random bytes, then each block's leading F16 scale set to about
+// 1/64, which puts the values near unit size.
+void random_blocks(DType type, uint32_t seed, uint8_t* dst, int64_t cols) {
+  const DTypeTraits& traits = dtype_traits(type);
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (int64_t b = 0; b < cols / traits.block_size; ++b) {
+    uint8_t* block = dst + b * traits.type_size;
+    for (uint32_t i = 0; i < traits.type_size; ++i) block[i] = static_cast<uint8_t>(byte(rng));
+    const uint16_t d = fp32_to_fp16(std::ldexp(1.0f + static_cast<float>(byte(rng)) / 256.0f, -6));
+    std::memcpy(block, &d, 2);
+  }
+}
+
 Weights make_weights(DType type, int64_t rows, int64_t cols, uint32_t seed) {
   Weights w;
   const size_t row_bytes = pagoda::row_bytes(type, cols);
@@ -68,7 +89,11 @@ Weights make_weights(DType type, int64_t rows, int64_t cols, uint32_t seed) {
   w.values.resize(source.size());
   for (int64_t r = 0; r < rows; ++r) {
     uint8_t* dst = w.bytes.data() + 1 + r * row_bytes;
-    quantize_row(type, source.data() + r * cols, dst, cols);
+    if (can_quantize(type)) {
+      quantize_row(type, source.data() + r * cols, dst, cols);
+    } else {
+      random_blocks(type, seed * 7919u + static_cast<uint32_t>(r), dst, cols);
+    }
     dequantize_row(type, dst, w.values.data() + r * cols, cols);
   }
   w.matrix = {type, rows, cols, w.bytes.data() + 1, row_bytes};
@@ -167,7 +192,7 @@ TEST_P(CpuMatmul, LargeProductsMatchTheReference) {
   auto ref = make_reference_backend();
   auto cpu = make_cpu_backend(threads_);
   for (DType type : {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0, DType::kQ4_K, DType::kQ6_K, DType::kF16,
-                     DType::kFP8_E4M3}) {
+                     DType::kFP8_E4M3, DType::kIQ2_XS, DType::kIQ3_S}) {
     SCOPED_TRACE(dtype_traits(type).name);
     const int64_t rows = 300, cols = 1024, num_tokens = 70;
     const Weights w = weights(type, rows, cols, 5);
@@ -176,7 +201,9 @@ TEST_P(CpuMatmul, LargeProductsMatchTheReference) {
     std::vector<float> want(static_cast<size_t>(num_tokens * rows)), got(want.size(), NAN);
     ref->matmul(w.matrix, x.data(), num_tokens, want.data());
     cpu->matmul(w.matrix, x.data(), num_tokens, got.data());
-    const double bound = type == DType::kF16 || type == DType::kFP8_E4M3 ? 1e-10 : 2e-4;
+    const bool float_activations = type == DType::kF16 || type == DType::kFP8_E4M3 ||
+                                   type == DType::kIQ2_XS || type == DType::kIQ3_S;
+    const double bound = float_activations ? 1e-10 : 2e-4;
     EXPECT_LE(error_over_power(got, want, w, x, num_tokens), bound);
   }
 }

@@ -196,6 +196,34 @@ void tile_fp8(const uint8_t* w, size_t w_stride, int num_rows, const uint8_t* x,
   }
 }
 
+// ---- 2- and 3-bit i-quants (float activations) ----
+
+// IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S: each super-block decoded to floats by the reference
+// decoder (quant/weight_types.h; bit for bit the gguf package's values) and dotted with the float
+// activations; acc += the block's sum. Decoded once per tile, so once per row and kTileTokens
+// tokens. The simplest correct path: these types carry a scale per 32 (IQ2_XS: per 16) times a
+// grid magnitude up to 62, which no 8-bit quant plus one scale per 32 holds.
+template <DType kType>
+void tile_iq_low(const uint8_t* w, size_t w_stride, int num_rows, const uint8_t* x,
+                 size_t x_stride, int num_tokens, int64_t cols, float* y, int64_t y_stride) {
+  static const DequantizeBlocksFn decode = find_weight_type(kType)->dequantize;
+  static const int64_t block_bytes = dtype_traits(kType).type_size;
+  for (int r = 0; r < num_rows; ++r) {
+    float acc[kTileTokens] = {};
+    for (int64_t b = 0; b < cols / kSuperBlockSize; ++b) {
+      float v[kSuperBlockSize];
+      decode(w + r * w_stride + b * block_bytes, v, 1);
+      for (int t = 0; t < num_tokens; ++t) {
+        const float* xt = reinterpret_cast<const float*>(x + t * x_stride) + b * kSuperBlockSize;
+        float sum = 0.0f;
+        for (int j = 0; j < kSuperBlockSize; ++j) sum += v[j] * xt[j];
+        acc[t] += sum;
+      }
+    }
+    for (int t = 0; t < num_tokens; ++t) y[t * y_stride + r] = acc[t];
+  }
+}
+
 // ---- K-quants (super-blocks of 256, Q8K activations) ----
 
 // x = d * sc[g] * q - dmin * mn[g] for element e of group g = e / 16.
@@ -492,6 +520,11 @@ void fill_scalar_kernels(Kernels& k) {
   set(k, DType::kIQ4_NL, ActFormat::kQ8, tile_legacy<decode_iq4_nl>);
   set(k, DType::kIQ4_XS, ActFormat::kQ8, tile_legacy<decode_iq4_xs>);
   set(k, DType::kFP8_E4M3, ActFormat::kF32, tile_fp8);
+  set(k, DType::kIQ2_XXS, ActFormat::kF32, tile_iq_low<DType::kIQ2_XXS>);
+  set(k, DType::kIQ2_XS, ActFormat::kF32, tile_iq_low<DType::kIQ2_XS>);
+  set(k, DType::kIQ2_S, ActFormat::kF32, tile_iq_low<DType::kIQ2_S>);
+  set(k, DType::kIQ3_XXS, ActFormat::kF32, tile_iq_low<DType::kIQ3_XXS>);
+  set(k, DType::kIQ3_S, ActFormat::kF32, tile_iq_low<DType::kIQ3_S>);
   set(k, DType::kQ2_K, ActFormat::kQ8K, tile_kquant<decode_q2_k>);
   set(k, DType::kQ3_K, ActFormat::kQ8K, tile_kquant<decode_q3_k>);
   set(k, DType::kQ4_K, ActFormat::kQ8K, tile_kquant<decode_q4_k>);
