@@ -7,7 +7,22 @@ decoder) as the oracle.
    IQ4_NL there, as llama.cpp's quantizer does) and on a synthetic qwen3-tiny with 256-wide rows
    (real IQ4_XS tensors): every tensor's type is the recipe's, every IQ4 tensor decodes in gguf
    to what pagoda decodes and close to the F32 source, and the file runs (`pagoda run -n 4`).
+
+The 2- and 3-bit i-quants IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S, which pagoda reads and runs but
+does not write:
+
+3. Random blocks of each type (every bit pattern is a valid block) decode in pagoda's reference
+   to exactly gguf's floats, over scales from zero and subnormals to the largest F16; neither
+   the tool nor `pagoda quantize` encodes them.
+4. Real files from llama.cpp's quantizer: the synthetic qwen3-tiny (its matrices really take
+   these types), an importance matrix from llama-imatrix (llama-quantize requires one for the
+   IQ2 types) and llama-quantize to each type. Every such tensor decodes in pagoda to gguf's
+   floats bit for bit, `pagoda inspect` lists the type, and `pagoda run` generates. llama.cpp's
+   tools are no part of CI: set $LLAMA_CPP_BIN_DIR to the folder holding llama-quantize and
+   llama-imatrix (and their shared libraries), else these tests skip, loudly.
 """
+import os
+import pathlib
 import subprocess
 
 import numpy as np
@@ -135,3 +150,114 @@ def test_synthetic_quantized(pagoda_bin, dequant_tool, synthetic, tmp_path, reci
     # Tied embeddings: the token table is the output matrix, Q6_K; every other matrix the base.
     out = quantize(pagoda_bin, synthetic, tmp_path / f"synth-{recipe}.gguf", recipe)
     check_file(pagoda_bin, dequant_tool, tmp_path, synthetic, out, {"F32", "Q6_K", base})
+
+
+LOW_TYPES = ["IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S"]
+
+
+@pytest.mark.parametrize("type_name", LOW_TYPES)
+def test_random_blocks_decode_as_gguf_does(dequant_tool, tmp_path, type_name):
+    rng = np.random.default_rng(41 + LOW_TYPES.index(type_name))
+    num_blocks = 2000
+    block_bytes = gguf.GGML_QUANT_SIZES[T[type_name]][1]
+    blocks = rng.integers(0, 256, (num_blocks, block_bytes), dtype=np.uint8)
+    # The leading F16 scale d: ordinary sizes of either sign, then zeros, subnormals and the
+    # largest finite values (never Inf / NaN, whose payloads the two sides need not share).
+    d = (rng.standard_normal(num_blocks) * 1e-2).astype(np.float16)
+    d[:8] = [0.0, -0.0, 6e-8, -6e-8, 6.1e-5, 65504.0, -65504.0, 1.0]
+    blocks[:, :2] = d.view(np.uint8).reshape(-1, 2)
+    raw = blocks.reshape(-1)
+    ours = tool_values(dequant_tool, tmp_path, "dequantize", type_name, raw.tobytes())
+    theirs = dequantize(raw.copy(), T[type_name]).reshape(-1)
+    assert_bits_equal(ours, theirs, f"decode of random {type_name} blocks")
+    assert np.all(np.isfinite(ours))
+    assert np.all(ours[:2 * 256] == 0.0)  # d = +-0
+
+
+@pytest.mark.parametrize("type_name", LOW_TYPES)
+def test_the_tool_refuses_to_encode(dequant_tool, tmp_path, type_name):
+    src, dst = tmp_path / "in.f32", tmp_path / "out.bin"
+    src.write_bytes(np.zeros(256, np.float32).tobytes())
+    r = subprocess.run([str(dequant_tool), "quantize", type_name, str(src), str(dst)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+
+
+@pytest.mark.parametrize("type_name", ["iq2_xxs", "IQ3_S"])
+def test_quantize_refuses_them_as_targets(pagoda_bin, stories, tmp_path, type_name):
+    r = subprocess.run([str(pagoda_bin), "quantize", "-i", str(stories), "-o",
+                        str(tmp_path / "out.gguf"), "--type", type_name],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert type_name.lower() in r.stderr.lower(), r.stderr
+    assert not (tmp_path / "out.gguf").exists()
+
+
+@pytest.fixture(scope="module")
+def llama_tools():
+    folder = os.environ.get("LLAMA_CPP_BIN_DIR")
+    if not folder:
+        pytest.skip("*** $LLAMA_CPP_BIN_DIR is unset (llama.cpp's llama-quantize and "
+                    "llama-imatrix): SKIPPING the IQ2/IQ3 files made by llama.cpp ***")
+    folder = pathlib.Path(folder)
+    for name in ("llama-quantize", "llama-imatrix"):
+        if not (folder / name).exists():
+            pytest.skip(f"*** {folder / name} is absent: SKIPPING the IQ2/IQ3 files made by "
+                        f"llama.cpp ***")
+    env = dict(os.environ)
+    libraries = [str(folder), env.get("LD_LIBRARY_PATH")]
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(filter(None, libraries))
+    return folder, env
+
+
+@pytest.fixture(scope="module")
+def imatrix(llama_tools, synthetic, tmp_path_factory):
+    folder, env = llama_tools
+    work = tmp_path_factory.mktemp("iq-low-imatrix")
+    text = work / "calibration.txt"
+    text.write_text("Once upon a time there was a little girl who liked to play in the park. " * 40)
+    out = work / "imatrix.gguf"
+    r = subprocess.run([str(folder / "llama-imatrix"), "-m", str(synthetic), "-f", str(text), "-o",
+                        str(out), "-c", "128", "--chunks", "4", "-t", "2"],
+                       capture_output=True, text=True, timeout=600, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return out
+
+
+# llama-quantize's file types and the type each must hold: its IQ2_S file type writes IQ2_XS
+# and IQ3_S tensors, while IQ2_M's (and IQ3_XXS's) hold IQ2_S.
+LLAMACPP_FILE_TYPES = {"IQ2_XXS": "IQ2_XXS", "IQ2_XS": "IQ2_XS", "IQ2_M": "IQ2_S",
+                       "IQ3_XXS": "IQ3_XXS", "IQ3_S": "IQ3_S"}
+
+
+@pytest.mark.parametrize("file_type,type_name", LLAMACPP_FILE_TYPES.items())
+def test_llamacpp_files_read_and_run(pagoda_bin, dequant_tool, llama_tools, synthetic, imatrix,
+                                     tmp_path, file_type, type_name):
+    folder, env = llama_tools
+    out = tmp_path / f"synth-{file_type}.gguf"
+    r = subprocess.run([str(folder / "llama-quantize"), "--imatrix", str(imatrix), str(synthetic),
+                        str(out), file_type, "2"], capture_output=True, text=True, timeout=600,
+                       env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+
+    seen = set()
+    for t in gguf.GGUFReader(out).tensors:
+        name = t.tensor_type.name
+        if name not in LOW_TYPES:
+            continue
+        raw = np.ascontiguousarray(t.data).view(np.uint8).reshape(-1)
+        theirs = dequantize(raw.copy(), t.tensor_type).reshape(-1)
+        ours = tool_values(dequant_tool, tmp_path, "dequantize", name, raw.tobytes())
+        assert_bits_equal(ours, theirs, f"{out.name}: {t.name}")
+        seen.add(name)
+    assert type_name in seen, f"llama-quantize wrote no {type_name} tensor"
+
+    r = subprocess.run([str(pagoda_bin), "inspect", str(out)], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert type_name in r.stdout
+    r = subprocess.run([str(pagoda_bin), "run", "-m", str(out), "-p", "Once upon a time", "-n", "8",
+                        "--temp", "0", "-t", "2"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("Once upon a time")
+    assert len(r.stdout) > len("Once upon a time")
