@@ -79,12 +79,13 @@ TEST(QuantBlocks, RowBytes) {
 TEST(QuantReference, RejectsWhatItCannotDo) {
   std::vector<float> values(256, 1.0f);
   std::vector<uint8_t> bytes(1024);
-  EXPECT_FALSE(can_dequantize(DType::kIQ2_XXS));
-  EXPECT_FALSE(can_quantize(DType::kIQ3_S));
+  EXPECT_FALSE(can_dequantize(DType::kIQ1_S));
+  EXPECT_FALSE(can_quantize(DType::kIQ3_S));  // decoded only
+  EXPECT_TRUE(can_dequantize(DType::kIQ3_S));
   EXPECT_TRUE(can_quantize(DType::kIQ4_NL));
   EXPECT_TRUE(can_dequantize(DType::kIQ4_XS));
   EXPECT_TRUE(can_quantize(DType::kQ3_K));
-  EXPECT_THROW(dequantize_row(DType::kIQ2_XXS, bytes.data(), values.data(), 256), Error);
+  EXPECT_THROW(dequantize_row(DType::kIQ1_S, bytes.data(), values.data(), 256), Error);
   EXPECT_THROW(quantize_row(DType::kQ8_1, values.data(), bytes.data(), 32), Error);
   EXPECT_THROW(quantize_row(DType::kQ4_0, values.data(), bytes.data(), 48), Error);
   EXPECT_THROW(dequantize_row(DType::kQ2_K, bytes.data(), values.data(), 128), Error);
