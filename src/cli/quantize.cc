@@ -133,7 +133,7 @@ Action add_quantize(CLI::App& app) {
                   "folded in (columns times s, the preceding norm or matrix rows divided by s: same "
                   "function, plain GGUF). Costs one forward pass over the text plus 21 trial "
                   "quantizations of every matrix scored on --awq-tokens sampled tokens: seconds for "
-                  "models of a few million weights, about 2 minutes for SmolLM2-135M on 2 cores. Needs an F32/F16/BF16 "
+                  "models of a few million weights, 2 to 10 minutes for SmolLM2-135M on 2 cores (q4_0; q4_k_m with --imatrix). Needs an F32/F16/BF16 "
                   "input; with --imatrix the trials and the output are importance-weighted too")
       ->check(CLI::ExistingFile);
   cmd->add_option("--awq-ctx", q.awq.ctx, "--awq: tokens per calibration chunk")

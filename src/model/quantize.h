@@ -3,8 +3,8 @@
 // tensors are copied as they are, and so is the metadata (general.file_type updated). Which type
 // each matrix gets is the weight recipe's (model/recipe.h), the table synth and estimate use.
 //
-// This is for comparing weight types of one model (`pagoda bench quality --ref`), not an
-// importance-matrix quantizer. Requantizing an already quantized file compounds the error, so,
+// Rounding is plain, weighted by an importance matrix (imatrix_path), and / or preceded by
+// AWQ's activation-aware scaling (awq, model/awq.h). Requantizing an already quantized file compounds the error, so,
 // as llama.cpp does, it is refused unless asked for (allow_requantize); decoding one to F32 is
 // exact and always allowed.
 #pragma once
