@@ -64,6 +64,14 @@ WeightMatrix TensorLookup::matrix(const std::string& name, int64_t rows, int64_t
 
 WeightMatrix TensorLookup::matrix_rows(const std::string& name, int64_t first, int64_t rows,
                                        int64_t total_rows, int64_t cols) const {
+  const WeightMatrix w = view(name, first, rows, total_rows, cols);
+  count(w.data, w.row_bytes * static_cast<uint64_t>(rows));
+  matrices_.push_back(w);
+  return w;
+}
+
+WeightMatrix TensorLookup::view(const std::string& name, int64_t first, int64_t rows,
+                                int64_t total_rows, int64_t cols) const {
   const TensorRef& t = get(name);
   // A 3-D tensor (stacked experts: [cols, rows, experts]) is rows x experts rows of cols.
   const int64_t stored_rows = t.shape.size() == 2   ? static_cast<int64_t>(t.shape[1])
@@ -86,18 +94,13 @@ WeightMatrix TensorLookup::matrix_rows(const std::string& name, int64_t first, i
   w.data = t.data + static_cast<uint64_t>(first) * w.row_bytes;
   w.id = new_weight_id();
   w.mapped = true;  // TensorRef::data points into the ModelFile's mapping
-  count(w.data, w.row_bytes * static_cast<uint64_t>(rows));
-  matrices_.push_back(w);
   return w;
 }
 
 WeightMatrix TensorLookup::matrix_cols(const std::string& name, int64_t rows, int64_t total_cols,
                                        int64_t first, int64_t cols,
                                        std::vector<uint8_t>& storage) const {
-  const WeightMatrix whole = matrix_rows(name, 0, rows, rows, total_cols);
-  matrices_.pop_back();  // only the slice is multiplied by
-  counted_.erase(whole.data);
-  bytes_used_ -= whole.row_bytes * static_cast<uint64_t>(rows);
+  const WeightMatrix whole = view(name, 0, rows, rows, total_cols);
   const DTypeTraits& t = dtype_traits(whole.type);
   if (first < 0 || cols <= 0 || first + cols > total_cols || first % t.block_size != 0 ||
       cols % t.block_size != 0) {

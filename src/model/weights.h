@@ -39,6 +39,9 @@ class TensorLookup {
 
  private:
   const TensorRef& get(const std::string& gguf_name) const;
+  // matrix_rows' checks and view, neither counted nor handed out.
+  WeightMatrix view(const std::string& gguf_name, int64_t first, int64_t rows,
+                    int64_t total_rows, int64_t cols) const;
   // Adds `bytes` to bytes_used once for the bytes at `data`.
   void count(const uint8_t* data, uint64_t bytes) const;
 
