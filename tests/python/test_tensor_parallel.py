@@ -86,14 +86,14 @@ def test_gemma_says_it_runs_as_one_process(pagoda_bin):
     assert "tensor parallelism is not built for Gemma 3 yet" in r.stderr
 
 
-def rank0_pid(mpirun_pid):
-    """The pid of rank 0 among mpirun's children (OpenMPI puts the rank in each one's env)."""
+def rank_pid(mpirun_pid, rank):
+    """The pid of `rank` among mpirun's children (OpenMPI puts the rank in each one's env)."""
     children = pathlib.Path(f"/proc/{mpirun_pid}/task/{mpirun_pid}/children").read_text().split()
     for pid in children:
         env = pathlib.Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-        if b"OMPI_COMM_WORLD_RANK=0" in env:
+        if f"OMPI_COMM_WORLD_RANK={rank}".encode() in env:
             return int(pid)
-    raise AssertionError(f"no rank 0 among {children}")
+    raise AssertionError(f"no rank {rank} among {children}")
 
 
 def complete(url, prompt, n):
@@ -119,7 +119,7 @@ def test_serve_16_concurrent_requests_give_what_they_give_alone(pagoda_bin, stor
         # Rank 0 finishes what is in flight, tells the other rank to stop, and both exit 0.
         # (SIGTERM to mpirun reaches every rank and ends the same way, but mpirun itself then
         # exits 1, as it does whenever it was signalled.)
-        os.kill(rank0_pid(s.proc.pid), signal.SIGTERM)
+        os.kill(rank_pid(s.proc.pid, 0), signal.SIGTERM)
         assert s.proc.wait(60) == 0
         assert "serve: stopped" in "".join(s.log)
     finally:
@@ -237,11 +237,7 @@ def test_a_rank_that_dies_fails_the_requests_in_flight_with_a_500(pagoda_bin):
         for t in threads:
             t.start()
         time.sleep(3)
-        children = pathlib.Path(f"/proc/{s.proc.pid}/task/{s.proc.pid}/children").read_text()
-        for pid in children.split():
-            env = pathlib.Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-            if b"OMPI_COMM_WORLD_RANK=1" in env:
-                os.kill(int(pid), signal.SIGKILL)
+        os.kill(rank_pid(s.proc.pid, 1), signal.SIGKILL)
         for t in threads:
             t.join(60)
         assert s.proc.wait(60) != 0  # no hang, and not a success
