@@ -553,8 +553,15 @@ const Kernels& cpu_kernels(CpuLevel level) {
     struct Tables {
       Kernels levels[3];
     } t;
+    // A level the CPU lacks is never filled: its fill function, compiled for that ISA, may
+    // itself use the ISA's instructions (SIGILL). Asked for, it gives the CPU's own level.
+    const int detected = static_cast<int>(detected_cpu_level());
     for (int l = 0; l < 3; ++l) {
       Kernels& k = t.levels[l];
+      if (l > detected) {
+        k = t.levels[detected];
+        continue;
+      }
       fill_scalar_kernels(k);
       if (l >= static_cast<int>(CpuLevel::kAvx2)) fill_avx2_kernels(k);
       if (l >= static_cast<int>(CpuLevel::kAvx512)) fill_avx512_kernels(k);
