@@ -72,6 +72,18 @@ std::vector<Architecture> make_table() {
   gemma3.hf_defaults = gemma3_defaults;
   gemma3.qk_norm = true;
   gemma3.post_norms = true;
+  gemma3.global_attention_every = 6;
+  gemma3.local_rope_base = 10000.0f;
+  gemma3.hf_layer_names = {{"post_attention_layernorm", "post_attention_norm"},
+                           {"pre_feedforward_layernorm", "ffn_norm"},
+                           {"post_feedforward_layernorm", "post_ffw_norm"}};
+  // Gemma3ForConditionalGeneration, as transformers 4.50 and 4.52+ name it.
+  gemma3.hf_text_prefixes = {{"language_model.model.", "model."},
+                             {"language_model.lm_head.", "lm_head."},
+                             {"model.language_model.", "model."}};
+  gemma3.hf_ignored_prefixes = {"vision_tower.", "multi_modal_projector.", "model.vision_tower.",
+                                "model.multi_modal_projector."};
+  gemma3.hf_norm_offset = 1.0f;
   gemma3.fallback_chat_template = "gemma";  // Gemma GGUF files often ship without one
   gemma3.load = load_gemma3;
   t.push_back(gemma3);

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "model/config.h"
@@ -42,6 +43,23 @@ struct Architecture {
   // GGUF converters permute this family's Q/K rows so that rotated pairs are adjacent; other
   // families, and every Hugging Face checkpoint, rotate the two halves of each head.
   bool gguf_rope_adjacent_pairs = false;
+  // Interleaved attention: every Nth layer (N-1, 2N-1, ...) attends globally with the model's
+  // RoPE base, the others within attention.sliding_window with `local_rope_base`. 0: every
+  // layer alike. Fixed by the family (llama.cpp reads neither from GGUF), so a config.json that
+  // says otherwise is refused.
+  uint32_t global_attention_every = 0;
+  float local_rope_base = 0;
+  // Hugging Face tensor names as this family spells them: layer-name pairs (HF suffix, GGUF
+  // suffix) looked up before the common ones, the prefixes a multimodal wrapper puts before the
+  // text model's names (each with what it stands for), and the prefixes of tensors the text
+  // model does not use (a vision tower).
+  std::vector<std::pair<std::string_view, std::string_view>> hf_layer_names;
+  std::vector<std::pair<std::string_view, std::string_view>> hf_text_prefixes;
+  std::vector<std::string_view> hf_ignored_prefixes;
+  // Norm weights a Hugging Face checkpoint stores as w where the model scales by offset + w
+  // (Gemma: 1); GGUF files store offset + w, so the loader and convert add it to every
+  // "*norm.weight" tensor of a checkpoint.
+  float hf_norm_offset = 0;
   std::string_view fallback_chat_template;  // a builtin template's name; empty: none
   std::unique_ptr<Model> (*load)(const ModelFile&, Communicator*) = nullptr;
 };

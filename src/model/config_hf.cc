@@ -85,6 +85,9 @@ void read_rope_scaling(const Reader& r, ModelConfig& c) {
   for (const char* key : {"rope_scaling", "rope_parameters"}) {
     auto rs = r.obj(key);
     if (!rs) continue;
+    // Per layer type (Gemma 3 in transformers 4.57+): the global layers' RoPE is the model's;
+    // the sliding layers' base is checked against the family's in check_fixed_choices.
+    if (auto full = rs->obj("full_attention")) rs = full;
     if (auto theta = rs->number("rope_theta")) c.rope_theta = static_cast<float>(*theta);
     std::string type = rs->str("rope_type").value_or(rs->str("type").value_or(""));
     if (type.empty() || type == "default") continue;  // plain RoPE
@@ -95,6 +98,49 @@ void read_rope_scaling(const Reader& r, ModelConfig& c) {
     if (auto v = rs->number("original_max_position_embeddings")) {
       c.rope_original_context = static_cast<uint32_t>(*v);
     }
+  }
+}
+
+// What pagoda computes but a config.json may set otherwise: refused, not run wrong.
+void check_fixed_choices(const Reader& r, const Architecture* arch, const ModelConfig& c,
+                         const std::string& source) {
+  for (const char* key : {"final_logit_softcapping", "attn_logit_softcapping"}) {
+    if (r.number(key)) fail(source, ": key '", key, "' is set; pagoda does not soft-cap logits");
+  }
+  if (auto scalar = r.number("query_pre_attn_scalar"); scalar && *scalar != c.head_dim) {
+    fail(source, ": query_pre_attn_scalar ", *scalar, " differs from head_dim ", c.head_dim,
+         "; pagoda scales attention by 1/sqrt(head_dim)");
+  }
+  if (arch == nullptr || arch->global_attention_every == 0) return;
+  const uint32_t every = arch->global_attention_every;
+  for (const char* key : {"sliding_window_pattern", "_sliding_window_pattern"}) {
+    if (auto n = r.u32(key); n && *n != every) {
+      fail(source, ": ", key, " ", *n, "; ", arch->name, " attends globally every ", every,
+           " layers");
+    }
+  }
+  if (const json* types = r.get("layer_types"); types != nullptr && c.sliding_window != 0) {
+    if (!types->is_array() || types->size() != c.num_layers) {
+      fail(source, ": key 'layer_types' is not an array of ", c.num_layers, " names");
+    }
+    for (size_t l = 0; l < types->size(); ++l) {
+      const bool global = (l + 1) % every == 0;
+      const json& t = (*types)[l];
+      if (!t.is_string() || t.get<std::string>() != (global ? "full_attention" : "sliding_attention")) {
+        fail(source, ": layer_types[", l, "] is ", t.dump(), "; ", arch->name,
+             " attends globally every ", every, " layers");
+      }
+    }
+  }
+  std::optional<double> local_base = r.number("rope_local_base_freq");
+  if (auto rp = r.obj("rope_parameters")) {
+    if (auto sliding = rp->obj("sliding_attention")) {
+      if (auto theta = sliding->number("rope_theta")) local_base = theta;
+    }
+  }
+  if (auto base = local_base; base && *base != arch->local_rope_base) {
+    fail(source, ": rope_local_base_freq ", *base, "; ", arch->name,
+         "'s sliding-window layers use RoPE base ", arch->local_rope_base);
   }
 }
 
@@ -147,6 +193,7 @@ ModelConfig config_from_hf_json(const std::string& json_text, const std::string&
   // The wrapper of a multimodal model may hold the flag instead of its text_config.
   if (auto tie = top.boolean("tie_word_embeddings")) c.tie_embeddings = *tie;
   if (auto tie = r.boolean("tie_word_embeddings")) c.tie_embeddings = *tie;
+  check_fixed_choices(r, arch, c, source);
   return c;
 }
 

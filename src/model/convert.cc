@@ -38,11 +38,12 @@ const OutType& out_type(const std::string& name) {
   fail("convert: unknown --type '", name, "' (known: f32 f16 bf16)");
 }
 
-// Families whose Hugging Face layout convert maps completely. Gemma 3 (norm weights stored as
-// w where GGUF stores 1 + w, a vision tower to drop) and Phi-3 (partial rotary dims, LongRoPE
-// factors) need more than a name mapping and are refused rather than written wrong.
+// Families whose Hugging Face layout convert maps completely. Phi-3 (partial rotary dims,
+// LongRoPE factors) and the mixture-of-experts families (experts stacked into one tensor in
+// GGUF) need more than a name mapping and are refused rather than written wrong.
 bool convert_handles(const Architecture& arch) {
-  return arch.name == "llama" || arch.name == "qwen2" || arch.name == "qwen3";
+  return arch.name == "llama" || arch.name == "qwen2" || arch.name == "qwen3" ||
+         arch.name == "gemma3";
 }
 
 // Where a tensor goes in the file: the embedding, the layers in numeric order, then the rest,
@@ -213,7 +214,7 @@ ConvertSummary convert_hf_model(const ConvertOptions& o,
   const Architecture* arch = find_architecture(c.architecture);
   if (arch == nullptr || !convert_handles(*arch)) {
     fail(in, ": architecture '", c.architecture,
-         "' is not supported by convert (supported: llama, mistral, qwen2, qwen3)");
+         "' is not supported by convert (supported: llama, mistral, qwen2, qwen3, gemma3)");
   }
   c.validate(in);
   if (!file->has_vocab() && !file->vocab_unreadable()) {
@@ -230,13 +231,8 @@ ConvertSummary convert_hf_model(const ConvertOptions& o,
   for (const TensorRef& t : file->tensors()) {
     // Old checkpoints store RoPE's inverse frequencies, which GGUF recomputes from freq_base.
     if (ends_with(t.name, ".rotary_emb.inv_freq")) continue;
-    const std::string name = gguf_tensor_name(t.name);
-    // Tied: transformers multiplies by the embedding whatever lm_head holds, and a GGUF file
-    // without output.weight is read as tied by pagoda and llama.cpp alike.
-    if (name == "output.weight" && c.tie_embeddings &&
-        file->find_tensor("model.embed_tokens.weight") != nullptr) {
-      continue;
-    }
+    const std::string name = gguf_tensor_name(t.name, arch);
+    if (name.empty()) continue;  // not the text model's (a vision tower)
     if (name == t.name) fail(in, ": tensor '", t.name, "' has no GGUF name convert knows");
     if (!can_dequantize(t.type) ||
         (t.type != DType::kF32 && t.type != DType::kF16 && t.type != DType::kBF16)) {
@@ -245,12 +241,25 @@ ConvertSummary convert_hf_model(const ConvertOptions& o,
     }
     items.push_back({sort_key(name), &t});
   }
+  const auto named = [&](const char* gguf_name) -> const TensorRef* {
+    for (const Item& it : items) {
+      if (it.key.name == gguf_name) return it.ref;
+    }
+    return nullptr;
+  };
+  const TensorRef* embd = named("token_embd.weight");
+  if (embd == nullptr || embd->shape.size() != 2) {
+    fail(in, ": the token embedding (model.embed_tokens.weight) is missing or not a matrix");
+  }
+  // Tied: transformers multiplies by the embedding whatever lm_head holds, and a GGUF file
+  // without output.weight is read as tied by pagoda and llama.cpp alike.
+  if (c.tie_embeddings) {
+    items.erase(std::remove_if(items.begin(), items.end(),
+                               [](const Item& it) { return it.key.name == "output.weight"; }),
+                items.end());
+  }
   std::sort(items.begin(), items.end(),
             [](const Item& a, const Item& b) { return a.key < b.key; });
-  const TensorRef* embd = file->find_tensor("model.embed_tokens.weight");
-  if (embd == nullptr || embd->shape.size() != 2) {
-    fail(in, ": tensor 'model.embed_tokens.weight' is missing or not a matrix");
-  }
 
   GgufWriter w;
   const std::string a = std::string(arch->name) + ".";
@@ -279,13 +288,15 @@ ConvertSummary convert_hf_model(const ConvertOptions& o,
     const TensorRef* ref;
     DType type;
     uint32_t heads;  // Q/K heads to permute, 0 for none
+    float offset;    // added to every value (Gemma's norm weights)
   };
   std::vector<Job> jobs;
   uint64_t total = 0;
   for (const Item& it : items) {
     const TensorRef& t = *it.ref;
-    Job j{it.key.name, &t, t.shape.size() <= 1 ? DType::kF32 : out.type,
-          permute_heads(*arch, c, it.key.name)};
+    const bool vector = t.shape.size() <= 1;
+    Job j{it.key.name, &t, vector ? DType::kF32 : out.type, permute_heads(*arch, c, it.key.name),
+          vector && ends_with(it.key.name, "norm.weight") ? arch->hf_norm_offset : 0.0f};
     if (j.heads) {
       const uint64_t rows = t.shape.size() == 1 ? t.shape[0] : t.num_elements / t.shape[0];
       if (rows != uint64_t{j.heads} * c.head_dim || c.head_dim % 2 != 0) {
@@ -330,10 +341,11 @@ ConvertSummary convert_hf_model(const ConvertOptions& o,
           const uint64_t src_row = j.heads ? rope_pair_source_row(r0 + r, c.head_dim) : r0 + r;
           const uint8_t* src = t.data + src_row * in_row;
           uint8_t* dst = buf.data() + r * out_row;
-          if (t.type == j.type) {
+          if (t.type == j.type && j.offset == 0) {
             std::memcpy(dst, src, out_row);
           } else {
             dequantize_row(t.type, src, values.data(), static_cast<int64_t>(cols));
+            for (float& x : values) x += j.offset;
             quantize_row(j.type, values.data(), dst, static_cast<int64_t>(cols));
           }
         }

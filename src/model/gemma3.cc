@@ -1,20 +1,19 @@
 // Gemma 3: embeddings scaled by sqrt(hidden), RMSNorm before and after both the attention and
 // the MLP, per-head Q/K RMSNorm, GeGLU (tanh GELU), and interleaved attention: five sliding-window
 // layers with RoPE base 10000, then one global layer with the model's own base.
-// GGUF files store every norm weight with Gemma's "+1" already added, so plain RMSNorm applies.
+// GGUF files store every norm weight with Gemma's "+1" already added, so plain RMSNorm applies;
+// TensorLookup adds it to a Hugging Face checkpoint's norms (the table's hf_norm_offset).
 #include <cmath>
 
 #include "core/error.h"
 #include "kv/kv_storage.h"
+#include "model/architecture.h"
 #include "model/model.h"
 #include "model/model_file.h"
 #include "model/weights.h"
 
 namespace pagoda {
 namespace {
-
-constexpr int kGlobalEvery = 6;             // layers 5, 11, 17, ... attend globally
-constexpr float kLocalRopeBase = 10000.0f;  // RoPE base of the sliding-window layers
 
 struct GemmaLayer {
   std::vector<float> attn_norm, post_attn_norm;  // [hidden]
@@ -42,13 +41,11 @@ class Gemma3Model final : public Model {
 };
 
 Gemma3Model::Gemma3Model(const ModelFile& file) {
-  if (file.gguf() == nullptr) {
-    fail(file.path(), ": Gemma 3 is supported from GGUF files only (their norm weights carry +1)");
-  }
   config_ = file.config();
   ModelConfig& c = config_;
   c.validate(file.path());
   if (c.vocab_size == 0 || c.intermediate_size == 0) fail(file.path(), ": incomplete Gemma 3 metadata");
+  const Architecture& arch = architecture_of(c, file.path());
   TensorLookup w(file);
   const int64_t hidden = c.hidden_size, q_dim = int64_t{c.num_heads} * c.head_dim,
                 kv_dim = int64_t{c.num_kv_heads} * c.head_dim, ff = c.intermediate_size;
@@ -69,7 +66,7 @@ Gemma3Model::Gemma3Model(const ModelFile& file) {
     L.w_up = w.matrix(p + "ffn_up.weight", ff, hidden);
     L.w_down = w.matrix(p + "ffn_down.weight", hidden, ff);
     L.post_ffn_norm = w.vector(p + "post_ffw_norm.weight", hidden);
-    L.global = c.sliding_window == 0 || (l + 1) % kGlobalEvery == 0;
+    L.global = c.sliding_window == 0 || (l + 1) % arch.global_attention_every == 0;
     layers_.push_back(std::move(L));
   }
   output_norm_ = w.vector("output_norm.weight", hidden);
@@ -86,7 +83,7 @@ Gemma3Model::Gemma3Model(const ModelFile& file) {
     rope_global_.position_scale = 1.0f / c.rope_scaling_factor;  // global layers only
   }
   rope_local_ = rope_global_;
-  rope_local_.theta = kLocalRopeBase;
+  rope_local_.theta = arch.local_rope_base;
   rope_local_.position_scale = 1.0f;
 }
 

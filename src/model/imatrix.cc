@@ -11,6 +11,7 @@
 #include "format/gguf.h"
 #include "format/gguf_writer.h"
 #include "kv/kv_storage.h"
+#include "model/architecture.h"
 #include "model/weights.h"
 #include "tokenizer/tokenizer.h"
 
@@ -125,8 +126,9 @@ class MatmulObserver final : public Backend {
  public:
   MatmulObserver(Backend& inner, const ModelFile& file, MatmulInputSink sink)
       : inner_(inner), sink_(std::move(sink)) {
+    const Architecture* arch = find_architecture(file.config().architecture);
     for (const TensorRef& t : file.tensors()) {
-      const std::string name = gguf_tensor_name(t.name);
+      const std::string name = gguf_tensor_name(t.name, arch);
       if (t.shape.size() < 2 || name.rfind("blk.", 0) != 0 || t.data == nullptr) continue;
       const int64_t experts = t.shape.size() > 2 ? static_cast<int64_t>(t.shape[2]) : 1;
       spans_.push_back({t.data, t.data + t.num_bytes, name, experts});

@@ -8,7 +8,31 @@
 
 namespace pagoda {
 
-std::string gguf_tensor_name(const std::string& hf) {
+namespace {
+
+bool starts_with(std::string_view s, std::string_view prefix) {
+  return s.size() >= prefix.size() && s.compare(0, prefix.size(), prefix) == 0;
+}
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+std::string gguf_tensor_name(const std::string& hf_name, const Architecture* arch) {
+  std::string hf = hf_name;
+  if (arch != nullptr) {
+    for (std::string_view p : arch->hf_ignored_prefixes) {
+      if (starts_with(hf, p)) return "";
+    }
+    for (const auto& [wrapped, plain] : arch->hf_text_prefixes) {
+      if (starts_with(hf, wrapped)) {
+        hf = std::string(plain) + hf.substr(wrapped.size());
+        break;
+      }
+    }
+  }
   static const std::vector<std::pair<std::string, std::string>> kTop = {
       {"model.embed_tokens.weight", "token_embd.weight"},
       {"model.norm.weight", "output_norm.weight"},
@@ -17,7 +41,7 @@ std::string gguf_tensor_name(const std::string& hf) {
   for (const auto& [from, to] : kTop) {
     if (hf == from) return to;
   }
-  static const std::vector<std::pair<std::string, std::string>> kLayer = {
+  static const std::vector<std::pair<std::string_view, std::string_view>> kLayer = {
       {"input_layernorm", "attn_norm"},         {"self_attn.q_proj", "attn_q"},
       {"self_attn.k_proj", "attn_k"},           {"self_attn.v_proj", "attn_v"},
       {"self_attn.o_proj", "attn_output"},      {"self_attn.q_norm", "attn_q_norm"},
@@ -27,19 +51,34 @@ std::string gguf_tensor_name(const std::string& hf) {
       {"mlp.gate_up_proj", "ffn_up"},
   };
   const std::string prefix = "model.layers.";
-  if (hf.rfind(prefix, 0) != 0) return hf;
+  if (!starts_with(hf, prefix)) return hf_name;
   size_t dot = hf.find('.', prefix.size());
-  if (dot == std::string::npos) return hf;
+  if (dot == std::string::npos) return hf_name;
   std::string layer = hf.substr(prefix.size(), dot - prefix.size());
   std::string rest = hf.substr(dot + 1);
-  for (const auto& [from, to] : kLayer) {
-    if (rest.rfind(from + ".", 0) == 0) return "blk." + layer + "." + to + rest.substr(from.size());
-  }
-  return hf;
+  auto map = [&](const std::vector<std::pair<std::string_view, std::string_view>>& table,
+                 std::string& out) {
+    for (const auto& [from, to] : table) {
+      if (starts_with(rest, from) && rest.size() > from.size() && rest[from.size()] == '.') {
+        out = "blk." + layer + "." + std::string(to) + rest.substr(from.size());
+        return true;
+      }
+    }
+    return false;
+  };
+  std::string out;
+  if (arch != nullptr && map(arch->hf_layer_names, out)) return out;
+  if (map(kLayer, out)) return out;
+  return hf_name;
 }
 
 TensorLookup::TensorLookup(const ModelFile& file) : source_(file.path()) {
-  for (const TensorRef& t : file.tensors()) by_name_.emplace(gguf_tensor_name(t.name), &t);
+  const Architecture* arch = find_architecture(file.config().architecture);
+  if (file.gguf() == nullptr && arch != nullptr) norm_offset_ = arch->hf_norm_offset;
+  for (const TensorRef& t : file.tensors()) {
+    std::string name = gguf_tensor_name(t.name, arch);
+    if (!name.empty()) by_name_.emplace(std::move(name), &t);
+  }
 }
 
 bool TensorLookup::has(const std::string& name) const { return by_name_.count(name) != 0; }
@@ -143,6 +182,9 @@ std::vector<float> TensorLookup::vector(const std::string& name, int64_t size) c
   }
   std::vector<float> out(static_cast<size_t>(size));
   dequantize_row(t.type, t.data, out.data(), size);
+  if (norm_offset_ != 0 && ends_with(name, "norm.weight")) {
+    for (float& x : out) x += norm_offset_;
+  }
   return out;
 }
 

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "model/architecture.h"
 #include "model/model_file.h"
 
 namespace pagoda {
@@ -30,7 +31,8 @@ class TensorLookup {
   // one tensor-parallel rank. Throws Error unless the columns fall on whole blocks of its type.
   WeightMatrix matrix_cols(const std::string& gguf_name, int64_t rows, int64_t total_cols,
                            int64_t first, int64_t cols, std::vector<uint8_t>& storage) const;
-  // A 1-D tensor of `size` elements converted to float (norm weights, biases).
+  // A 1-D tensor of `size` elements converted to float (norm weights, biases); a norm weight
+  // of a Hugging Face checkpoint gets its family's hf_norm_offset added, as GGUF files store it.
   std::vector<float> vector(const std::string& gguf_name, int64_t size) const;
   // Every matrix handed out so far but the one whose id is `skip_id` (0: none skipped).
   std::vector<WeightMatrix> matrices_except(uint64_t skip_id) const;
@@ -46,6 +48,7 @@ class TensorLookup {
   void count(const uint8_t* data, uint64_t bytes) const;
 
   std::string source_;
+  float norm_offset_ = 0;  // added to "*norm.weight" vectors (a Hugging Face Gemma checkpoint)
   std::unordered_map<std::string, const TensorRef*> by_name_;  // GGUF names
   mutable uint64_t bytes_used_ = 0;
   mutable std::vector<WeightMatrix> matrices_;
@@ -53,7 +56,9 @@ class TensorLookup {
 };
 
 // The GGUF name for a Hugging Face tensor name ("model.layers.3.mlp.up_proj.weight" ->
-// "blk.3.ffn_up.weight"); the input unchanged when there is no mapping.
-std::string gguf_tensor_name(const std::string& hf_name);
+// "blk.3.ffn_up.weight"), with the family's own spellings and wrapper prefixes when `arch` is
+// given; "" for a tensor the family's text model does not use (a vision tower); the input
+// unchanged when there is no mapping.
+std::string gguf_tensor_name(const std::string& hf_name, const Architecture* arch = nullptr);
 
 }  // namespace pagoda

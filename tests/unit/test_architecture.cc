@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "model/architecture.h"
 #include "model/synth.h"
+#include "model/weights.h"
 
 namespace pagoda {
 namespace {
@@ -45,6 +46,36 @@ TEST(Architecture, UnknownFamilyNamesTheSupportedOnes) {
                  "x.gguf: architecture 'falcon' is not supported (supported: llama, mistral, qwen2, "
                  "qwen3, qwen3moe, phi3, gemma3)");
   }
+}
+
+// Hugging Face names: the common table, a family's own spellings before it, a multimodal
+// wrapper's prefixes, and tensors the text model does not use.
+TEST(Architecture, HuggingFaceTensorNamesPerFamily) {
+  const Architecture* llama = find_architecture("llama");
+  const Architecture* gemma = find_architecture("gemma3");
+  ASSERT_NE(llama, nullptr);
+  ASSERT_NE(gemma, nullptr);
+  const std::string post = "model.layers.4.post_attention_layernorm.weight";
+  EXPECT_EQ(gguf_tensor_name(post, llama), "blk.4.ffn_norm.weight");
+  EXPECT_EQ(gguf_tensor_name(post), "blk.4.ffn_norm.weight");
+  EXPECT_EQ(gguf_tensor_name(post, gemma), "blk.4.post_attention_norm.weight");
+  EXPECT_EQ(gguf_tensor_name("model.layers.0.pre_feedforward_layernorm.weight", gemma),
+            "blk.0.ffn_norm.weight");
+  EXPECT_EQ(gguf_tensor_name("model.layers.0.post_feedforward_layernorm.weight", gemma),
+            "blk.0.post_ffw_norm.weight");
+  EXPECT_EQ(gguf_tensor_name("language_model.model.layers.2.self_attn.q_norm.weight", gemma),
+            "blk.2.attn_q_norm.weight");
+  EXPECT_EQ(gguf_tensor_name("model.language_model.embed_tokens.weight", gemma), "token_embd.weight");
+  EXPECT_EQ(gguf_tensor_name("language_model.lm_head.weight", gemma), "output.weight");
+  EXPECT_EQ(gguf_tensor_name("vision_tower.vision_model.post_layernorm.weight", gemma), "");
+  EXPECT_EQ(gguf_tensor_name("model.multi_modal_projector.mm_soft_emb_norm.weight", gemma), "");
+  // Without the family, a wrapped name has no mapping; a prefix of a name is not a match.
+  EXPECT_EQ(gguf_tensor_name("language_model.model.norm.weight", llama),
+            "language_model.model.norm.weight");
+  EXPECT_EQ(gguf_tensor_name("model.layers.1.mlp.up_projection.weight", llama),
+            "model.layers.1.mlp.up_projection.weight");
+  EXPECT_EQ(gemma->hf_norm_offset, 1.0f);
+  EXPECT_EQ(llama->hf_norm_offset, 0.0f);
 }
 
 TEST(Architecture, EverySynthShapeIsARunnableFamily) {
