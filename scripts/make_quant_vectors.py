@@ -6,6 +6,9 @@ Made with:
     pip install llama-cpp-python==0.3.36
     python3 scripts/make_quant_vectors.py > tests/data/quant_vectors.json
 
+or, with llama.cpp built from that package's source tree (vendor/llama.cpp, cmake) instead,
+`--ggml BUILD/bin/libggml-base.so`: the same ggml, the same bytes.
+
 A few sets of F32 rows (fixed seed; stored as little-endian bytes so the test needs no matching
 random generator) are quantized by ggml_quantize_chunk with no importance matrix, the way
 llama-quantize does without --imatrix. That takes ggml's scalar reference encoders
@@ -15,13 +18,13 @@ file holds ggml's bytes and the squared error of ggml's round trip (decoded with
 to_float), summed in float64 over the set. tests/kernels/test_quant_vs_llamacpp.cc quantizes
 the same rows with pagoda and compares.
 """
+import argparse
 import base64
 import ctypes
 import json
 import pathlib
 import sys
 
-import llama_cpp
 import numpy as np
 
 ROW_LENGTH = 256  # one K-quant super-block, eight legacy blocks
@@ -33,6 +36,7 @@ GGML_TYPES = {
     "F16": 1, "BF16": 30,
     "Q4_0": 2, "Q4_1": 3, "Q5_0": 6, "Q5_1": 7, "Q8_0": 8,
     "Q2_K": 10, "Q3_K": 11, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14,
+    "IQ4_NL": 20, "IQ4_XS": 23,
 }
 
 
@@ -85,9 +89,8 @@ class TypeTraits(ctypes.Structure):
 TO_FLOAT = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.POINTER(ctypes.c_float), ctypes.c_int64)
 
 
-def load_ggml() -> ctypes.CDLL:
-    lib = pathlib.Path(llama_cpp.__file__).parent / "lib" / "libggml-base.so"
-    ggml = ctypes.CDLL(str(lib))
+def load_ggml(path) -> ctypes.CDLL:
+    ggml = ctypes.CDLL(str(path))
     ggml.ggml_row_size.restype = ctypes.c_size_t
     ggml.ggml_row_size.argtypes = [ctypes.c_int, ctypes.c_int64]
     ggml.ggml_quantize_chunk.restype = ctypes.c_size_t
@@ -121,7 +124,17 @@ def b64(data: bytes) -> str:
 
 
 def main() -> None:
-    ggml = load_ggml()
+    p = argparse.ArgumentParser(description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--ggml", help="libggml-base.so (default: llama-cpp-python's)")
+    args = p.parse_args()
+    if args.ggml:
+        path, origin = pathlib.Path(args.ggml), "llama.cpp of llama-cpp-python 0.3.36's source"
+    else:
+        import llama_cpp
+        path = pathlib.Path(llama_cpp.__file__).parent / "lib" / "libggml-base.so"
+        origin = f"llama-cpp-python {llama_cpp.__version__}"
+    ggml = load_ggml(path)
     sets = row_sets()
     types = {}
     for type_name, type_id in GGML_TYPES.items():
@@ -133,8 +146,10 @@ def main() -> None:
             per_set[set_name] = {"bytes": b64(data), "sq_error": error}
         types[type_name] = per_set
     json.dump({
-        "oracle": f"ggml_quantize_chunk of llama-cpp-python {llama_cpp.__version__}, no imatrix",
-        "command": "python3 scripts/make_quant_vectors.py > tests/data/quant_vectors.json",
+        "oracle": f"ggml_quantize_chunk of {origin}, no imatrix",
+        "command": "python3 scripts/make_quant_vectors.py "
+                   + ("--ggml BUILD/bin/libggml-base.so " if args.ggml else "")
+                   + "> tests/data/quant_vectors.json",
         "row_length": ROW_LENGTH,
         "row_sets": {name: b64(rows.tobytes()) for name, rows in sets.items()},
         "types": types,

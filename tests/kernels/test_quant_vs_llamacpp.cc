@@ -1,8 +1,9 @@
 // pagoda's encoders against llama.cpp's on the same F32 rows (tests/data/quant_vectors.json, made
 // by scripts/make_quant_vectors.py with ggml_quantize_chunk and no importance matrix, which runs
 // ggml's deterministic reference encoders). F16, BF16 and the legacy types repeat ggml's
-// arithmetic, so their bytes must be equal. The K-quants use pagoda's own scale search, so for
-// them the squared round-trip error summed over each row set must be no more than llama.cpp's.
+// arithmetic, so their bytes must be equal. The K-quants and IQ4_NL / IQ4_XS use pagoda's own
+// scale searches, so for them the squared round-trip error summed over each row set must be no
+// more than llama.cpp's.
 // Both are decoded with pagoda's dequantizer, which reproduces ggml's values: llama.cpp's errors
 // are checked against those the script measured with ggml's own decoder.
 #include <gtest/gtest.h>
@@ -138,12 +139,13 @@ std::string join(const std::vector<double>& v) {
   return out;
 }
 
-// Every type pagoda writes: `pagoda quantize --type` (F16, BF16, legacy, Q4_K, Q5_K, Q6_K) and
-// the synthetic models (Q2_K and Q3_K too).
+// Every type pagoda writes that llama.cpp writes too: `pagoda quantize --type` (F16, BF16, legacy,
+// Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS) and the synthetic models (Q2_K and Q3_K too). FP8_E4M3 is
+// pagoda's own, with no llama.cpp encoder to compare with.
 const std::vector<DType> kByteIdentical = {DType::kF16,  DType::kBF16, DType::kQ4_0, DType::kQ4_1,
                                            DType::kQ5_0, DType::kQ5_1, DType::kQ8_0};
-const std::vector<DType> kKQuants = {DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K,
-                                     DType::kQ6_K};
+const std::vector<DType> kKQuants = {DType::kQ2_K, DType::kQ3_K,  DType::kQ4_K, DType::kQ5_K,
+                                     DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS};
 
 TEST(QuantVsLlamaCpp, VectorsCoverEveryTypeAndShape) {
   const Vectors& v = vectors();
@@ -198,7 +200,8 @@ TEST(QuantVsLlamaCpp, LegacyTypesAndHalvesAreByteIdentical) {
 }
 
 // Error ratios pagoda / llama.cpp over the six row sets, as measured (the test prints them):
-// Q2_K 0.54 .. 0.80, Q3_K 0.88 .. 1.00, Q4_K 0.03 .. 0.99, Q5_K 0.14 .. 0.97, Q6_K 0.94 .. 0.98.
+// Q2_K 0.54 .. 0.80, Q3_K 0.88 .. 1.00, Q4_K 0.03 .. 0.99, Q5_K 0.14 .. 0.97, Q6_K 0.94 .. 0.98,
+// IQ4_NL 0.79 .. 0.97, IQ4_XS 0.77 .. 0.98.
 // The 1.00 is Q3_K's flat set, where the one row with any error (the near-constant one) gets
 // the same bytes from both; the smallest are the flat sets of Q4_K and Q5_K, where pagoda's
 // refitted super-scale puts that row's level on its mean and ggml's lands beside it. No row
