@@ -151,12 +151,40 @@ Action add_quantize(CLI::App& app) {
                   "search costs about tokens x rows x columns x 21 multiply-adds per matrix")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 40))
       ->capture_default_str();
+  cmd->add_option("--gptq", q.gptq.text_path,
+                  "GPTQ's error-compensating rounding, calibrated on this text (chunks of "
+                  "--gptq-ctx tokens): every matrix written in a 32-block type (q4_0, q4_1, q5_0, "
+                  "q5_1, q8_0, and the K recipes' fallbacks on models whose rows are no whole "
+                  "super-blocks) is rounded a column at a time, each column's error carried onto "
+                  "the columns not rounded yet through the inverse of its input's second moments "
+                  "(summed over --gptq-tokens sampled tokens). With --imatrix each block's scale "
+                  "fit is weighted by it. Not together with --awq")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--gptq-ctx", q.gptq.ctx, "--gptq: tokens per calibration chunk")
+      ->check(CLI::Range(2, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--gptq-chunks", q.gptq.chunks,
+                  "--gptq: at most N chunks; 0 = every whole chunk of the text")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 40));
+  cmd->add_option("--gptq-tokens", q.gptq.sample_rows,
+                  "--gptq: calibration tokens the second moments are summed over (sampled evenly; "
+                  "memory 4 x columns x N bytes per distinct input)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->capture_default_str();
+  cmd->add_option("--gptq-damp", q.gptq.damp,
+                  "--gptq: added to the second moments' diagonal, times its mean")
+      ->check(CLI::Range(0.0, 10.0))
+      ->capture_default_str();
   cmd->add_flag("-q,--quiet", o->quiet,
                 "No per-tensor lines or progress bar on stderr (warnings and the summary still "
                 "print)");
   return [o] {
     QuantizeOptions& q = o->quantize;
     q.awq.threads = q.num_threads;
+    q.gptq.threads = q.num_threads;
+    if (!q.gptq.text_path.empty() && !q.awq.text_path.empty()) {
+      throw UsageError("pagoda quantize: --gptq and --awq cannot be used together yet");
+    }
     if (q.allow_requantize) {
       const Requantization r = find_requantization(q);
       if (r.count > 0) {
@@ -172,9 +200,17 @@ Action add_quantize(CLI::App& app) {
     {
       AwqDisplay awq_display(o->quiet);
       q.awq_progress = [&](const AwqProgress& p) { awq_display.update(p); };
+      std::unique_ptr<bench::Progress> gptq_bar;
+      q.gptq_progress = [&](int64_t done, int64_t total) {
+        if (o->quiet) return;
+        if (!gptq_bar) gptq_bar = std::make_unique<bench::Progress>("gptq calibration", total, "chunks");
+        gptq_bar->update(done);
+        if (done == total) gptq_bar.reset();
+      };
       Display display(o->quiet);
       s = quantize_model(q, [&](const QuantizeProgress& p) { display.update(p); });
       q.awq_progress = nullptr;
+      q.gptq_progress = nullptr;
     }
     std::cout << "wrote " << q.output_path << " (" << q.type << "): " << s.num_tensors
               << " tensors, " << human_bytes(s.bytes_in) << " -> " << human_bytes(s.bytes_out)
@@ -202,6 +238,10 @@ Action add_quantize(CLI::App& app) {
                 << moved << " scaled (alpha > 0); summed output error " << (rtn > 0 ? err / rtn : 1.0)
                 << "x alpha 0's on the calibration sample\n";
       for (const auto& why : s.awq.skipped) std::cout << "awq: skipped " << why << "\n";
+    }
+    if (!q.gptq.text_path.empty()) {
+      std::cout << "gptq: " << s.gptq_chunks << " chunks (" << s.gptq_tokens << " tokens), "
+                << s.num_gptq << " matrices rounded by GPTQ\n";
     }
     if (!s.worst_name.empty()) {
       std::cout << "worst tensor: " << s.worst_name << " " << type_name(s.worst_from) << " -> "

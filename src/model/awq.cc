@@ -355,6 +355,28 @@ std::vector<float> decode(const GgufTensorInfo& t) {
 
 }  // namespace
 
+AwqCalibration awq_calibrate(const std::string& model_path, const std::string& text_path,
+                             int32_t ctx, int64_t max_chunks, int64_t sample_rows, int threads,
+                             const char* ctx_flag,
+                             const std::function<void(int64_t, int64_t)>& progress) {
+  auto model_file = ModelFile::open(model_path);
+  auto model = Model::load(*model_file);
+  const auto chunks = calibration_chunks(*model_file, text_path, ctx, max_chunks, ctx_flag).chunks;
+  AwqCalibration cal;
+  cal.stats.max_sample_rows = sample_rows;
+  cal.chunks = static_cast<int64_t>(chunks.size());
+  cal.tokens = cal.chunks * ctx;
+  cal.stats.sample_stride =
+      std::max<int64_t>(1, (cal.tokens + sample_rows - 1) / std::max<int64_t>(sample_rows, 1));
+  auto backend = make_cpu_backend(threads);
+  auto collector = make_awq_collector(*backend, *model_file, cal.stats);
+  run_imatrix_chunks(*model, *collector, chunks, [&](int64_t done) {
+    if (progress) progress(done, cal.chunks);
+    return true;
+  });
+  return cal;
+}
+
 AwqScaling awq_compute(const std::string& model_path, const GgufFile& file, const AwqOptions& o,
                        const std::function<DType(const std::string&)>& type_of,
                        const std::function<std::vector<float>(const std::string&)>& importance_of,
@@ -375,27 +397,16 @@ AwqScaling awq_compute(const std::string& model_path, const GgufFile& file, cons
   report.skipped = plan.skipped;
 
   // Calibration: the imatrix chunks, every position through every layer.
-  auto model_file = ModelFile::open(model_path);
-  auto model = Model::load(*model_file);
-  const auto chunks = calibration_chunks(*model_file, o.text_path, o.ctx, o.chunks, "--awq-ctx").chunks;
-  AwqStats stats;
-  stats.max_sample_rows = o.sample_rows;
-  const int64_t total_tokens = static_cast<int64_t>(chunks.size()) * o.ctx;
-  stats.sample_stride = std::max<int64_t>(1, (total_tokens + o.sample_rows - 1) / std::max<int64_t>(o.sample_rows, 1));
-  {
-    auto backend = make_cpu_backend(o.threads);
-    auto collector = make_awq_collector(*backend, *model_file, stats);
-    AwqProgress p;
-    p.total = static_cast<int64_t>(chunks.size());
-    run_imatrix_chunks(*model, *collector, chunks, [&](int64_t done) {
-      p.done = done;
-      if (progress) progress(p);
-      return true;
-    });
-  }
-  model.reset();
-  report.chunks = static_cast<int64_t>(chunks.size());
-  report.tokens = total_tokens;
+  AwqProgress cp;
+  AwqCalibration cal = awq_calibrate(model_path, o.text_path, o.ctx, o.chunks, o.sample_rows,
+                                     o.threads, "--awq-ctx", [&](int64_t done, int64_t total) {
+                                       cp.done = done;
+                                       cp.total = total;
+                                       if (progress) progress(cp);
+                                     });
+  const AwqStats& stats = cal.stats;
+  report.chunks = cal.chunks;
+  report.tokens = cal.tokens;
   report.stats_bytes = stats.bytes();
 
   AwqScaling scaling;

@@ -162,6 +162,19 @@ struct AwqReport {
   std::vector<std::string> skipped;
 };
 
+// The calibration pass alone: chunks of `ctx` tokens of `text_path` (at most `max_chunks`, 0:
+// all; cut as the imatrix cuts them) through the model at `model_path` on the CPU backend,
+// keeping per input the sum of |x| and about `sample_rows` rows sampled evenly over all tokens.
+// `progress(done, total)` after each chunk; `ctx_flag` names the option in errors.
+struct AwqCalibration {
+  AwqStats stats;
+  int64_t chunks = 0, tokens = 0;
+};
+AwqCalibration awq_calibrate(const std::string& model_path, const std::string& text_path,
+                             int32_t ctx, int64_t max_chunks, int64_t sample_rows, int threads,
+                             const char* ctx_flag,
+                             const std::function<void(int64_t, int64_t)>& progress);
+
 // Calibrates on `o.text_path` with the model at `model_path` (which `file` is), then searches
 // every group. `type_of(name)` is the type a matrix will be written in; `importance_of(name)`
 // its imatrix weights or empty. Throws Error when a group's tensors are quantized already.

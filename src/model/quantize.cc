@@ -14,6 +14,7 @@
 #include "format/gguf_writer.h"
 #include "model/imatrix.h"
 #include "model/recipe.h"
+#include "quant/gptq.h"
 #include "quant/reference.h"
 
 namespace pagoda {
@@ -127,6 +128,38 @@ double convert_tensor(const GgufTensorInfo& t, DType type, int threads,
   return relative_error(diff2, ref2);
 }
 
+// `t` rounded by GPTQ into `type` with its input's calibration sample `x` (n rows), to `sink`;
+// returns the round trip's relative error against the values decoded from `t`.
+double gptq_tensor(const GgufTensorInfo& t, DType type, const AwqInput& x, const GptqOptions& o,
+                   int threads, const float* importance, GgufWriter::Sink& sink,
+                   const std::function<void(uint64_t)>& wrote) {
+  const int64_t cols = static_cast<int64_t>(t.shape[0]);
+  const int64_t rows = static_cast<int64_t>(t.num_elements / t.shape[0]);
+  const uint64_t in_rb = row_bytes(t.type, cols), out_rb = row_bytes(type, cols);
+  std::vector<float> w(t.num_elements), original;
+  for (int64_t r = 0; r < rows; ++r) {
+    dequantize_row(t.type, t.data + r * in_rb, w.data() + r * cols, cols);
+  }
+  original = w;
+  const std::vector<double> u =
+      gptq_factor(gptq_gram(x.sample.data(), x.sample_rows(), cols), cols, o.damp);
+  std::vector<uint8_t> out(out_rb * static_cast<size_t>(rows));
+  gptq_quantize(type, w.data(), rows, cols, u, importance, out.data(), threads);
+  double diff2 = 0, ref2 = 0;
+  std::vector<float> back(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    dequantize_row(type, out.data() + r * out_rb, back.data(), cols);
+    for (int64_t c = 0; c < cols; ++c) {
+      const double v = original[r * cols + c], d = v - back[c];
+      diff2 += d * d;
+      ref2 += v * v;
+    }
+  }
+  sink.write(out.data(), out.size());
+  wrote(out.size());
+  return relative_error(diff2, ref2);
+}
+
 // The imatrix's weights for each expert of `t` (one for a 2-D matrix); empty when it has no
 // entry for `t`. An entry of another shape is an error: the imatrix is of another model.
 std::vector<std::vector<float>> tensor_importance(const Imatrix& imatrix, const GgufTensorInfo& t,
@@ -222,6 +255,17 @@ QuantizeSummary quantize_model(const QuantizeOptions& o,
     w.set_value("quantize.awq.groups_count", GgufWriter::make_uint(GgufType::kUint32, summary.awq.groups.size()));
   }
   const AwqScaling* scaling = searching ? &searched : o.awq_scaling;
+  AwqCalibration gptq_cal;
+  const bool gptq = !o.gptq.text_path.empty();
+  if (gptq) {
+    if (searching || o.awq_scaling) fail("quantize: --gptq and --awq together are not supported");
+    gptq_cal = awq_calibrate(o.input_path, o.gptq.text_path, o.gptq.ctx, o.gptq.chunks,
+                             o.gptq.sample_rows, o.gptq.threads, "--gptq-ctx", o.gptq_progress);
+    summary.gptq_chunks = gptq_cal.chunks;
+    summary.gptq_tokens = gptq_cal.tokens;
+    w.set_value("quantize.gptq.dataset", GgufWriter::make_string(o.gptq.text_path));
+    w.set_value("quantize.gptq.chunks_count", GgufWriter::make_uint(GgufType::kUint32, gptq_cal.chunks));
+  }
 
   summary.num_tensors = in->tensors().size();
   summary.bytes_in = plan.bytes_in;
@@ -265,9 +309,19 @@ QuantizeSummary quantize_model(const QuantizeOptions& o,
         }
       }
     }
+    // GPTQ's input sample for this matrix, when it is rounded that way.
+    const AwqInput* gptq_input = nullptr;
+    if (gptq && type != t.type && gptq_supports(type) && t.shape.size() == 2) {
+      const auto it = gptq_cal.stats.inputs.find(awq_input_key(t.name));
+      if (it != gptq_cal.stats.inputs.end() && it->second.cols == cols &&
+          it->second.sample_rows() > 0) {
+        gptq_input = &it->second;
+        ++summary.num_gptq;
+      }
+    }
     w.add_tensor(
         t.name, type, t.shape,
-        [&t, type, threads, p, &written, &summary, &progress, scaled,
+        [&t, type, threads, p, &written, &summary, &progress, scaled, gptq_input, &o,
          importance = std::move(importance)](GgufWriter::Sink& sink) mutable {
           p.name = t.name;
           auto wrote = [&](uint64_t bytes) {
@@ -279,7 +333,13 @@ QuantizeSummary quantize_model(const QuantizeOptions& o,
             sink.write(t.data, t.num_bytes);
             wrote(t.num_bytes);
           } else {
-            p.error = convert_tensor(t, type, threads, importance, scaled, sink, wrote);
+            p.error = gptq_input != nullptr
+                          ? gptq_tensor(t, type, *gptq_input, o.gptq, threads,
+                                        importance.empty() || importance[0].empty()
+                                            ? nullptr
+                                            : importance[0].data(),
+                                        sink, wrote)
+                          : convert_tensor(t, type, threads, importance, scaled, sink, wrote);
             // A NaN error (a NaN weight) counts as the worst.
             const double worst = summary.worst_error;
             if (summary.worst_name.empty() || (!std::isnan(worst) && !(p.error <= worst))) {

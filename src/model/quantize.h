@@ -4,7 +4,8 @@
 // each matrix gets is the weight recipe's (model/recipe.h), the table synth and estimate use.
 //
 // Rounding is plain, weighted by an importance matrix (imatrix_path), and / or preceded by
-// AWQ's activation-aware scaling (awq, model/awq.h). Requantizing an already quantized file compounds the error, so,
+// AWQ's activation-aware scaling (awq, model/awq.h), or GPTQ's error-compensating rounding
+// (gptq, quant/gptq.h) with the same calibration pass. Requantizing an already quantized file compounds the error, so,
 // as llama.cpp does, it is refused unless asked for (allow_requantize); decoding one to F32 is
 // exact and always allowed.
 #pragma once
@@ -20,6 +21,18 @@
 #include "model/awq.h"
 
 namespace pagoda {
+
+// GPTQ's error-compensating rounding (quant/gptq.h) of every matrix written in a 32-block legacy
+// type (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0; on models whose rows are no whole super-blocks the K
+// recipes fall back to these too), with each input's second moments from a calibration pass.
+struct GptqOptions {
+  std::string text_path;      // calibration text; empty: off
+  int32_t ctx = 512;          // tokens per chunk
+  int64_t chunks = 0;         // at most; 0 = every whole chunk of the text
+  int64_t sample_rows = 2048; // calibration tokens, sampled evenly, that H is summed over
+  double damp = 0.01;         // times the mean of H's diagonal, added to it
+  int threads = 0;
+};
 
 struct QuantizeOptions {
   std::string input_path;   // a GGUF file
@@ -40,6 +53,10 @@ struct QuantizeOptions {
   std::function<void(const AwqProgress&)> awq_progress;
   // Scales to fold as they are, instead of searching them (tests); ignored with awq.text_path.
   const AwqScaling* awq_scaling = nullptr;
+  // GPTQ (above); not together with awq. With an importance matrix, each block's scale fit is
+  // weighted by it. progress(done, total) through the calibration chunks.
+  GptqOptions gptq;
+  std::function<void(int64_t, int64_t)> gptq_progress;
 };
 
 // The names QuantizeOptions::type accepts, in the order above.
@@ -95,6 +112,9 @@ struct QuantizeSummary {
   std::vector<std::string> without_importance;
   // With --awq: the calibration and each group's alpha and objective.
   AwqReport awq;
+  // With --gptq: the calibration, and the matrices rounded by GPTQ.
+  int64_t gptq_chunks = 0, gptq_tokens = 0;
+  size_t num_gptq = 0;
 };
 
 // Writes the file; `progress` (may be empty) is called as described above. Throws Error naming

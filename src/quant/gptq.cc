@@ -1,0 +1,241 @@
+#include "quant/gptq.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.h"
+#include "quant/blocks.h"
+#include "quant/fp16.h"
+#include "quant/reference.h"
+#include "quant/reference_k.h"
+
+namespace pagoda {
+namespace {
+
+// A block's grid: value = d * (level - bias) + m, level in [lo, hi].
+struct Grid {
+  float d = 0;
+  float m = 0;
+  int bias = 0;
+  int lo = 0;
+  int hi = 0;
+};
+
+int level_of(const Grid& g, float x) {
+  if (!(g.d != 0.0f)) return std::clamp(g.bias, g.lo, g.hi);
+  const float v = (x - g.m) / g.d + static_cast<float>(g.bias);
+  if (std::isnan(v)) return std::clamp(g.bias, g.lo, g.hi);
+  return static_cast<int>(
+      std::nearbyint(std::clamp(v, static_cast<float>(g.lo), static_cast<float>(g.hi))));
+}
+
+float value_of(const Grid& g, int level) {
+  return g.d * static_cast<float>(level - g.bias) + g.m;
+}
+
+// The grid of block `b` as the type's encoder wrote it to `block`.
+Grid read_grid(DType type, const uint8_t* block) {
+  Grid g;
+  switch (type) {
+    case DType::kQ4_0: {
+      const auto b = load_block<BlockQ4_0>(block, 0);
+      g = {fp16_to_fp32(b.d), 0.0f, 8, 0, 15};
+      break;
+    }
+    case DType::kQ4_1: {
+      const auto b = load_block<BlockQ4_1>(block, 0);
+      g = {fp16_to_fp32(b.d), fp16_to_fp32(b.m), 0, 0, 15};
+      break;
+    }
+    case DType::kQ5_0: {
+      const auto b = load_block<BlockQ5_0>(block, 0);
+      g = {fp16_to_fp32(b.d), 0.0f, 16, 0, 31};
+      break;
+    }
+    case DType::kQ5_1: {
+      const auto b = load_block<BlockQ5_1>(block, 0);
+      g = {fp16_to_fp32(b.d), fp16_to_fp32(b.m), 0, 0, 31};
+      break;
+    }
+    case DType::kQ8_0: {
+      const auto b = load_block<BlockQ8_0>(block, 0);
+      g = {fp16_to_fp32(b.d), 0.0f, 0, -128, 127};
+      break;
+    }
+    default:
+      fail("gptq: type ", dtype_traits(type).name, " is not a 32-block legacy type");
+  }
+  return g;
+}
+
+void pack_nibbles(const int* q, uint8_t* qs) {
+  for (int j = 0; j < kBlockSize / 2; ++j) {
+    qs[j] = static_cast<uint8_t>((q[j] & 0xf) | ((q[j + kBlockSize / 2] & 0xf) << 4));
+  }
+}
+
+void pack_high_bits(const int* q, uint8_t (&qh)[4]) {
+  uint32_t high = 0;
+  for (int j = 0; j < kBlockSize; ++j) high |= static_cast<uint32_t>((q[j] >> 4) & 1) << j;
+  std::memcpy(qh, &high, sizeof(high));
+}
+
+// Writes `levels` into `block`, whose scale (and min) fields the encoder already set.
+void write_levels(DType type, const int* levels, uint8_t* block) {
+  switch (type) {
+    case DType::kQ4_0: {
+      auto b = load_block<BlockQ4_0>(block, 0);
+      pack_nibbles(levels, b.qs);
+      store_block(b, block, 0);
+      break;
+    }
+    case DType::kQ4_1: {
+      auto b = load_block<BlockQ4_1>(block, 0);
+      pack_nibbles(levels, b.qs);
+      store_block(b, block, 0);
+      break;
+    }
+    case DType::kQ5_0: {
+      auto b = load_block<BlockQ5_0>(block, 0);
+      pack_nibbles(levels, b.qs);
+      pack_high_bits(levels, b.qh);
+      store_block(b, block, 0);
+      break;
+    }
+    case DType::kQ5_1: {
+      auto b = load_block<BlockQ5_1>(block, 0);
+      pack_nibbles(levels, b.qs);
+      pack_high_bits(levels, b.qh);
+      store_block(b, block, 0);
+      break;
+    }
+    case DType::kQ8_0: {
+      auto b = load_block<BlockQ8_0>(block, 0);
+      for (int j = 0; j < kBlockSize; ++j) b.qs[j] = static_cast<int8_t>(levels[j]);
+      store_block(b, block, 0);
+      break;
+    }
+    default:
+      fail("gptq: type ", dtype_traits(type).name, " is not a 32-block legacy type");
+  }
+}
+
+// In-place lower Cholesky factor of the symmetric n x n `a` (row-major; the upper triangle is
+// left as it was). False when a pivot is not positive.
+bool cholesky_lower(std::vector<double>& a, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) {
+    double d = a[j * n + j];
+    for (int64_t k = 0; k < j; ++k) d -= a[j * n + k] * a[j * n + k];
+    if (!(d > 0.0)) return false;
+    d = std::sqrt(d);
+    a[j * n + j] = d;
+    for (int64_t i = j + 1; i < n; ++i) {
+      double s = a[i * n + j];
+      for (int64_t k = 0; k < j; ++k) s -= a[i * n + k] * a[j * n + k];
+      a[i * n + j] = s / d;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+bool gptq_supports(DType type) {
+  return type == DType::kQ4_0 || type == DType::kQ4_1 || type == DType::kQ5_0 ||
+         type == DType::kQ5_1 || type == DType::kQ8_0;
+}
+
+std::vector<double> gptq_gram(const float* x, int64_t n, int64_t cols) {
+  std::vector<double> h(static_cast<size_t>(cols * cols), 0.0);
+  for (int64_t r = 0; r < n; ++r) {
+    const float* row = x + r * cols;
+    for (int64_t i = 0; i < cols; ++i) {
+      const double xi = row[i];
+      if (xi == 0.0) continue;
+      double* hi = h.data() + i * cols;
+      for (int64_t j = 0; j <= i; ++j) hi[j] += xi * row[j];
+    }
+  }
+  for (int64_t i = 0; i < cols; ++i) {
+    for (int64_t j = 0; j < i; ++j) h[j * cols + i] = h[i * cols + j];
+  }
+  return h;
+}
+
+std::vector<double> gptq_factor(std::span<const double> h_in, int64_t n, double damp) {
+  PAGODA_CHECK(static_cast<int64_t>(h_in.size()) == n * n);
+  std::vector<double> h(h_in.begin(), h_in.end());
+  double mean_diag = 0.0;
+  for (int64_t i = 0; i < n; ++i) mean_diag += h[i * n + i];
+  mean_diag /= static_cast<double>(std::max<int64_t>(n, 1));
+  for (int64_t i = 0; i < n; ++i) {
+    if (!(h[i * n + i] > 0.0)) {  // never reached: its row and column are 0
+      for (int64_t k = 0; k < n; ++k) h[i * n + k] = h[k * n + i] = 0.0;
+      h[i * n + i] = 1.0;
+    }
+    h[i * n + i] += damp * mean_diag;
+  }
+  if (!cholesky_lower(h, n)) fail("gptq: the inputs' second-moment matrix is not positive definite");
+  // L^-1 (lower), then H^-1 = L^-T L^-1.
+  std::vector<double> inv(static_cast<size_t>(n * n), 0.0);
+  for (int64_t j = 0; j < n; ++j) {
+    inv[j * n + j] = 1.0 / h[j * n + j];
+    for (int64_t i = j + 1; i < n; ++i) {
+      double s = 0.0;
+      for (int64_t k = j; k < i; ++k) s += h[i * n + k] * inv[k * n + j];
+      inv[i * n + j] = -s / h[i * n + i];
+    }
+  }
+  std::vector<double> hinv(static_cast<size_t>(n * n), 0.0);
+#pragma omp parallel for schedule(dynamic, 8)
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j <= i; ++j) {
+      double s = 0.0;
+      for (int64_t k = i; k < n; ++k) s += inv[k * n + i] * inv[k * n + j];
+      hinv[i * n + j] = s;
+    }
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < i; ++j) hinv[j * n + i] = hinv[i * n + j];
+  }
+  if (!cholesky_lower(hinv, n)) fail("gptq: the inverse second-moment matrix is not positive definite");
+  std::vector<double> u(static_cast<size_t>(n * n), 0.0);  // U = L^T
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j <= i; ++j) u[j * n + i] = hinv[i * n + j];
+  }
+  return u;
+}
+
+void gptq_quantize(DType type, float* w, int64_t rows, int64_t cols, std::span<const double> u,
+                   const float* importance, uint8_t* dst, int threads) {
+  if (!gptq_supports(type)) fail("gptq: type ", dtype_traits(type).name, " is not a 32-block legacy type");
+  if (cols % kBlockSize != 0) fail("gptq: ", cols, " columns are not whole blocks of ", kBlockSize);
+  PAGODA_CHECK(static_cast<int64_t>(u.size()) == cols * cols);
+  const size_t block_bytes = row_bytes(type, kBlockSize);
+  const size_t rb = row_bytes(type, cols);
+#pragma omp parallel for schedule(dynamic, 1) num_threads(threads > 0 ? threads : 1)
+  for (int64_t r = 0; r < rows; ++r) {
+    float* x = w + r * cols;
+    int levels[kBlockSize];
+    for (int64_t b = 0; b < cols / kBlockSize; ++b) {
+      uint8_t* block = dst + r * rb + b * block_bytes;
+      float* xb = x + b * kBlockSize;
+      if (importance != nullptr) {
+        quantize_row_weighted(type, xb, block, kBlockSize, importance + b * kBlockSize);
+      } else {
+        quantize_row(type, xb, block, kBlockSize);
+      }
+      const Grid g = read_grid(type, block);
+      for (int j = 0; j < kBlockSize; ++j) {
+        const int64_t c = b * kBlockSize + j;
+        levels[j] = level_of(g, x[c]);
+        const double err = (static_cast<double>(x[c]) - value_of(g, levels[j])) / u[c * cols + c];
+        const double* uc = u.data() + c * cols;
+        for (int64_t k = c + 1; k < cols; ++k) x[k] -= static_cast<float>(err * uc[k]);
+      }
+      write_levels(type, levels, block);
+    }
+  }
+}
+
+}  // namespace pagoda

@@ -1,0 +1,87 @@
+"""pagoda quantize --gptq through the CLI on stories260K: calibrated on the first half of
+tinystories_valid_head.txt, the Q4_0 file is plain GGUF that runs, writes sane greedy text, says
+how it was made, and is much closer to the F32 model than round-to-nearest on the second half;
+--gptq with --awq is a usage error."""
+import json
+import subprocess
+
+import gguf
+import pytest
+
+
+def pagoda(pagoda_bin, *args):
+    return subprocess.run([str(pagoda_bin), *map(str, args)], capture_output=True, text=True,
+                          timeout=600)
+
+
+@pytest.fixture(scope="module")
+def model(shared_dir):
+    return shared_dir / "models" / "stories260K.gguf"
+
+
+@pytest.fixture(scope="module")
+def halves(shared_dir, tmp_path_factory):
+    lines = (shared_dir / "testdata/text/tinystories_valid_head.txt").read_text().splitlines(keepends=True)
+    tmp = tmp_path_factory.mktemp("gptq_text")
+    calibrate, evaluate = tmp / "calibrate.txt", tmp / "evaluate.txt"
+    calibrate.write_text("".join(lines[:len(lines) // 2]))
+    evaluate.write_text("".join(lines[len(lines) // 2:]))
+    return calibrate, evaluate
+
+
+@pytest.fixture(scope="module")
+def quantized(pagoda_bin, model, halves, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("gptq")
+    rtn, gptq = tmp / "rtn.gguf", tmp / "gptq.gguf"
+    r = pagoda(pagoda_bin, "quantize", "-i", model, "-o", rtn, "--type", "q4_0", "-q")
+    assert r.returncode == 0, r.stderr
+    r = pagoda(pagoda_bin, "quantize", "-i", model, "-o", gptq, "--type", "q4_0", "--gptq", halves[0],
+               "--gptq-ctx", 128, "--gptq-chunks", 32, "-t", 2)
+    assert r.returncode == 0, r.stderr
+    return rtn, gptq, r
+
+
+def test_reports_and_records_it(quantized, halves):
+    _, gptq, r = quantized
+    # 5 layers x q, k, v, attn_output, gate, up; ffn_down's 172-wide rows are no whole blocks of
+    # 32 and are written as without --gptq.
+    assert "gptq: 32 chunks (4096 tokens), 30 matrices rounded by GPTQ" in r.stdout, r.stdout
+    reader = gguf.GGUFReader(gptq)
+    f = reader.fields["quantize.gptq.dataset"]
+    assert bytes(f.parts[f.data[0]]).decode() == str(halves[0])
+    f = reader.fields["quantize.gptq.chunks_count"]
+    assert int(f.parts[f.data[0]][0]) == 32
+    types = {t.name: t.tensor_type.name for t in reader.tensors}
+    assert types["blk.0.attn_q.weight"] == "Q4_0" and types["blk.4.ffn_up.weight"] == "Q4_0"
+
+
+def test_greedy_text_is_sane(pagoda_bin, quantized):
+    _, gptq, _ = quantized
+    r = pagoda(pagoda_bin, "run", "-m", gptq, "-p", "Once upon a time", "-n", 32, "--temp", 0, "-t", 1)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("Once upon a time, there was a little"), r.stdout
+    words = r.stdout.split()
+    assert len(words) >= 20 and sum(w.strip(".,!?\"'").isalpha() for w in words) >= 0.9 * len(words)
+
+
+def test_closer_to_f32_than_round_to_nearest(pagoda_bin, model, quantized, halves):
+    rtn, gptq, _ = quantized
+
+    def kl(path):
+        r = pagoda(pagoda_bin, "bench", "quality", "-m", path, "--ref", model, "-f", halves[1], "-c", 128,
+                   "--max-windows", 100, "-t", 2, "--json", "-")
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)["kl_mean"]
+
+    # Measured on 100 windows with these 32 chunks (2-core Zen 3, 2026-12-03): rtn 0.1067, GPTQ
+    # 0.0750 (0.70x); 0.8x is the issue's target for 4-bit methods.
+    k_rtn, k_gptq = kl(rtn), kl(gptq)
+    assert k_gptq < 0.8 * k_rtn, (k_gptq, k_rtn)
+
+
+def test_with_awq_is_a_usage_error(pagoda_bin, model, halves, tmp_path):
+    r = pagoda(pagoda_bin, "quantize", "-i", model, "-o", tmp_path / "x.gguf", "--type", "q4_0",
+               "--gptq", halves[0], "--awq", halves[0])
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert "--gptq and --awq" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / "x.gguf").exists()
