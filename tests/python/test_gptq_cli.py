@@ -3,30 +3,12 @@ tinystories_valid_head.txt, the Q4_0 file is plain GGUF that runs, writes sane g
 how it was made, and is much closer to the F32 model than round-to-nearest on the second half;
 --gptq with --awq is a usage error."""
 import json
-import subprocess
 
 import gguf
 import pytest
 
-
-def pagoda(pagoda_bin, *args):
-    return subprocess.run([str(pagoda_bin), *map(str, args)], capture_output=True, text=True,
-                          timeout=600)
-
-
-@pytest.fixture(scope="module")
-def model(shared_dir):
-    return shared_dir / "models" / "stories260K.gguf"
-
-
-@pytest.fixture(scope="module")
-def halves(shared_dir, tmp_path_factory):
-    lines = (shared_dir / "testdata/text/tinystories_valid_head.txt").read_text().splitlines(keepends=True)
-    tmp = tmp_path_factory.mktemp("gptq_text")
-    calibrate, evaluate = tmp / "calibrate.txt", tmp / "evaluate.txt"
-    calibrate.write_text("".join(lines[:len(lines) // 2]))
-    evaluate.write_text("".join(lines[len(lines) // 2:]))
-    return calibrate, evaluate
+# The same model, text halves and runner as the --awq tests.
+from test_awq_cli import halves, model, pagoda  # noqa: F401 (fixtures)
 
 
 @pytest.fixture(scope="module")
