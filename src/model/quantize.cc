@@ -8,6 +8,8 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <span>
+#include <optional>
 
 #include "core/error.h"
 #include "format/gguf.h"
@@ -128,10 +130,36 @@ double convert_tensor(const GgufTensorInfo& t, DType type, int threads,
   return relative_error(diff2, ref2);
 }
 
-// `t` rounded by GPTQ into `type` with its input's calibration sample `x` (n rows), to `sink`;
-// returns the round trip's relative error against the values decoded from `t`.
-double gptq_tensor(const GgufTensorInfo& t, DType type, const AwqInput& x, const GptqOptions& o,
-                   int threads, const float* importance, GgufWriter::Sink& sink,
+// GPTQ's factor of each input, computed once for the matrices that read it (q/k/v, gate/up).
+// Only one layer's inputs are kept: the factor of a 1536-column input is 18 MiB.
+class GptqFactors {
+ public:
+  GptqFactors(const AwqStats& stats, double damp) : stats_(stats), damp_(damp) {}
+
+  const std::vector<double>& get(const std::string& input) {
+    const std::string layer = input.substr(0, input.find('.', input.find('.') + 1));
+    std::erase_if(by_input_, [&](const auto& e) { return e.first.rfind(layer + ".", 0) != 0; });
+    auto it = by_input_.find(input);
+    if (it == by_input_.end()) {
+      const AwqInput& x = stats_.inputs.at(input);
+      it = by_input_
+               .emplace(input, gptq_factor(gptq_gram(x.sample.data(), x.sample_rows(), x.cols),
+                                           x.cols, damp_))
+               .first;
+    }
+    return it->second;
+  }
+
+ private:
+  const AwqStats& stats_;
+  double damp_;
+  std::map<std::string, std::vector<double>> by_input_;
+};
+
+// `t` rounded by GPTQ into `type` with the factor `u` of its input, to `sink`; returns the round
+// trip's relative error against the values decoded from `t`.
+double gptq_tensor(const GgufTensorInfo& t, DType type, std::span<const double> u, int threads,
+                   const float* importance, GgufWriter::Sink& sink,
                    const std::function<void(uint64_t)>& wrote) {
   const int64_t cols = static_cast<int64_t>(t.shape[0]);
   const int64_t rows = static_cast<int64_t>(t.num_elements / t.shape[0]);
@@ -141,8 +169,6 @@ double gptq_tensor(const GgufTensorInfo& t, DType type, const AwqInput& x, const
     dequantize_row(t.type, t.data + r * in_rb, w.data() + r * cols, cols);
   }
   original = w;
-  const std::vector<double> u =
-      gptq_factor(gptq_gram(x.sample.data(), x.sample_rows(), cols), cols, o.damp);
   std::vector<uint8_t> out(out_rb * static_cast<size_t>(rows));
   gptq_quantize(type, w.data(), rows, cols, u, importance, out.data(), threads);
   double diff2 = 0, ref2 = 0;
@@ -256,6 +282,7 @@ QuantizeSummary quantize_model(const QuantizeOptions& o,
   }
   const AwqScaling* scaling = searching ? &searched : o.awq_scaling;
   AwqCalibration gptq_cal;
+  std::optional<GptqFactors> gptq_factors;
   const bool gptq = !o.gptq.text_path.empty();
   if (gptq) {
     if (searching || o.awq_scaling) fail("quantize: --gptq and --awq together are not supported");
@@ -263,6 +290,7 @@ QuantizeSummary quantize_model(const QuantizeOptions& o,
                              o.gptq.sample_rows, o.gptq.threads, "--gptq-ctx", o.gptq_progress);
     summary.gptq_chunks = gptq_cal.chunks;
     summary.gptq_tokens = gptq_cal.tokens;
+    gptq_factors.emplace(gptq_cal.stats, o.gptq.damp);
     w.set_value("quantize.gptq.dataset", GgufWriter::make_string(o.gptq.text_path));
     w.set_value("quantize.gptq.chunks_count", GgufWriter::make_uint(GgufType::kUint32, gptq_cal.chunks));
   }
@@ -309,19 +337,20 @@ QuantizeSummary quantize_model(const QuantizeOptions& o,
         }
       }
     }
-    // GPTQ's input sample for this matrix, when it is rounded that way.
-    const AwqInput* gptq_input = nullptr;
+    // GPTQ's input for this matrix, when it is rounded that way.
+    std::string gptq_input;
     if (gptq && type != t.type && gptq_supports(type) && t.shape.size() == 2) {
-      const auto it = gptq_cal.stats.inputs.find(awq_input_key(t.name));
+      const std::string key = awq_input_key(t.name);
+      const auto it = gptq_cal.stats.inputs.find(key);
       if (it != gptq_cal.stats.inputs.end() && it->second.cols == cols &&
           it->second.sample_rows() > 0) {
-        gptq_input = &it->second;
+        gptq_input = key;
         ++summary.num_gptq;
       }
     }
     w.add_tensor(
         t.name, type, t.shape,
-        [&t, type, threads, p, &written, &summary, &progress, scaled, gptq_input, &o,
+        [&t, type, threads, p, &written, &summary, &progress, scaled, gptq_input, &gptq_factors,
          importance = std::move(importance)](GgufWriter::Sink& sink) mutable {
           p.name = t.name;
           auto wrote = [&](uint64_t bytes) {
@@ -333,8 +362,8 @@ QuantizeSummary quantize_model(const QuantizeOptions& o,
             sink.write(t.data, t.num_bytes);
             wrote(t.num_bytes);
           } else {
-            p.error = gptq_input != nullptr
-                          ? gptq_tensor(t, type, *gptq_input, o.gptq, threads,
+            p.error = !gptq_input.empty()
+                          ? gptq_tensor(t, type, gptq_factors->get(gptq_input), threads,
                                         importance.empty() || importance[0].empty()
                                             ? nullptr
                                             : importance[0].data(),
