@@ -1,14 +1,22 @@
-// The op-level interface the model code calls. No graph: each op runs when called, on plain
-// float buffers and weights in their stored type. The reference backend (ref/) is the oracle
-// every faster backend is tested against.
+// The op-level interface the model code calls. No graph: each op runs when called, on float
+// buffers in the backend's own memory and weights in their stored type. The reference backend
+// (ref/) is the oracle every faster backend is tested against.
+//
+// Memory: the activations, logits and KV cache an op reads or writes are the backend's
+// (allocate): host memory for the CPU and reference backends, device memory for a GPU one. The
+// host moves data in and out only through upload / download / gather_rows / copy_blocks, so a
+// backend may keep its buffers where its kernels run. Small per-step inputs (token ids,
+// positions, slot mappings, block tables) stay host arrays: a device backend copies them.
 #pragma once
 
 #include <cstdint>
 #include <initializer_list>
+#include <span>
 #include <memory>
 #include <string>
 
 #include "backend/kv_format.h"
+#include "core/block_copy.h"
 #include "core/dtype.h"
 
 namespace pagoda {
@@ -76,10 +84,44 @@ struct AttentionParams {
 void store_kv_tokens(const float* k, const float* v, const AttentionBatch& batch,
                      const AttentionParams& params, KvLayer cache);
 
+// Memory a backend allocated: data() is what its ops take. It stays valid after the backend
+// object is gone (a model's buffers may outlive one backend instance).
+class BackendBuffer {
+ public:
+  virtual ~BackendBuffer() = default;
+  virtual void* data() const = 0;
+  virtual uint64_t bytes() const = 0;
+};
+
+// Zeroed host memory (LargeBuffer): what host-memory backends allocate. Throws Error naming
+// `what` when it cannot be had.
+std::unique_ptr<BackendBuffer> allocate_host_buffer(uint64_t bytes, const char* what);
+
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
+
+  // ---- memory and data movement (defaults: host memory, plain copies) ----
+
+  // Whether data() of this backend's buffers may be read and written by the host directly (the
+  // CPU and reference backends; a GPU's device memory is not).
+  virtual bool host_visible() const { return true; }
+  // `bytes` of zeroed memory for ops of this backend; throws Error naming `what` when they
+  // cannot be had.
+  virtual std::unique_ptr<BackendBuffer> allocate(uint64_t bytes, const char* what) {
+    return allocate_host_buffer(bytes, what);
+  }
+  // Host memory -> this backend's memory, and back.
+  virtual void upload(const void* host, uint64_t bytes, void* dst);
+  virtual void download(const void* src, uint64_t bytes, void* host);
+  // out[i, :] = x[rows[i], :] for rows of `width` floats. out may be x when every
+  // rows[i] >= i and rows ascend (rows gathered to the front in place).
+  virtual void gather_rows(const float* x, std::span<const int32_t> rows, int64_t width,
+                           float* out);
+  // Copy-on-write of one layer: for each copy, the `block_bytes` of block src in cache.k and
+  // cache.v overwrite block dst's, in order.
+  virtual void copy_blocks(KvLayer cache, uint64_t block_bytes, std::span<const BlockCopy> copies);
 
   // Called for each weight matrix of a model before it runs (Model::prepare), so that a backend
   // that keeps weights in a layout of its own makes that copy now, not in the first request.
@@ -121,6 +163,22 @@ class Backend {
   virtual void add_bias(float* x, const float* bias, int64_t num_rows, int64_t dim) = 0;
   // x *= s over n values.
   virtual void scale(float* x, float s, int64_t n) = 0;
+};
+
+// A float array in a backend's memory that grows to the largest count asked for: what a step's
+// activations live in.
+class BackendArray {
+ public:
+  // At least `count` floats of `backend`'s memory. The contents are not kept when the array
+  // grows or another backend asks (a model run by the reference backend, then the CPU one).
+  void reserve(Backend& backend, int64_t count, const char* what);
+  float* data() const { return data_; }
+
+ private:
+  const Backend* owner_ = nullptr;
+  std::unique_ptr<BackendBuffer> buffer_;
+  float* data_ = nullptr;
+  int64_t capacity_ = 0;
 };
 
 std::unique_ptr<Backend> make_reference_backend();

@@ -77,7 +77,7 @@ Engine::Engine(Model& model, Backend& backend, EngineConfig config)
       config_(config),
       vocab_size_(static_cast<int32_t>(model.config().vocab_size)),
       kv_(std::make_unique<KvStorage>(model.config(), num_kv_blocks(config, model.config()),
-                                      config.block_size, config.kv_type)),
+                                      config.block_size, config.kv_type, &backend)),
       scheduler_(scheduler_config(config, kv_->num_blocks())) {
   if (config_.max_model_len < 0) fail("engine: max_model_len must not be negative");
   model_.prepare(backend_);
@@ -269,7 +269,7 @@ std::vector<OutputEvent> Engine::step() {
   for (SequenceId id : plan.preempted) speculator_->preempted(id);
   speculator_->propose(plan, scheduler_);
   const ForwardBatch batch = build_forward_batch(plan, scheduler_);
-  model_.copy_kv_blocks(*kv_, plan.block_copies);
+  model_.copy_kv_blocks(backend_, *kv_, plan.block_copies);
   speculator_->copy_blocks(plan.block_copies);
   num_block_copies_ += static_cast<int64_t>(plan.block_copies.size());
   if (batch.num_tokens() > 0) model_.forward(backend_, batch, *kv_, logits_);

@@ -56,7 +56,8 @@ Speculator::Speculator(const SpeculativeConfig& config, Backend& backend, int32_
       fail("speculative decoding: the method needs a draft model");
     config_.draft_model->prepare(backend_);
     draft_kv_ =
-        std::make_unique<KvStorage>(config_.draft_model->config(), num_blocks, block_size, kv_type);
+        std::make_unique<KvStorage>(config_.draft_model->config(), num_blocks, block_size, kv_type,
+                                    &backend_);
   }
   catch_up_budget_ = std::max(catch_up_budget_, block_size);
 }
@@ -246,7 +247,7 @@ void Speculator::propose(StepPlan& plan, const Scheduler& scheduler) {
 
 void Speculator::copy_blocks(std::span<const BlockCopy> copies) {
   if (draft_kv_ && !copies.empty()) {
-    copy_kv_blocks(*draft_kv_, config_.draft_model->config(), copies);
+    copy_kv_blocks(backend_, *draft_kv_, config_.draft_model->config(), copies);
   }
 }
 

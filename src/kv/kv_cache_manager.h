@@ -21,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/block_copy.h"
 #include "kv/block_hash.h"
 #include "kv/block_pool.h"
 
@@ -36,14 +37,6 @@ struct KvCacheConfig {
   int32_t block_size = kDefaultBlockSize;
   bool enable_prefix_caching = true;
   BlockHashFn hash_fn = hash_block;  // injectable so tests can force collisions
-};
-
-// One block copy for copy-on-write: KV of block `src` is copied into block `dst` before any
-// write of the step.
-struct BlockCopy {
-  BlockId src = kNoBlock;
-  BlockId dst = kNoBlock;
-  bool operator==(const BlockCopy&) const = default;
 };
 
 // The cached prefix of a sequence (get_computed_blocks()), full blocks only.

@@ -1,12 +1,11 @@
 #include "kv/kv_copy.h"
 
-#include <cstring>
-
 #include "core/error.h"
 
 namespace pagoda {
 
-void copy_kv_blocks(KvStorage& kv, const ModelConfig& config, std::span<const BlockCopy> copies) {
+void copy_kv_blocks(Backend& backend, KvStorage& kv, const ModelConfig& config,
+                    std::span<const BlockCopy> copies) {
   if (copies.empty()) return;
   // One block of one layer, in bytes.
   const uint64_t block_bytes = uint64_t(kv.block_size()) * KvStorage::slot_bytes(config, kv.type());
@@ -17,15 +16,9 @@ void copy_kv_blocks(KvStorage& kv, const ModelConfig& config, std::span<const Bl
       fail("copy_kv_blocks: block copy ", c.src, " -> ", c.dst, " outside ", kv.num_blocks(),
            " blocks");
     }
-    if (c.src == c.dst) continue;
-    for (int32_t layer = 0; layer < static_cast<int32_t>(config.num_layers); ++layer) {
-      const KvLayer l = kv.layer(layer);
-      for (void* base : {l.k, l.v}) {
-        auto* bytes = static_cast<uint8_t*>(base);
-        std::memcpy(bytes + uint64_t(c.dst) * block_bytes, bytes + uint64_t(c.src) * block_bytes,
-                    block_bytes);
-      }
-    }
+  }
+  for (int32_t layer = 0; layer < static_cast<int32_t>(config.num_layers); ++layer) {
+    backend.copy_blocks(kv.layer(layer), block_bytes, copies);
   }
 }
 

@@ -1,32 +1,34 @@
 // The K/V tensors of every layer, in blocks of `block_size` token slots, values of one KvType
 // (F32, F16, or 8-bit codes with scales; layout in backend/kv_format.h: the backends convert on
-// write and read). A block is one contiguous range of each, so copying a block copies its bytes.
+// write and read), in the memory of the backend that runs the model. A block is one contiguous
+// range of each, so copying a block copies its bytes.
 // Which blocks a sequence owns is the control plane's business (block tables); this class only
 // holds the memory.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "backend/backend.h"
-#include "core/large_buffer.h"
 #include "model/config.h"
 
 namespace pagoda {
 
 class KvStorage {
  public:
-  // Throws Error for an empty cache.
+  // Memory from `backend` (device memory on a GPU), or host memory when it is null. Throws
+  // Error for an empty cache or memory that cannot be had.
   KvStorage(const ModelConfig& config, int32_t num_blocks, int32_t block_size,
-            KvType type = KvType::kF32);
+            KvType type = KvType::kF32, Backend* backend = nullptr);
 
   int32_t num_blocks() const { return num_blocks_; }
   int32_t block_size() const { return block_size_; }
   KvType type() const { return type_; }
   KvLayer layer(int32_t l) {
-    return {k_[static_cast<size_t>(l)].data(), v_[static_cast<size_t>(l)].data(), type_};
+    return {k_[static_cast<size_t>(l)]->data(), v_[static_cast<size_t>(l)]->data(), type_};
   }
-  // F32 storage only (tests that look at values): throws Error for other types.
+  // F32 storage in host memory only (tests that look at values): throws Error otherwise.
   float* k(int32_t layer);
   float* v(int32_t layer);
   uint64_t bytes() const { return bytes_; }
@@ -39,10 +41,11 @@ class KvStorage {
   int32_t block_size_;
   KvType type_;
   uint64_t bytes_ = 0;
-  // [num_layers][num_blocks * block_size * slot_bytes], zeroed; huge
-  // pages where the system gives them, since attention reads blocks scattered over all of it
-  std::vector<LargeBuffer> k_;
-  std::vector<LargeBuffer> v_;
+  bool host_ = true;  // whether the host may read the memory
+  // [num_layers][num_blocks * block_size * slot_bytes], zeroed; in host memory, huge pages
+  // where the system gives them, since attention reads blocks scattered over all of it
+  std::vector<std::unique_ptr<BackendBuffer>> k_;
+  std::vector<std::unique_ptr<BackendBuffer>> v_;
 };
 
 }  // namespace pagoda

@@ -92,7 +92,7 @@ void Gemma3Model::forward_local(Backend& be, const ForwardBatch& batch, KvStorag
   const ModelConfig& c = config_;
   const int64_t n = batch.num_tokens(), hidden = c.hidden_size, hd = c.head_dim;
   const int64_t ff = c.intermediate_size;
-  act_.resize(n, c);
+  act_.resize(be, n, c);
 
   const AttentionBatch ab = batch.attention_batch();
   AttentionParams ap = attention_params(c);
@@ -115,7 +115,7 @@ void Gemma3Model::forward_local(Backend& be, const ForwardBatch& batch, KvStorag
     const auto layer = static_cast<int32_t>(l);
     be.write_kv(act_.k.data(), act_.v.data(), ab, ap, kv.layer(layer));
     // From here on, the last layer runs only the rows whose logits are wanted.
-    const bool narrow = l + 1 == layers_.size() && out.gather_front(act_, q_dim, hidden);
+    const bool narrow = l + 1 == layers_.size() && out.gather_front(be, act_, q_dim, hidden);
     const int64_t m = narrow ? out.count() : n;
     be.attention(act_.q.data(), kv.layer(layer), narrow ? out.attention_batch() : ab, ap,
                  act_.attn.data());

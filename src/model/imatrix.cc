@@ -137,6 +137,19 @@ class MatmulObserver final : public Backend {
   }
 
   std::string name() const override { return inner_.name(); }
+  // The inputs are read on the host (the sink), so the inner backend's memory must be too.
+  bool host_visible() const override { return inner_.host_visible(); }
+  std::unique_ptr<BackendBuffer> allocate(uint64_t bytes, const char* what) override {
+    return inner_.allocate(bytes, what);
+  }
+  void upload(const void* host, uint64_t bytes, void* dst) override { inner_.upload(host, bytes, dst); }
+  void download(const void* src, uint64_t bytes, void* host) override { inner_.download(src, bytes, host); }
+  void gather_rows(const float* x, std::span<const int32_t> rows, int64_t width, float* out) override {
+    inner_.gather_rows(x, rows, width, out);
+  }
+  void copy_blocks(KvLayer cache, uint64_t block_bytes, std::span<const BlockCopy> copies) override {
+    inner_.copy_blocks(cache, block_bytes, copies);
+  }
   void prepare(const WeightMatrix& w) override { inner_.prepare(w); }
   void embed(const WeightMatrix& table, const int32_t* ids, int64_t n, float* out) override {
     inner_.embed(table, ids, n, out);
@@ -255,7 +268,7 @@ int64_t run_imatrix_chunks(Model& model, Backend& backend, const std::vector<std
   int32_t longest = 1;
   for (const auto& c : chunks) longest = std::max(longest, static_cast<int32_t>(c.size()));
   const int32_t num_blocks = (longest + kBlockSize - 1) / kBlockSize;
-  KvStorage kv(model.config(), num_blocks, kBlockSize);
+  KvStorage kv(model.config(), num_blocks, kBlockSize, KvType::kF32, &backend);
   std::vector<float> logits;
   int64_t done = 0;
   for (const auto& chunk : chunks) {

@@ -174,7 +174,9 @@ void LlamaModel::forward_local(Backend& be, const ForwardBatch& batch, KvStorage
   const int64_t n = batch.num_tokens(), hidden = c.hidden_size, hd = c.head_dim;
   const int64_t q_dim = int64_t{c.num_heads} * hd, kv_dim = int64_t{c.num_kv_heads} * hd;
   const int64_t ff = c.intermediate_size;
-  act_.resize(n, c);
+  // The sums across ranks read and write the activations on the host.
+  if (tp_ != nullptr && !be.host_visible()) fail("tensor parallelism runs on the cpu backend only");
+  act_.resize(be, n, c);
 
   const AttentionBatch ab = batch.attention_batch();
   AttentionParams ap = attention_params(c);
@@ -205,7 +207,7 @@ void LlamaModel::forward_local(Backend& be, const ForwardBatch& batch, KvStorage
     const auto layer = static_cast<int32_t>(l);
     be.write_kv(act_.k.data(), act_.v.data(), ab, ap, kv.layer(layer));
     // From here on, the last layer runs only the rows whose logits are wanted.
-    const bool narrow = l + 1 == layers_.size() && out.gather_front(act_, q_dim, hidden);
+    const bool narrow = l + 1 == layers_.size() && out.gather_front(be, act_, q_dim, hidden);
     const int64_t m = narrow ? out.count() : n;
     be.attention(act_.q.data(), kv.layer(layer), narrow ? out.attention_batch() : ab, ap,
                  act_.attn.data());

@@ -26,17 +26,18 @@ AttentionBatch ForwardBatch::attention_batch() const {
   return b;
 }
 
-void Activations::resize(int64_t n, const ModelConfig& c) {
+void Activations::resize(Backend& be, int64_t n, const ModelConfig& c) {
   const int64_t hidden = c.hidden_size, q_dim = int64_t{c.num_heads} * c.head_dim;
   const int64_t kv_dim = int64_t{c.num_kv_heads} * c.head_dim, ff = c.intermediate_size;
-  x.resize(n * hidden);
-  h.resize(n * hidden);
-  q.resize(n * q_dim);
-  k.resize(n * kv_dim);
-  v.resize(n * kv_dim);
-  attn.resize(n * q_dim);
-  gate.resize(n * ff);
-  up.resize(n * ff);
+  const char* what = "the activations";
+  x.reserve(be, n * hidden, what);
+  h.reserve(be, n * hidden, what);
+  q.reserve(be, n * q_dim, what);
+  k.reserve(be, n * kv_dim, what);
+  v.reserve(be, n * kv_dim, what);
+  attn.reserve(be, n * q_dim, what);
+  gate.reserve(be, n * ff, what);
+  up.reserve(be, n * ff, what);
 }
 
 AttentionParams attention_params(const ModelConfig& c) {
@@ -53,15 +54,17 @@ void compute_logits(Backend& be, const ModelConfig& c, std::span<const int32_t> 
                     Activations& act, std::vector<float>& logits) {
   const int64_t hidden = c.hidden_size;
   const auto m = static_cast<int64_t>(rows.size());
-  act.last.resize(m * hidden);
-  for (int64_t r = 0; r < m; ++r) {
-    const int64_t t = rows[r];
-    std::copy(act.x.begin() + t * hidden, act.x.begin() + (t + 1) * hidden,
-              act.last.begin() + r * hidden);
-  }
+  act.last.reserve(be, m * hidden, "the activations");
+  be.gather_rows(act.x.data(), rows, hidden, act.last.data());
   be.rms_norm(act.last.data(), output_norm.data(), m, hidden, c.rms_norm_eps, act.last.data());
   logits.resize(m * output.rows);  // the vocabulary, or this rank's slice of it
-  be.matmul(output, act.last.data(), m, logits.data());
+  if (be.host_visible()) {  // straight into the host's array: no copy on the CPU
+    be.matmul(output, act.last.data(), m, logits.data());
+    return;
+  }
+  act.logits.reserve(be, m * output.rows, "the logits");
+  be.matmul(output, act.last.data(), m, act.logits.data());
+  be.download(act.logits.data(), logits.size() * sizeof(float), logits.data());
 }
 
 OutputRows::OutputRows(const ForwardBatch& b) : batch(b) {
@@ -92,17 +95,12 @@ AttentionBatch OutputRows::attention_batch() const {
   return a;
 }
 
-void OutputRows::gather(int64_t width, float* x) const {
-  for (int64_t i = 0; i < count(); ++i) {
-    const int64_t row = batch.logit_rows[i];  // >= i: rows ascend
-    if (row != i) std::copy(x + row * width, x + (row + 1) * width, x + i * width);
-  }
-}
-
-bool OutputRows::gather_front(Activations& act, int64_t q_dim, int64_t hidden) const {
+bool OutputRows::gather_front(Backend& be, Activations& act, int64_t q_dim,
+                              int64_t hidden) const {
   if (!narrows) return false;
-  gather(q_dim, act.q.data());
-  gather(hidden, act.x.data());
+  // In place: the rows ascend, so row logit_rows[i] >= i.
+  be.gather_rows(act.q.data(), batch.logit_rows, q_dim, act.q.data());
+  be.gather_rows(act.x.data(), batch.logit_rows, hidden, act.x.data());
   return true;
 }
 
@@ -121,10 +119,10 @@ void Model::forward(Backend& backend, const ForwardBatch& batch, KvStorage& kv,
   forward_local(backend, batch, kv, logits);
 }
 
-void Model::copy_kv_blocks(KvStorage& kv, std::span<const BlockCopy> copies) {
+void Model::copy_kv_blocks(Backend& backend, KvStorage& kv, std::span<const BlockCopy> copies) {
   if (copies.empty()) return;
   if (tp_ != nullptr) send_block_copies(*tp_, copies, kv);
-  pagoda::copy_kv_blocks(kv, config_, copies);
+  pagoda::copy_kv_blocks(backend, kv, config_, copies);
 }
 
 std::vector<float> llama3_rope_freq_factors(const ModelConfig& c, int32_t rotary_dim) {

@@ -15,7 +15,6 @@ namespace pagoda {
 class ModelFile;
 class KvStorage;
 class Communicator;
-struct BlockCopy;
 
 // One step's tokens, laid out for the forward pass (see AttentionBatch for the K/V side).
 struct ForwardBatch {
@@ -33,26 +32,28 @@ struct ForwardBatch {
   AttentionBatch attention_batch() const;
 };
 
-// The buffers one step works in, grown to the largest batch seen; shared by every family.
+// The buffers one step works in, in the backend's memory, grown to the largest batch seen;
+// shared by every family.
 struct Activations {
-  std::vector<float> x;     // [num_tokens, hidden] residual stream
-  std::vector<float> h;     // [num_tokens, hidden] normed input / output of a block
-  std::vector<float> q;     // [num_tokens, heads * head_dim]
-  std::vector<float> k;     // [num_tokens, kv_heads * head_dim]
-  std::vector<float> v;     // [num_tokens, kv_heads * head_dim]
-  std::vector<float> attn;  // [num_tokens, heads * head_dim]
-  std::vector<float> gate;  // [num_tokens, ffn]
-  std::vector<float> up;    // [num_tokens, ffn]
-  std::vector<float> last;  // [num_logit_rows, hidden]
+  BackendArray x;       // [num_tokens, hidden] residual stream
+  BackendArray h;       // [num_tokens, hidden] normed input / output of a block
+  BackendArray q;       // [num_tokens, heads * head_dim]
+  BackendArray k;       // [num_tokens, kv_heads * head_dim]
+  BackendArray v;       // [num_tokens, kv_heads * head_dim]
+  BackendArray attn;    // [num_tokens, heads * head_dim]
+  BackendArray gate;    // [num_tokens, ffn]
+  BackendArray up;      // [num_tokens, ffn]
+  BackendArray last;    // [num_logit_rows, hidden]
+  BackendArray logits;  // [num_logit_rows, vocab] where the host cannot read the backend's memory
 
-  void resize(int64_t num_tokens, const ModelConfig& config);
+  void resize(Backend& backend, int64_t num_tokens, const ModelConfig& config);
 };
 
 // Attention shape and the usual 1/sqrt(head_dim) scale, no window.
 AttentionParams attention_params(const ModelConfig& config);
 
 // Only the rows whose logits are wanted go through the final norm and the vocabulary matrix:
-// logits = output · rms_norm(x[rows]).                logits: [rows.size(), vocab]
+// logits = output · rms_norm(x[rows]), brought to the host.   logits: [rows.size(), vocab]
 void compute_logits(Backend& backend, const ModelConfig& config, std::span<const int32_t> rows,
                     const std::vector<float>& output_norm, const WeightMatrix& output,
                     Activations& act, std::vector<float>& logits);
@@ -68,11 +69,9 @@ struct OutputRows {
   // The narrowed rows attend as a batch of their own: the same sequences, block tables and
   // positions, one query row per sequence that wants logits (none for the others).
   AttentionBatch attention_batch() const;
-  // Row batch.logit_rows[i] of x ([num_tokens, width]) to row i.
-  void gather(int64_t width, float* x) const;
   // When narrowing: gathers the rows of act.q ([num_tokens, q_dim]) and act.x ([num_tokens,
-  // hidden]) and returns true.
-  bool gather_front(Activations& act, int64_t q_dim, int64_t hidden) const;
+  // hidden]) to the front, in place, and returns true.
+  bool gather_front(Backend& backend, Activations& act, int64_t q_dim, int64_t hidden) const;
   // The rows compute_logits reads after the last layer.
   std::span<const int32_t> logit_rows() const;
   int64_t count() const { return static_cast<int64_t>(front.size()); }
@@ -107,8 +106,9 @@ class Model {
   // parallelism rank 0 first sends the step to the other ranks.
   void forward(Backend& backend, const ForwardBatch& batch, KvStorage& kv,
                std::vector<float>& logits);
-  // Copies whole blocks of K/V, every layer (copy-on-write of forks), on every rank.
-  void copy_kv_blocks(KvStorage& kv, std::span<const BlockCopy> copies);
+  // Copies whole blocks of K/V, every layer (copy-on-write of forks), on every rank, through
+  // the backend that holds `kv`.
+  void copy_kv_blocks(Backend& backend, KvStorage& kv, std::span<const BlockCopy> copies);
 
   // The ranks this model is split over; null when it is whole.
   Communicator* tensor_parallel() const { return tp_; }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "core/error.h"
 #include "model/weights.h"
 
 namespace pagoda {
@@ -55,6 +56,8 @@ void moe_ffn(Backend& be, const MoeWeights& w, const ModelConfig& c, const float
              int64_t tokens, MoeScratch& s, float* residual) {
   const int64_t experts = c.num_experts, used = c.num_experts_used;
   const int64_t hidden = c.hidden_size, ff = c.expert_ffn_size();
+  // Routing and the weighted sums run on the host, over host scratch arrays.
+  if (!be.host_visible()) fail("mixture-of-experts layers run on the cpu and ref backends only");
   s.logits.resize(static_cast<size_t>(tokens * experts));
   be.matmul(w.router, x, tokens, s.logits.data());
   const Routing r = route(s.logits.data(), tokens, c);

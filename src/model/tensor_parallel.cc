@@ -144,13 +144,13 @@ void follow_steps(Model& model, Backend& backend) {
       kv.reset();
       kv = std::make_unique<KvStorage>(model.config(), static_cast<int32_t>(h.num_blocks),
                                        static_cast<int32_t>(h.block_size),
-                                       static_cast<KvType>(h.kv_type));
+                                       static_cast<KvType>(h.kv_type), &backend);
     }
     Reader r(payload);
     if (kind == StepKind::kBlockCopies) {
       std::vector<BlockCopy> copies;
       r.get(copies, h.num_copies);
-      copy_kv_blocks(*kv, model.config(), copies);
+      copy_kv_blocks(backend, *kv, model.config(), copies);
       continue;
     }
     if (kind != StepKind::kForward) fail("tensor parallel: unknown step message ", h.kind);

@@ -184,7 +184,8 @@ TEST(KvCopy, CopiesWholeBlocksOfEveryLayer) {
     }
   }
   const std::vector<BlockCopy> copies = {{1, 3}, {3, 0}};  // in order: 0 receives 1's data
-  copy_kv_blocks(kv, config, copies);
+  const auto backend = make_reference_backend();
+  copy_kv_blocks(*backend, kv, config, copies);
   const int source_block[] = {1, 1, 2, 1};
   for (int32_t l = 0; l < 2; ++l) {
     for (int b = 0; b < num_blocks; ++b) {
@@ -197,11 +198,11 @@ TEST(KvCopy, CopiesWholeBlocksOfEveryLayer) {
       }
     }
   }
-  EXPECT_THROW(copy_kv_blocks(kv, config, std::vector<BlockCopy>{{0, 4}}), Error);
-  EXPECT_THROW(copy_kv_blocks(kv, config, std::vector<BlockCopy>{{-1, 2}}), Error);
+  EXPECT_THROW(copy_kv_blocks(*backend, kv, config, std::vector<BlockCopy>{{0, 4}}), Error);
+  EXPECT_THROW(copy_kv_blocks(*backend, kv, config, std::vector<BlockCopy>{{-1, 2}}), Error);
   ModelConfig other = config;
   other.num_layers = 3;
-  EXPECT_THROW(copy_kv_blocks(kv, other, copies), Error);
+  EXPECT_THROW(copy_kv_blocks(*backend, kv, other, copies), Error);
 }
 
 }  // namespace

@@ -38,9 +38,22 @@ TEST(OutputRows, NarrowsToTheLogitRowsInTheirSequences) {
   EXPECT_EQ(a.query_start[3], 2);
   EXPECT_EQ(a.block_table, b.block_table.data());
 
-  std::vector<float> x = {0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7};  // 8 rows of width 2
-  out.gather(2, x.data());
-  EXPECT_EQ(std::vector<float>(x.begin(), x.begin() + 4), (std::vector<float>{3, 3, 4, 4}));
+  // Rows 3 and 4 of x (width 2) and of q (width 3) gathered to the front, in place.
+  ModelConfig c;
+  c.hidden_size = 2;
+  c.num_heads = 1;
+  c.num_kv_heads = 1;
+  c.head_dim = 3;
+  c.intermediate_size = 1;
+  const auto backend = make_reference_backend();
+  Activations act;
+  act.resize(*backend, b.num_tokens(), c);
+  for (int i = 0; i < 8 * 2; ++i) act.x.data()[i] = static_cast<float>(i / 2);
+  for (int i = 0; i < 8 * 3; ++i) act.q.data()[i] = static_cast<float>(10 + i / 3);
+  ASSERT_TRUE(out.gather_front(*backend, act, 3, 2));
+  EXPECT_EQ(std::vector<float>(act.x.data(), act.x.data() + 4), (std::vector<float>{3, 3, 4, 4}));
+  EXPECT_EQ(std::vector<float>(act.q.data(), act.q.data() + 6),
+            (std::vector<float>{13, 13, 13, 14, 14, 14}));
 }
 
 TEST(OutputRows, NoRowsWantedNarrowsToNone) {
