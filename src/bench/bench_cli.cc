@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "backend/backend_choice.h"
 #include "backend/kv_format.h"
 #include "core/error.h"
 
@@ -23,6 +24,9 @@ void add_common_options(CLI::App& cmd, CommonOptions& o, bool with_svg) {
   cmd.add_option("-m,--model", o.model, "GGUF file or Hugging Face model folder")->required();
   cmd.add_option("-t,--threads", o.threads, "Threads (default: all cores)")
       ->check(CLI::Range(0, 1024));
+  cmd.add_option("--backend,--device", o.backend, backend_help())
+      ->check(CLI::IsMember(backend_names()))
+      ->capture_default_str();
   cmd.add_option("--json", o.json_path, "Write the results as JSON to PATH (- = stdout)");
   cmd.add_option("--csv", o.csv_path, "Write the results table as CSV to PATH (- = stdout)");
   if (with_svg) cmd.add_option("--svg", o.svg_path, "Write a chart as SVG to PATH (- = stdout)");

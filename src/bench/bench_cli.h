@@ -24,10 +24,11 @@ inline constexpr double kNoValue = std::numeric_limits<double>::quiet_NaN();
 struct CommonOptions {
   std::string model;
   int threads = 0;
+  std::string backend = "cpu";
   std::string json_path, csv_path, svg_path;
   bool no_progress = false;
 };
-// -m/--model, -t/--threads, --json, --csv, --svg (when `with_svg`), --no-progress.
+// -m/--model, -t/--threads, --backend (--device), --json, --csv, --svg (when `with_svg`), --no-progress.
 void add_common_options(CLI::App& cmd, CommonOptions& options, bool with_svg);
 // --kv-cache-gb, --kv-tokens, --max-seqs, --max-batched-tokens, --block-size,
 // --no-prefix-caching.

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "backend/backend_choice.h"
 #include "bench/estimate.h"
 #include "core/error.h"
 #include "kv/kv_storage.h"
@@ -20,7 +21,7 @@ const Tokenizer& BenchModel::need_tokenizer() const {
 
 std::string dominant_type(const std::string& types) { return types.substr(0, types.find(' ')); }
 
-BenchModel load_bench_model(const std::string& path, int num_threads) {
+BenchModel load_bench_model(const std::string& path, int num_threads, const std::string& backend) {
   BenchModel m;
   m.path = path;
   m.name = std::filesystem::path(path).filename().string();
@@ -29,7 +30,7 @@ BenchModel load_bench_model(const std::string& path, int num_threads) {
   check_model(*m.file);
   if (m.file->has_vocab()) m.tokenizer = Tokenizer::create(m.file->vocab());
   m.model = Model::load(*m.file);
-  m.backend = make_cpu_backend(num_threads);
+  m.backend = make_backend(backend, num_threads);
   const WeightEstimate weights = file_weights(*m.file);
   m.weight_types = weights.type;
   m.precision = dominant_type(weights.type);

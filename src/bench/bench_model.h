@@ -31,7 +31,8 @@ struct BenchModel {
   const Vocab* vocab() const { return tokenizer ? &tokenizer->vocab() : nullptr; }
 };
 
-BenchModel load_bench_model(const std::string& path, int num_threads);
+BenchModel load_bench_model(const std::string& path, int num_threads,
+                            const std::string& backend = "cpu");
 
 // "Q4_0 + Q6_K + F32" -> "Q4_0".
 std::string dominant_type(const std::string& types);

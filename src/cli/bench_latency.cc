@@ -233,7 +233,7 @@ Action add_bench_latency(CLI::App& bench) {
   cmd->add_option("--seed", o->seed, "Seed of the random prompt")->capture_default_str();
   add_speculative_options(cmd, o->speculative);
   return [o] {
-    bench::BenchModel m = bench::load_bench_model(o->common.model, o->common.threads);
+    bench::BenchModel m = bench::load_bench_model(o->common.model, o->common.threads, o->common.backend);
     return report(*o, m, measure(*o, m));
   };
 }

@@ -142,7 +142,8 @@ MemoryResult measure(const MemoryOptions& o, const std::string& path, int thread
   MemoryResult r;
   r.have_rss = bench::read_process_memory().has_value();
   r.rss_baseline = current_rss();
-  model = std::make_unique<bench::BenchModel>(bench::load_bench_model(path, threads));
+  model = std::make_unique<bench::BenchModel>(
+      bench::load_bench_model(path, threads, o.common.backend));
   r.rss_loaded = current_rss();
   Engine engine(*model->model, *model->backend, bench::engine_config(o.engine, 16384));
   r.rss_engine = current_rss();

@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
+#include "backend/backend_choice.h"
 #include "backend/kv_format.h"
 #include "bench/quality.h"
 #include "bench/report.h"
@@ -245,8 +246,8 @@ Action add_bench_quality(CLI::App& bench) {
       ->capture_default_str();
   cmd->add_option("-t,--threads", o->threads, "Threads (default: all cores)")
       ->check(CLI::Range(0, 1024));
-  cmd->add_option("--backend", o->backend, "cpu or reference")
-      ->check(CLI::IsMember({"cpu", "reference"}))
+  cmd->add_option("--backend,--device", o->backend, backend_help())
+      ->check(CLI::IsMember(backend_names()))
       ->capture_default_str();
   cmd->add_option("--json", o->json, "Write the results as JSON to PATH (- = stdout)");
   cmd->add_option("--csv", o->csv, "Write the table as CSV to PATH (- = stdout)");
@@ -286,8 +287,7 @@ Action add_bench_quality(CLI::App& bench) {
       fail(o->file, ": ", ids.size(), " tokens, not enough for one window of --ctx ", o->ctx);
     }
 
-    auto backend = o->backend == "reference" ? make_reference_backend()
-                                             : make_cpu_backend(o->threads);
+    auto backend = make_backend(o->backend, o->threads);
     bench::WindowRunner runner(*model.model, *backend, o->ctx, o->batch, parse_kv_type(o->kv_type));
     std::unique_ptr<bench::WindowRunner> ref_runner;
     if (ref.model) {

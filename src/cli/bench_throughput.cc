@@ -327,7 +327,7 @@ Action add_bench_throughput(CLI::App& bench) {
                   "Write the requests' token ids and output lengths as JSON to PATH (to replay "
                   "them in another engine)");
   return [o, cmd] {
-    bench::BenchModel m = bench::load_bench_model(o->common.model, o->common.threads);
+    bench::BenchModel m = bench::load_bench_model(o->common.model, o->common.threads, o->common.backend);
     const Workload w = make_workload(*o, *cmd, m);
     if (!o->save_requests.empty()) save_requests(o->save_requests, w);
     return report(*o, m, w, measure(*o, m, w));

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "backend/backend_choice.h"
 #include "backend/kv_format.h"
 #include "core/error.h"
 #include "model/model_check.h"
@@ -40,8 +41,8 @@ void add_generation_options(CLI::App* cmd, GenerationOptions& o,
                   "Context length in tokens (0: the model's, at most 4096)")
       ->check(CLI::Range(0, 1 << 22));
   cmd->add_option("-t,--threads", o.threads, "Threads (0: all cores)")->check(CLI::Range(0, 1024));
-  cmd->add_option("--backend", o.backend, "cpu or reference")
-      ->check(CLI::IsMember({"cpu", "reference"}));
+  cmd->add_option("--backend,--device", o.backend, backend_help())
+      ->check(CLI::IsMember(backend_names()));
   cmd->add_option("--kv-type", o.kv_type, kv_type_help())
       ->capture_default_str()
       ->check(CLI::IsMember(kv_type_name_list()));
@@ -82,7 +83,7 @@ LoadedModel load_model(const GenerationOptions& o, Communicator* tp) {
   check_model(*m.file);
   m.tokenizer = Tokenizer::create(m.file->vocab());
   m.model = Model::load(*m.file, tp);
-  m.backend = o.backend == "reference" ? make_reference_backend() : make_cpu_backend(o.threads);
+  m.backend = make_backend(o.backend, o.threads);
   return m;
 }
 

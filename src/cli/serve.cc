@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "backend/backend.h"
+#include "backend/backend_choice.h"
 #include "cli/chat_support.h"
 #include "cli/commands.h"
 #include "cli/format_util.h"
@@ -38,6 +39,7 @@ struct ServeOptions {
   server::ServerOptions server;
   bool insecure = false;
   int threads = 0;
+  std::string backend = "cpu";
   double kv_cache_gb = 0;
   int64_t kv_tokens = 0;
   int32_t max_model_len = 0;
@@ -87,6 +89,9 @@ Action add_serve(CLI::App& app) {
   cmd->add_option("--chat-template", o->chat_template_file, "Jinja chat template file to use");
   cmd->add_option("-t,--threads", o->threads, "Compute threads (default: all cores)")
       ->check(CLI::Range(0, 1024));
+  cmd->add_option("--backend,--device", o->backend, backend_help())
+      ->check(CLI::IsMember(backend_names()))
+      ->capture_default_str();
   cmd->add_option("--kv-cache-gb", o->kv_cache_gb, "KV cache memory in GiB (default 1)")
       ->check(CLI::Range(0.0, 4096.0));
   cmd->add_option("--kv-tokens", o->kv_tokens, "KV cache size in tokens (instead of --kv-cache-gb)")
@@ -166,7 +171,7 @@ Action add_serve(CLI::App& app) {
     check_model(*file);
     auto tokenizer = Tokenizer::create(file->vocab());
     auto model = Model::load(*file, ranks());
-    auto backend = make_cpu_backend(o->threads);
+    auto backend = make_backend(o->backend, o->threads);
     if (follow_rank0(*model, *backend)) return 0;  // rank 0 serves; the others follow it
     const Vocab& vocab = tokenizer->vocab();
     std::shared_ptr<ChatTemplate> chat;

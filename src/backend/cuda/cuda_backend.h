@@ -1,0 +1,23 @@
+// The CUDA backend: the model's ops on one NVIDIA GPU, its activations, logits and KV cache in
+// device memory (Backend::allocate), weights uploaded once (Backend::prepare) in their stored
+// type. Built when CMake finds nvcc (PAGODA_CUDA, for sm_80 and sm_90); elsewhere these
+// functions say it is not built. Plan and status: docs/CUDA.md.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "backend/backend.h"
+
+namespace pagoda {
+
+// Whether this build has the CUDA backend.
+bool cuda_backend_built();
+// GPUs the CUDA runtime sees: 0 when not built, without a driver or without a device.
+int cuda_device_count();
+// "NVIDIA H200 (sm_90, 139.8 GiB)"; throws Error when there is no such device.
+std::string cuda_device_description(int device);
+// Throws Error (why, in one line) when the backend is not built or the device is absent.
+std::unique_ptr<Backend> make_cuda_backend(int device);
+
+}  // namespace pagoda

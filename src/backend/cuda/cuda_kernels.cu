@@ -1,0 +1,374 @@
+// The CUDA backend's kernels. First versions, written for correctness against the reference
+// backend: a warp per output row for products (the weights decoded in registers, read once per
+// pass of up to kTokensPerPass tokens), a warp per (token, head) for attention with the online
+// softmax over the sequence's blocks. docs/CUDA.md lists what is still to come (tensor-core
+// GEMM for prefill, CUDA graphs).
+#include "backend/cuda/cuda_kernels.h"
+
+#include <cuda_fp16.h>
+
+#include <cmath>
+
+#include "backend/cuda/cuda_decode.cuh"
+#include "core/error.h"
+
+namespace pagoda::cuda {
+namespace {
+
+constexpr int kWarp = 32;
+constexpr unsigned kFullMask = 0xffffffffu;
+constexpr int kTokensPerPass = 8;   // tokens of one pass over a weight row
+constexpr int kMaxHeadDim = 256;    // attention keeps head_dim / 32 accumulators per lane
+constexpr int kRowsPerBlock = 4;    // warps per block in matmul and attention
+
+void check_launch(const char* what) {
+  const cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) fail("CUDA: ", what, ": ", cudaGetErrorString(e));
+}
+
+unsigned blocks_for(int64_t n, int threads) {
+  return static_cast<unsigned>((n + threads - 1) / threads);
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(kFullMask, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = kWarp / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, o));
+  return v;
+}
+
+template <DType T>
+__global__ void embed_kernel(const uint8_t* table, uint64_t row_bytes, int64_t cols,
+                             const int32_t* ids, float* out) {
+  const int64_t t = blockIdx.x;
+  const uint8_t* row = table + row_bytes * static_cast<uint64_t>(ids[t]);
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) out[t * cols + c] = element<T>(row, c);
+}
+
+template <DType T>
+__global__ void matmul_kernel(const uint8_t* w, uint64_t row_bytes, int64_t rows, int64_t cols,
+                              const float* x, int64_t n, float* y) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  if (r >= rows) return;
+  const uint8_t* row = w + row_bytes * static_cast<uint64_t>(r);
+  for (int64_t t0 = 0; t0 < n; t0 += kTokensPerPass) {
+    const int m = static_cast<int>(min(static_cast<int64_t>(kTokensPerPass), n - t0));
+    float acc[kTokensPerPass] = {};
+    for (int64_t c = lane; c < cols; c += kWarp) {
+      const float v = element<T>(row, c);
+#pragma unroll
+      for (int k = 0; k < kTokensPerPass; ++k) {
+        if (k < m) acc[k] += v * x[(t0 + k) * cols + c];
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kTokensPerPass; ++k) acc[k] = warp_sum(acc[k]);
+    if (lane == 0) {
+      for (int k = 0; k < m; ++k) y[(t0 + k) * rows + r] = acc[k];
+    }
+  }
+}
+
+__global__ void rms_norm_kernel(const float* x, const float* weight, int64_t dim, float eps,
+                                float* y) {
+  __shared__ float partial[32];
+  const float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
+  float* yr = y + static_cast<int64_t>(blockIdx.x) * dim;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += xr[i] * xr[i];
+  ss = warp_sum(ss);
+  if (threadIdx.x % kWarp == 0) partial[threadIdx.x / kWarp] = ss;
+  __syncthreads();
+  if (threadIdx.x < kWarp) {
+    float v = threadIdx.x < blockDim.x / kWarp ? partial[threadIdx.x] : 0.0f;
+    v = warp_sum(v);
+    if (threadIdx.x == 0) partial[0] = v;
+  }
+  __syncthreads();
+  const float inv = 1.0f / sqrtf(partial[0] / static_cast<float>(dim) + eps);
+  for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = xr[i] * inv * weight[i];
+}
+
+// One thread per rotated pair; the angle in double, as the reference computes it.
+__global__ void rope_kernel(float* x, const int32_t* positions, int64_t n, int64_t heads,
+                            int64_t head_dim, int32_t rotary_dim, double theta, bool split_half,
+                            double position_scale, const float* freq_factors) {
+  const int64_t half = rotary_dim / 2;
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= n * heads * half) return;
+  const int64_t i = idx % half, th = idx / half, t = th / heads;
+  float* v = x + th * head_dim;
+  double freq = pow(theta, -2.0 * static_cast<double>(i) / rotary_dim);
+  if (freq_factors != nullptr) freq /= freq_factors[i];
+  const double angle = static_cast<double>(positions[t]) * position_scale * freq;
+  double s, c;
+  sincos(angle, &s, &c);
+  const int64_t a = split_half ? i : 2 * i, b = split_half ? i + half : 2 * i + 1;
+  const double x0 = v[a], x1 = v[b];
+  v[a] = static_cast<float>(x0 * c - x1 * s);
+  v[b] = static_cast<float>(x0 * s + x1 * c);
+}
+
+__device__ __forceinline__ void store(float* p, float v) { *p = v; }
+__device__ __forceinline__ void store(__half* p, float v) { *p = __float2half_rn(v); }
+__device__ __forceinline__ float load(const float* p) { return *p; }
+__device__ __forceinline__ float load(const __half* p) { return __half2float(*p); }
+
+// One thread per (token, KV head, dimension). A head's slab in a block: block_size keys
+// transposed (dimension d of slot o at d * block_size + o), then, in V, one row per slot.
+template <typename KV>
+__global__ void write_kv_kernel(const float* k, const float* v, const int64_t* slots, int64_t n,
+                                int32_t block_size, int32_t kv_heads, int32_t head_dim, KV* kc,
+                                KV* vc) {
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (idx >= n * kv_heads * head_dim) return;
+  const int64_t d = idx % head_dim, th = idx / head_dim, head = th % kv_heads, t = th / kv_heads;
+  const int64_t slot = slots[t], block = slot / block_size, offset = slot % block_size;
+  const int64_t slab = (block * kv_heads + head) * block_size * head_dim;
+  store(kc + slab + d * block_size + offset, k[idx]);
+  store(vc + slab + offset * head_dim + d, v[idx]);
+}
+
+// One warp per (token, query head). Each pass scores 32 positions (a lane each), rescales the
+// running sums to the new maximum, and adds the 32 value rows weighted (each lane owns the
+// output dimensions lane, lane + 32, ...).
+template <typename KV>
+__global__ void attention_kernel(const float* q, const KV* kc, const KV* vc, const int32_t* seq_of,
+                                 const int32_t* positions, const int32_t* block_table,
+                                 int32_t max_blocks, int32_t block_size, int64_t n,
+                                 int32_t heads, int32_t kv_heads, int32_t head_dim, float scale,
+                                 int32_t window, float* out) {
+  __shared__ float q_shared[kRowsPerBlock][kMaxHeadDim];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int64_t pair = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + warp;
+  if (pair >= n * heads) return;
+  const int64_t t = pair / heads;
+  const int32_t h = static_cast<int32_t>(pair % heads), kvh = h / (heads / kv_heads);
+  const int32_t pos = positions[t], first = window > 0 ? max(0, pos - window + 1) : 0;
+  const int32_t* table = block_table + static_cast<int64_t>(seq_of[t]) * max_blocks;
+  float* qw = q_shared[warp];
+  for (int d = lane; d < head_dim; d += kWarp) qw[d] = q[pair * head_dim + d];
+  __syncwarp();
+
+  float running_max = -INFINITY, denom = 0.0f;
+  float acc[kMaxHeadDim / kWarp] = {};
+  for (int32_t j0 = first; j0 <= pos; j0 += kWarp) {
+    const int32_t j = j0 + lane;
+    float score = -INFINITY;
+    if (j <= pos) {
+      const int64_t slab =
+          (static_cast<int64_t>(table[j / block_size]) * kv_heads + kvh) * block_size * head_dim;
+      const KV* keys = kc + slab + j % block_size;
+      float dot = 0.0f;
+      for (int d = 0; d < head_dim; ++d) dot += qw[d] * load(keys + static_cast<int64_t>(d) * block_size);
+      score = dot * scale;
+    }
+    const float new_max = fmaxf(running_max, warp_max(score));
+    const float p = j <= pos ? expf(score - new_max) : 0.0f;
+    const float correction = running_max == -INFINITY ? 0.0f : expf(running_max - new_max);
+    denom = denom * correction + warp_sum(p);
+#pragma unroll
+    for (int k = 0; k < kMaxHeadDim / kWarp; ++k) acc[k] *= correction;
+    const int32_t count = min(kWarp, pos - j0 + 1);
+    for (int32_t i = 0; i < count; ++i) {
+      const float pi = __shfl_sync(kFullMask, p, i);
+      const int32_t ji = j0 + i;
+      const int64_t slab =
+          (static_cast<int64_t>(table[ji / block_size]) * kv_heads + kvh) * block_size * head_dim;
+      const KV* row = vc + slab + static_cast<int64_t>(ji % block_size) * head_dim;
+#pragma unroll
+      for (int k = 0; k < kMaxHeadDim / kWarp; ++k) {
+        const int d = lane + k * kWarp;
+        if (d < head_dim) acc[k] += pi * load(row + d);
+      }
+    }
+    running_max = new_max;
+  }
+#pragma unroll
+  for (int k = 0; k < kMaxHeadDim / kWarp; ++k) {
+    const int d = lane + k * kWarp;
+    if (d < head_dim) out[pair * head_dim + d] = acc[k] / denom;
+  }
+}
+
+__global__ void silu_mul_kernel(const float* gate, const float* up, int64_t n, float* out) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + expf(-g)) * up[i];
+  }
+}
+
+__global__ void gelu_mul_kernel(const float* gate, const float* up, int64_t n, float* out) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) {
+    constexpr float kSqrt2OverPi = 0.7978845608028654f;
+    const float g = gate[i];
+    out[i] = 0.5f * g * (1.0f + tanhf(kSqrt2OverPi * (g + 0.044715f * g * g * g))) * up[i];
+  }
+}
+
+__global__ void add_kernel(float* x, const float* y, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] += y[i];
+}
+
+__global__ void add_bias_kernel(float* x, const float* bias, int64_t total, int64_t dim) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < total) x[i] += bias[i % dim];
+}
+
+__global__ void scale_kernel(float* x, float factor, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] *= factor;
+}
+
+__global__ void gather_rows_kernel(const float* x, const int32_t* rows, int64_t width, float* out) {
+  const int64_t i = blockIdx.x;
+  const float* src = x + static_cast<int64_t>(rows[i]) * width;
+  for (int64_t c = threadIdx.x; c < width; c += blockDim.x) out[i * width + c] = src[c];
+}
+
+// Calls f.template operator()<T>() for the device-decoded type `type`.
+template <class F>
+void by_type(DType type, F&& f) {
+  switch (type) {
+    case DType::kF32: return f.template operator()<DType::kF32>();
+    case DType::kF16: return f.template operator()<DType::kF16>();
+    case DType::kBF16: return f.template operator()<DType::kBF16>();
+    case DType::kQ4_0: return f.template operator()<DType::kQ4_0>();
+    case DType::kQ4_1: return f.template operator()<DType::kQ4_1>();
+    case DType::kQ5_0: return f.template operator()<DType::kQ5_0>();
+    case DType::kQ5_1: return f.template operator()<DType::kQ5_1>();
+    case DType::kQ8_0: return f.template operator()<DType::kQ8_0>();
+    case DType::kQ4_K: return f.template operator()<DType::kQ4_K>();
+    case DType::kQ5_K: return f.template operator()<DType::kQ5_K>();
+    case DType::kQ6_K: return f.template operator()<DType::kQ6_K>();
+    default: fail("CUDA: no device decoder for weight type ", static_cast<int>(type));
+  }
+}
+
+constexpr int kThreads = 256;
+
+}  // namespace
+
+bool decodes(DType type) { return device_decodes(type); }
+
+void embed(cudaStream_t s, DType type, const uint8_t* table, uint64_t row_bytes, int64_t cols,
+           const int32_t* ids, int64_t n, float* out) {
+  if (n == 0) return;
+  by_type(type, [&]<DType T>() {
+    embed_kernel<T><<<static_cast<unsigned>(n), kThreads, 0, s>>>(table, row_bytes, cols, ids, out);
+  });
+  check_launch("embed");
+}
+
+void matmul(cudaStream_t s, DType type, const uint8_t* w, uint64_t row_bytes, int64_t rows,
+            int64_t cols, const float* x, int64_t n, float* y) {
+  if (n == 0 || rows == 0) return;
+  by_type(type, [&]<DType T>() {
+    matmul_kernel<T><<<blocks_for(rows, kRowsPerBlock), kRowsPerBlock * kWarp, 0, s>>>(
+        w, row_bytes, rows, cols, x, n, y);
+  });
+  check_launch("matmul");
+}
+
+void rms_norm(cudaStream_t s, const float* x, const float* weight, int64_t rows, int64_t dim,
+              float eps, float* y) {
+  if (rows == 0) return;
+  rms_norm_kernel<<<static_cast<unsigned>(rows), kThreads, 0, s>>>(x, weight, dim, eps, y);
+  check_launch("rms_norm");
+}
+
+void rope(cudaStream_t s, float* x, const int32_t* positions, int64_t n, int64_t heads,
+          int64_t head_dim, const RopeParams& p, const float* freq_factors) {
+  const int64_t total = n * heads * (p.rotary_dim / 2);
+  if (total == 0) return;
+  rope_kernel<<<blocks_for(total, kThreads), kThreads, 0, s>>>(
+      x, positions, n, heads, head_dim, p.rotary_dim, p.theta, p.split_half, p.position_scale,
+      freq_factors);
+  check_launch("rope");
+}
+
+void write_kv(cudaStream_t s, const float* k, const float* v, const int64_t* slots, int64_t n,
+              int32_t block_size, const AttentionParams& p, KvLayer cache) {
+  const int64_t total = n * p.num_kv_heads * p.head_dim;
+  if (total == 0) return;
+  const unsigned blocks = blocks_for(total, kThreads);
+  if (cache.type == KvType::kF32) {
+    write_kv_kernel<<<blocks, kThreads, 0, s>>>(k, v, slots, n, block_size, p.num_kv_heads,
+                                                p.head_dim, static_cast<float*>(cache.k),
+                                                static_cast<float*>(cache.v));
+  } else {
+    write_kv_kernel<<<blocks, kThreads, 0, s>>>(k, v, slots, n, block_size, p.num_kv_heads,
+                                                p.head_dim, static_cast<__half*>(cache.k),
+                                                static_cast<__half*>(cache.v));
+  }
+  check_launch("write_kv");
+}
+
+void attention(cudaStream_t s, const float* q, KvLayer cache, const int32_t* seq_of,
+               const int32_t* positions, const int32_t* block_table, int32_t max_blocks,
+               int32_t block_size, int64_t n, const AttentionParams& p, float* out) {
+  if (p.head_dim > kMaxHeadDim) {
+    fail("the CUDA backend's attention takes head_dim up to ", kMaxHeadDim, ", not ", p.head_dim);
+  }
+  const int64_t pairs = n * p.num_heads;
+  if (pairs == 0) return;
+  const unsigned blocks = blocks_for(pairs, kRowsPerBlock);
+  if (cache.type == KvType::kF32) {
+    attention_kernel<<<blocks, kRowsPerBlock * kWarp, 0, s>>>(
+        q, static_cast<const float*>(cache.k), static_cast<const float*>(cache.v), seq_of,
+        positions, block_table, max_blocks, block_size, n, p.num_heads, p.num_kv_heads,
+        p.head_dim, p.scale, p.window, out);
+  } else {
+    attention_kernel<<<blocks, kRowsPerBlock * kWarp, 0, s>>>(
+        q, static_cast<const __half*>(cache.k), static_cast<const __half*>(cache.v), seq_of,
+        positions, block_table, max_blocks, block_size, n, p.num_heads, p.num_kv_heads,
+        p.head_dim, p.scale, p.window, out);
+  }
+  check_launch("attention");
+}
+
+void silu_mul(cudaStream_t s, const float* gate, const float* up, int64_t n, float* out) {
+  if (n == 0) return;
+  silu_mul_kernel<<<blocks_for(n, kThreads), kThreads, 0, s>>>(gate, up, n, out);
+  check_launch("silu_mul");
+}
+
+void gelu_mul(cudaStream_t s, const float* gate, const float* up, int64_t n, float* out) {
+  if (n == 0) return;
+  gelu_mul_kernel<<<blocks_for(n, kThreads), kThreads, 0, s>>>(gate, up, n, out);
+  check_launch("gelu_mul");
+}
+
+void add(cudaStream_t s, float* x, const float* y, int64_t n) {
+  if (n == 0) return;
+  add_kernel<<<blocks_for(n, kThreads), kThreads, 0, s>>>(x, y, n);
+  check_launch("add");
+}
+
+void add_bias(cudaStream_t s, float* x, const float* bias, int64_t rows, int64_t dim) {
+  if (rows * dim == 0) return;
+  add_bias_kernel<<<blocks_for(rows * dim, kThreads), kThreads, 0, s>>>(x, bias, rows * dim, dim);
+  check_launch("add_bias");
+}
+
+void scale(cudaStream_t s, float* x, float factor, int64_t n) {
+  if (n == 0) return;
+  scale_kernel<<<blocks_for(n, kThreads), kThreads, 0, s>>>(x, factor, n);
+  check_launch("scale");
+}
+
+void gather_rows(cudaStream_t s, const float* x, const int32_t* rows, int64_t count,
+                 int64_t width, float* out) {
+  if (count == 0) return;
+  gather_rows_kernel<<<static_cast<unsigned>(count), kThreads, 0, s>>>(x, rows, width, out);
+  check_launch("gather_rows");
+}
+
+}  // namespace pagoda::cuda

@@ -1,0 +1,40 @@
+// Launchers of the CUDA backend's kernels (cuda_kernels.cu), on one stream. Pointers are device
+// pointers unless named host_. Shapes as in backend/backend.h.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/backend.h"
+
+namespace pagoda::cuda {
+
+// Whether matmul / embed read `type` directly (else it is uploaded converted to F16).
+bool decodes(DType type);
+
+void embed(cudaStream_t s, DType type, const uint8_t* table, uint64_t row_bytes, int64_t cols,
+           const int32_t* ids, int64_t n, float* out);
+void matmul(cudaStream_t s, DType type, const uint8_t* w, uint64_t row_bytes, int64_t rows,
+            int64_t cols, const float* x, int64_t n, float* y);
+void rms_norm(cudaStream_t s, const float* x, const float* weight, int64_t rows, int64_t dim,
+              float eps, float* y);
+void rope(cudaStream_t s, float* x, const int32_t* positions, int64_t n, int64_t heads,
+          int64_t head_dim, const RopeParams& p, const float* freq_factors);
+// K/V in F32 or F16, kv_format.h's layout (keys transposed in each head's slab).
+void write_kv(cudaStream_t s, const float* k, const float* v, const int64_t* slots, int64_t n,
+              int32_t block_size, const AttentionParams& p, KvLayer cache);
+// seq_of[t]: token t's sequence; its row of block_table holds max_blocks entries.
+void attention(cudaStream_t s, const float* q, KvLayer cache, const int32_t* seq_of,
+               const int32_t* positions, const int32_t* block_table, int32_t max_blocks,
+               int32_t block_size, int64_t n, const AttentionParams& p, float* out);
+void silu_mul(cudaStream_t s, const float* gate, const float* up, int64_t n, float* out);
+void gelu_mul(cudaStream_t s, const float* gate, const float* up, int64_t n, float* out);
+void add(cudaStream_t s, float* x, const float* y, int64_t n);
+void add_bias(cudaStream_t s, float* x, const float* bias, int64_t rows, int64_t dim);
+void scale(cudaStream_t s, float* x, float factor, int64_t n);
+// out[i, :] = x[rows[i], :]; out must not overlap x.
+void gather_rows(cudaStream_t s, const float* x, const int32_t* rows, int64_t count,
+                 int64_t width, float* out);
+
+}  // namespace pagoda::cuda

@@ -1,0 +1,300 @@
+// The CUDA backend against the reference backend, op by op, and on real models (teacher-forced
+// logits). Every test here needs a GPU: without one (or in a build without the CUDA backend)
+// each skips with a loud message. scripts/device-check runs them on a lent GPU machine.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_backend.h"
+#include "conformance/engine_harness.h"
+#include "core/dtype.h"
+#include "kv/kv_storage.h"
+#include "model/model.h"
+#include "quant/reference.h"
+#include "test_util.h"
+
+namespace pagoda {
+namespace {
+
+#define CUDA_OR_SKIP(var)                                                                    \
+  if (!cuda_backend_built()) GTEST_SKIP() << "*** built without the CUDA backend: SKIPPING ***"; \
+  if (cuda_device_count() == 0) GTEST_SKIP() << "*** no CUDA device: SKIPPING a GPU test ***";   \
+  auto var = make_cuda_backend(0)
+
+std::vector<float> random_values(int64_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+// Host values in the device backend's memory, and back.
+struct Device {
+  Backend& be;
+  std::unique_ptr<BackendBuffer> buffer;
+  Device(Backend& b, const std::vector<float>& host) : be(b) {
+    buffer = be.allocate(std::max<uint64_t>(host.size(), 1) * sizeof(float), "test");
+    be.upload(host.data(), host.size() * sizeof(float), buffer->data());
+  }
+  Device(Backend& b, int64_t count) : be(b), buffer(b.allocate(std::max<int64_t>(count, 1) * sizeof(float), "test")) {}
+  float* data() const { return static_cast<float*>(buffer->data()); }
+  std::vector<float> read(int64_t count) const {
+    std::vector<float> host(static_cast<size_t>(count));
+    be.download(buffer->data(), host.size() * sizeof(float), host.data());
+    return host;
+  }
+};
+
+// Largest |a - b| over the largest |b|.
+double relative_error(const std::vector<float>& a, const std::vector<float>& b) {
+  double diff = 0, scale = 1e-30;
+  for (size_t i = 0; i < b.size(); ++i) {
+    diff = std::max(diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+    scale = std::max(scale, std::fabs(static_cast<double>(b[i])));
+  }
+  return diff / scale;
+}
+
+struct Matrix {
+  std::vector<uint8_t> bytes;
+  WeightMatrix w;
+};
+
+Matrix make_matrix(DType type, int64_t rows, int64_t cols, uint32_t seed) {
+  Matrix m;
+  const std::vector<float> values = random_values(rows * cols, seed);
+  const size_t rb = row_bytes(type, cols);
+  m.bytes.resize(rb * static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    quantize_row(type, values.data() + r * cols, m.bytes.data() + rb * r, cols);
+  }
+  m.w = {type, rows, cols, m.bytes.data(), rb, new_weight_id(), false};
+  return m;
+}
+
+TEST(CudaBackend, MatmulAndEmbedEveryTypeMatchTheReference) {
+  CUDA_OR_SKIP(cuda);
+  auto ref = make_reference_backend();
+  // Decoded on the device, then converted to F16 at upload (Q2_K, Q3_K, IQ4_XS).
+  for (DType type : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ4_1,
+                     DType::kQ5_0, DType::kQ5_1, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K,
+                     DType::kQ6_K, DType::kQ2_K, DType::kQ3_K, DType::kIQ4_XS,
+                     DType::kFP8_E4M3}) {
+    SCOPED_TRACE(std::string(dtype_traits(type).name));
+    const bool converted = type == DType::kQ2_K || type == DType::kQ3_K ||
+                           type == DType::kIQ4_XS || type == DType::kFP8_E4M3;
+    const Matrix m = make_matrix(type, 67, 512, 7);
+    for (int64_t n : {1, 3, 11}) {
+      const std::vector<float> x = random_values(n * 512, 11);
+      std::vector<float> expected(static_cast<size_t>(n * 67));
+      ref->matmul(m.w, x.data(), n, expected.data());
+      Device dx(*cuda, x), dy(*cuda, n * 67);
+      cuda->matmul(m.w, dx.data(), n, dy.data());
+      EXPECT_LT(relative_error(dy.read(n * 67), expected), converted ? 2e-3 : 2e-5) << n << " tokens";
+    }
+    const std::vector<int32_t> ids = {5, 0, 66, 5};
+    std::vector<float> expected(4 * 512);
+    ref->embed(m.w, ids.data(), 4, expected.data());
+    Device out(*cuda, 4 * 512);
+    cuda->embed(m.w, ids.data(), 4, out.data());
+    EXPECT_LT(relative_error(out.read(4 * 512), expected), converted ? 1e-3 : 1e-7);
+  }
+}
+
+TEST(CudaBackend, ElementwiseOpsMatchTheReference) {
+  CUDA_OR_SKIP(cuda);
+  auto ref = make_reference_backend();
+  const int64_t rows = 5, dim = 384, n = rows * dim;
+  const std::vector<float> a = random_values(n, 1), b = random_values(n, 2),
+                           w = random_values(dim, 3);
+  auto check = [&](const char* what, auto&& run_ref, auto&& run_cuda, double bound) {
+    SCOPED_TRACE(what);
+    std::vector<float> expected = a;
+    run_ref(expected.data());
+    Device x(*cuda, a);
+    run_cuda(x.data());
+    EXPECT_LT(relative_error(x.read(n), expected), bound);
+  };
+  Device db(*cuda, b);
+  check("rms_norm", [&](float* x) { ref->rms_norm(x, w.data(), rows, dim, 1e-6f, x); },
+        [&](float* x) { cuda->rms_norm(x, w.data(), rows, dim, 1e-6f, x); }, 1e-5);
+  check("silu_mul", [&](float* x) { ref->silu_mul(x, b.data(), n, x); },
+        [&](float* x) { cuda->silu_mul(x, db.data(), n, x); }, 1e-5);
+  check("gelu_mul", [&](float* x) { ref->gelu_mul(x, b.data(), n, x); },
+        [&](float* x) { cuda->gelu_mul(x, db.data(), n, x); }, 1e-5);
+  check("add", [&](float* x) { ref->add(x, b.data(), n); },
+        [&](float* x) { cuda->add(x, db.data(), n); }, 1e-7);
+  check("add_bias", [&](float* x) { ref->add_bias(x, w.data(), rows, dim); },
+        [&](float* x) { cuda->add_bias(x, w.data(), rows, dim); }, 1e-7);
+  check("scale", [&](float* x) { ref->scale(x, 0.37f, n); },
+        [&](float* x) { cuda->scale(x, 0.37f, n); }, 1e-7);
+  const std::vector<int32_t> positions = {0, 1, 17, 4095, 100000};
+  const std::vector<float> factors = random_values(32, 9, 0.1f);
+  std::vector<float> divisors(32);
+  for (int i = 0; i < 32; ++i) divisors[i] = 1.0f + std::fabs(factors[i]);
+  for (bool split : {false, true}) {
+    for (const float* freq : std::vector<const float*>{nullptr, divisors.data()}) {
+      RopeParams p;
+      p.rotary_dim = 64;
+      p.theta = 500000.0f;
+      p.split_half = split;
+      p.position_scale = 0.5f;
+      p.freq_factors = freq;
+      // 5 tokens x 6 heads x head_dim 64 = rows * dim values.
+      check(split ? "rope, halves" : "rope, adjacent pairs",
+            [&](float* x) { ref->rope(x, positions.data(), 5, 6, 64, p); },
+            [&](float* x) { cuda->rope(x, positions.data(), 5, 6, 64, p); }, 1e-5);
+    }
+  }
+}
+
+TEST(CudaBackend, PagedAttentionMatchesTheReference) {
+  CUDA_OR_SKIP(cuda);
+  auto ref = make_reference_backend();
+  for (KvType type : {KvType::kF32, KvType::kF16}) {
+    for (int32_t head_dim : {64, 256}) {
+      for (int32_t window : {0, 5}) {
+        SCOPED_TRACE(std::string(kv_type_info(type).name) + " head_dim " +
+                     std::to_string(head_dim) + " window " + std::to_string(window));
+        AttentionParams p{8, 2, head_dim, 1.0f / std::sqrt(float(head_dim)), window};
+        // Two sequences over shuffled blocks: 37 tokens (a prompt), then 1 (a decode at 50).
+        const int32_t bs = 16, max_blocks = 4, num_blocks = 8;
+        const std::vector<int32_t> table = {6, 1, 4, 0, 3, 7, 2, 5};
+        std::vector<int32_t> positions, query_start = {0};
+        std::vector<int64_t> slots;
+        for (int32_t s = 0; s < 2; ++s) {
+          const int32_t first = s == 0 ? 0 : 0, last = s == 0 ? 37 : 51;
+          for (int32_t pos = first; pos < last; ++pos) {
+            positions.push_back(pos);
+            slots.push_back(int64_t{table[s * max_blocks + pos / bs]} * bs + pos % bs);
+          }
+          query_start.push_back(static_cast<int32_t>(positions.size()));
+        }
+        const auto n = static_cast<int32_t>(positions.size());
+        AttentionBatch b{n, positions.data(), slots.data(), 2, query_start.data(), table.data(),
+                         max_blocks, bs};
+        const int64_t kv = int64_t{n} * 2 * head_dim, qn = int64_t{n} * 8 * head_dim;
+        const std::vector<float> k = random_values(kv, 21), v = random_values(kv, 22),
+                                 q = random_values(qn, 23);
+        const uint64_t bytes = uint64_t(num_blocks) * bs * 2 * kv_head_bytes(type, head_dim);
+        std::vector<uint8_t> hk(bytes), hv(bytes);
+        KvLayer host{hk.data(), hv.data(), type};
+        ref->write_kv(k.data(), v.data(), b, p, host);
+        std::vector<float> expected(static_cast<size_t>(qn));
+        ref->attention(q.data(), host, b, p, expected.data());
+
+        auto dk = cuda->allocate(bytes, "test"), dv = cuda->allocate(bytes, "test");
+        KvLayer device{dk->data(), dv->data(), type};
+        Device dkeys(*cuda, k), dvalues(*cuda, v), dq(*cuda, q), out(*cuda, qn);
+        cuda->write_kv(dkeys.data(), dvalues.data(), b, p, device);
+        std::vector<uint8_t> back(bytes);
+        cuda->download(dk->data(), bytes, back.data());
+        EXPECT_EQ(back, hk) << "keys stored differently";
+        cuda->download(dv->data(), bytes, back.data());
+        EXPECT_EQ(back, hv) << "values stored differently";
+        cuda->attention(dq.data(), device, b, p, out.data());
+        EXPECT_LT(relative_error(out.read(qn), expected), 1e-5);
+      }
+    }
+  }
+}
+
+TEST(CudaBackend, GathersAndCopiesBlocks) {
+  CUDA_OR_SKIP(cuda);
+  const std::vector<float> x = {0, 0, 1, 1, 2, 2, 3, 3};
+  Device d(*cuda, x), out(*cuda, 4);
+  const std::vector<int32_t> rows = {3, 0}, ascending = {1, 3};
+  cuda->gather_rows(d.data(), rows, 2, out.data());
+  EXPECT_EQ(out.read(4), (std::vector<float>{3, 3, 0, 0}));
+  cuda->gather_rows(d.data(), ascending, 2, d.data());
+  EXPECT_EQ(d.read(8), (std::vector<float>{1, 1, 3, 3, 2, 2, 3, 3}));
+  Device k(*cuda, std::vector<float>{0, 1, 2}), v(*cuda, std::vector<float>{5, 6, 7});
+  const std::vector<BlockCopy> copies = {{2, 0}, {0, 1}};
+  cuda->copy_blocks(KvLayer{k.data(), v.data(), KvType::kF32}, sizeof(float), copies);
+  EXPECT_EQ(k.read(3), (std::vector<float>{2, 2, 2}));
+  EXPECT_EQ(v.read(3), (std::vector<float>{7, 7, 7}));
+}
+
+// One sequence's every position, teacher-forced: the CUDA backend's logits against the CPU
+// backend's, within the LogitsPeer bounds (the CPU backend's own distance from exact math),
+// and the best token the same wherever the CPU backend's lead is not a near-tie.
+void check_logits(const std::string& path, double bound) {
+  CUDA_OR_SKIP(cuda);
+  LoadedModel m = load(path);
+  auto cpu = make_cpu_backend(0);
+  const std::vector<TokenId> ids = encode(m, kStoryA);
+  const auto n = static_cast<int32_t>(std::min<size_t>(ids.size(), 96));
+  ForwardBatch batch;
+  batch.token_ids.assign(ids.begin(), ids.begin() + n);
+  batch.block_size = 16;
+  batch.max_blocks_per_seq = (n + 15) / 16;
+  for (int32_t i = 0; i < n; ++i) {
+    batch.positions.push_back(i);
+    batch.slot_mapping.push_back(i);
+    batch.logit_rows.push_back(i);
+  }
+  for (int32_t b = 0; b < batch.max_blocks_per_seq; ++b) batch.block_table.push_back(b);
+  batch.query_start = {0, n};
+  std::vector<float> expected, got;
+  {
+    KvStorage kv(m.model->config(), batch.max_blocks_per_seq, 16, KvType::kF16, cpu.get());
+    m.model->forward(*cpu, batch, kv, expected);
+  }
+  {
+    KvStorage kv(m.model->config(), batch.max_blocks_per_seq, 16, KvType::kF16, cuda.get());
+    m.model->prepare(*cuda);
+    m.model->forward(*cuda, batch, kv, got);
+  }
+  const int64_t vocab = m.model->config().vocab_size;
+  ASSERT_EQ(got.size(), expected.size());
+  double widest = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    const float* e = expected.data() + i * vocab;
+    const float* g = got.data() + i * vocab;
+    for (int64_t t = 0; t < vocab; ++t) widest = std::max(widest, std::fabs(double(e[t]) - g[t]));
+    const int64_t best_e = std::max_element(e, e + vocab) - e, best_g = std::max_element(g, g + vocab) - g;
+    if (best_e != best_g) {
+      EXPECT_LT(e[best_e] - e[best_g], 0.5f) << "position " << i << ": the best token differs";
+    }
+  }
+  std::printf("  %s: %d positions, largest logit difference against the CPU backend %.4g\n",
+              path.c_str(), n, widest);
+  EXPECT_LT(widest, bound);
+}
+
+TEST(CudaBackend, Stories260KLogitsMatchTheCpuBackend) {
+  PAGODA_SHARED_OR_SKIP(shared, "");
+  check_logits(stories260k(shared), 1e-3);
+}
+
+TEST(CudaBackend, InstalledModelsLogitsMatchTheCpuBackend) {
+  for (const char* name : {"gemma-3-270m-q4_k_m.gguf", "smollm2-135m-instruct-q4_1.gguf",
+                           "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"}) {
+    const std::string path = installed_model(name);
+    if (path.empty()) {
+      std::printf("*** models/%s is absent (run scripts/setup): SKIPPING it ***\n", name);
+      continue;
+    }
+    SCOPED_TRACE(name);
+    // The CPU backend quantizes activations to 8 bits for quantized weights; the CUDA backend
+    // multiplies in float, as the reference does: LogitsPeer's CPU-vs-exact bounds apply.
+    check_logits(path, 5.0);
+  }
+}
+
+// The engine on the GPU: batching with chunked prefill and prefix hits, and a forked request
+// (copy-on-write on the device), give the ids of each request run alone on the GPU.
+TEST(CudaBackend, EngineBatchesAndForksOnTheDevice) {
+  PAGODA_SHARED_OR_SKIP(shared, "");
+  CUDA_OR_SKIP(cuda);
+  check_batch_invariance(stories260k(shared), *cuda, 8, 60, 16, /*all_variants=*/false,
+                         KvType::kF16);
+}
+
+}  // namespace
+}  // namespace pagoda
