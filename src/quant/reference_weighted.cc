@@ -17,14 +17,21 @@
 namespace pagoda {
 namespace {
 
-// Starting scales: the plain one times 1 + kSpreadStep * k, k in -kNumSpreads..kNumSpreads.
-// A weighted block often has one or two elements that outweigh the rest; each start puts them
+// Starting scales: the plain one times 1 + step * k, k in -spreads..spreads, then up to
+// `refine` Lloyd steps after the best start, each kept only while it lowers the error. A
+// weighted block often has one or two elements that outweigh the rest; each start puts them
 // on different levels, and the refit then lands the heaviest almost exactly.
-constexpr int kNumSpreads = 16;
-constexpr float kSpreadStep = 0.025f;
-
-// Lloyd steps after the best start; each is kept only while it lowers the error.
-constexpr int kRefineSteps = 4;
+struct SearchSpan {
+  int spreads;
+  float step;
+  int refine;
+};
+// Q5_0, Q4_1 and Q5_1 gain from the wide search. Q4_0's 16 levels do not: the weights are an
+// estimate, and the widest fits trade the lighter elements for the heaviest ones, which raises
+// KL against F32 (the narrow span beats llama.cpp's imatrix Q4_0 on both tiny models where the
+// wide one lost to it; docs/BENCHMARKS.md, "Q4_0's scale search").
+constexpr SearchSpan kWideSearch{16, 0.025f, 4};
+constexpr SearchSpan kQ4_0Search{6, 0.0125f, 0};
 
 // y = d * (q - bias) + m, q in 0..max_q: Q4_0 / Q5_0 are bias = levels with m = 0 (adding 0
 // changes no float), Q4_1 / Q5_1 are bias = 0.
@@ -95,16 +102,16 @@ Judged judge(const float* x, const float* w, Grid g) {
   return j;
 }
 
-BlockFit search(const float* x, const float* w, const Grid& plain) {
+BlockFit search(const float* x, const float* w, const Grid& plain, const SearchSpan& span) {
   Judged best = judge(x, w, plain);
-  for (int k = -kNumSpreads; k <= kNumSpreads; ++k) {
+  for (int k = -span.spreads; k <= span.spreads; ++k) {
     Grid start = plain;
-    start.d *= 1.0f + kSpreadStep * static_cast<float>(k);
+    start.d *= 1.0f + span.step * static_cast<float>(k);
     if (!refit(x, w, &start)) continue;
     const Judged candidate = judge(x, w, start);
     if (candidate.error < best.error) best = candidate;
   }
-  for (int step = 0; step < kRefineSteps; ++step) {
+  for (int step = 0; step < span.refine; ++step) {
     Grid next = best.grid;
     if (!refit(x, w, &next)) break;
     const Judged candidate = judge(x, w, next);
@@ -123,14 +130,16 @@ BlockFit search(const float* x, const float* w, const Grid& plain) {
 BlockFit fit_symmetric_block(const float* x, const float* w, int levels) {
   // ggml's plain scale: the extreme element on the lone negative level.
   const float d = signed_absmax(x, kBlockSize) / static_cast<float>(-levels);
-  return search(x, w, Grid{d, 0.0f, levels, 2 * levels - 1, false});
+  return search(x, w, Grid{d, 0.0f, levels, 2 * levels - 1, false},
+                levels == 8 ? kQ4_0Search : kWideSearch);
 }
 
 BlockFit fit_affine_block(const float* x, const float* w, int max_q) {
   // ggml's plain fit: the range split into max_q steps from the minimum.
   const float lo = *std::min_element(x, x + kBlockSize);
   const float hi = *std::max_element(x, x + kBlockSize);
-  return search(x, w, Grid{(hi - lo) / static_cast<float>(max_q), lo, 0, max_q, true});
+  return search(x, w, Grid{(hi - lo) / static_cast<float>(max_q), lo, 0, max_q, true},
+                kWideSearch);
 }
 
 }  // namespace pagoda
