@@ -165,8 +165,8 @@ class Backend {
   virtual void scale(float* x, float s, int64_t n) = 0;
 };
 
-// A float array in a backend's memory that grows to the largest count asked for: what a step's
-// activations live in.
+// A float array in a backend's memory that grows (at least doubling) to the largest count asked
+// for: what a step's activations live in.
 class BackendArray {
  public:
   // At least `count` floats of `backend`'s memory. The contents are not kept when the array

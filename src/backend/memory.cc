@@ -55,7 +55,9 @@ void Backend::copy_blocks(KvLayer cache, uint64_t block_bytes, std::span<const B
 
 void BackendArray::reserve(Backend& backend, int64_t count, const char* what) {
   if (count <= capacity_ && owner_ == &backend) return;
-  if (owner_ == &backend) count = std::max(count, capacity_);
+  // Growing, at least double, as std::vector does: batches that grow a few tokens at a time
+  // (staggered arrivals) would otherwise map and zero fresh pages at every step.
+  if (owner_ == &backend) count = std::max(count, 2 * capacity_);
   buffer_.reset();
   buffer_ = backend.allocate(static_cast<uint64_t>(std::max<int64_t>(count, 1)) * sizeof(float),
                              what);
