@@ -153,9 +153,9 @@ Action add_quantize(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--gptq", q.gptq.text_path,
                   "GPTQ's error-compensating rounding, calibrated on this text (chunks of "
-                  "--gptq-ctx tokens): every matrix written in a 32-block type (q4_0, q4_1, q5_0, "
-                  "q5_1, q8_0, and the K recipes' fallbacks on models whose rows are no whole "
-                  "super-blocks) is rounded a column at a time, each column's error carried onto "
+                  "--gptq-ctx tokens): every matrix written in q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, "
+                  "q5_k or q6_k (the types of the q4_k_m / q5_k_m / q6_k recipes too) is rounded "
+                  "a column at a time, each column's error carried onto "
                   "the columns not rounded yet through the inverse of its input's second moments "
                   "(summed over --gptq-tokens sampled tokens). With --imatrix each block's scale "
                   "fit is weighted by it. Not together with --awq")

@@ -21,20 +21,27 @@ struct Grid {
   int hi = 0;
 };
 
+// The bias is added after rounding, as the K encoders round (x - m) / d and then offset it, so
+// that GPTQ with nothing to carry writes their exact levels.
 int level_of(const Grid& g, float x) {
   if (!(g.d != 0.0f)) return std::clamp(g.bias, g.lo, g.hi);
-  const float v = (x - g.m) / g.d + static_cast<float>(g.bias);
+  const float v = (x - g.m) / g.d;
   if (std::isnan(v)) return std::clamp(g.bias, g.lo, g.hi);
-  return static_cast<int>(
-      std::nearbyint(std::clamp(v, static_cast<float>(g.lo), static_cast<float>(g.hi))));
+  const float lo = static_cast<float>(g.lo - g.bias), hi = static_cast<float>(g.hi - g.bias);
+  return static_cast<int>(std::nearbyint(std::clamp(v, lo, hi))) + g.bias;
 }
 
 float value_of(const Grid& g, int level) {
   return g.d * static_cast<float>(level - g.bias) + g.m;
 }
 
-// The grid of block `b` as the type's encoder wrote it to `block`.
-Grid read_grid(DType type, const uint8_t* block) {
+// Elements per unit the pass fits at once: a legacy block, or a K super-block.
+int64_t unit_size(DType type) {
+  return type == DType::kQ4_K || type == DType::kQ5_K || type == DType::kQ6_K ? kSuperBlockSize : kBlockSize;
+}
+
+// The grid of a legacy block as the type's encoder wrote it to `block`.
+Grid read_legacy_grid(DType type, const uint8_t* block) {
   Grid g;
   switch (type) {
     case DType::kQ4_0: {
@@ -63,9 +70,36 @@ Grid read_grid(DType type, const uint8_t* block) {
       break;
     }
     default:
-      fail("gptq: type ", dtype_traits(type).name, " is not a 32-block legacy type");
+      fail("gptq: type ", dtype_traits(type).name, " is not a type GPTQ writes");
   }
   return g;
+}
+
+// Every element's grid in the unit at `block`: a K super-block's groups each have their own
+// scale (and min) codes.
+void read_grids(DType type, const uint8_t* block, Grid* grids) {
+  if (type == DType::kQ4_K || type == DType::kQ5_K) {
+    const bool five = type == DType::kQ5_K;
+    const auto b4 = five ? BlockQ4_K{} : load_block<BlockQ4_K>(block, 0);
+    const auto b5 = five ? load_block<BlockQ5_K>(block, 0) : BlockQ5_K{};
+    const float d = fp16_to_fp32(five ? b5.d : b4.d), dmin = fp16_to_fp32(five ? b5.dmin : b4.dmin);
+    for (int g = 0; g < 8; ++g) {
+      int sc = 0, m = 0;
+      unpack_scale_min_k4(five ? b5.scales : b4.scales, g, &sc, &m);
+      const Grid grid{d * static_cast<float>(sc), -(dmin * static_cast<float>(m)), 0, 0,
+                      five ? 31 : 15};
+      for (int l = 0; l < 32; ++l) grids[g * 32 + l] = grid;
+    }
+    return;
+  }
+  if (type == DType::kQ6_K) {
+    const auto b = load_block<BlockQ6_K>(block, 0);
+    const float d = fp16_to_fp32(b.d);
+    for (int e = 0; e < kSuperBlockSize; ++e) grids[e] = {d * static_cast<float>(b.scales[e / 16]), 0.0f, 32, 0, 63};
+    return;
+  }
+  const Grid g = read_legacy_grid(type, block);
+  for (int j = 0; j < kBlockSize; ++j) grids[j] = g;
 }
 
 void pack_nibbles(const int* q, uint8_t* qs) {
@@ -80,7 +114,7 @@ void pack_high_bits(const int* q, uint8_t (&qh)[4]) {
   std::memcpy(qh, &high, sizeof(high));
 }
 
-// Writes `levels` into `block`, whose scale (and min) fields the encoder already set.
+// Writes `levels` into the unit at `block`, whose scale (and min) fields the encoder already set.
 void write_levels(DType type, const int* levels, uint8_t* block) {
   switch (type) {
     case DType::kQ4_0: {
@@ -115,8 +149,29 @@ void write_levels(DType type, const int* levels, uint8_t* block) {
       store_block(b, block, 0);
       break;
     }
+    case DType::kQ4_K: {
+      auto b = load_block<BlockQ4_K>(block, 0);
+      pack_levels_k4(levels, b.qs, nullptr);
+      store_block(b, block, 0);
+      break;
+    }
+    case DType::kQ5_K: {
+      auto b = load_block<BlockQ5_K>(block, 0);
+      std::memset(b.qh, 0, sizeof(b.qh));
+      pack_levels_k4(levels, b.qs, b.qh);
+      store_block(b, block, 0);
+      break;
+    }
+    case DType::kQ6_K: {
+      auto b = load_block<BlockQ6_K>(block, 0);
+      std::memset(b.ql, 0, sizeof(b.ql));
+      std::memset(b.qh, 0, sizeof(b.qh));
+      pack_levels_q6_k(levels, b.ql, b.qh);
+      store_block(b, block, 0);
+      break;
+    }
     default:
-      fail("gptq: type ", dtype_traits(type).name, " is not a 32-block legacy type");
+      fail("gptq: type ", dtype_traits(type).name, " is not a type GPTQ writes");
   }
 }
 
@@ -142,7 +197,8 @@ bool cholesky_lower(std::vector<double>& a, int64_t n) {
 
 bool gptq_supports(DType type) {
   return type == DType::kQ4_0 || type == DType::kQ4_1 || type == DType::kQ5_0 ||
-         type == DType::kQ5_1 || type == DType::kQ8_0;
+         type == DType::kQ5_1 || type == DType::kQ8_0 || type == DType::kQ4_K ||
+         type == DType::kQ5_K || type == DType::kQ6_K;
 }
 
 std::vector<double> gptq_gram(const float* x, int64_t n, int64_t cols) {
@@ -208,26 +264,29 @@ std::vector<double> gptq_factor(std::span<const double> h_in, int64_t n, double 
 
 void gptq_quantize(DType type, float* w, int64_t rows, int64_t cols, std::span<const double> u,
                    const float* importance, uint8_t* dst, int threads) {
-  if (!gptq_supports(type)) fail("gptq: type ", dtype_traits(type).name, " is not a 32-block legacy type");
-  if (cols % kBlockSize != 0) fail("gptq: ", cols, " columns are not whole blocks of ", kBlockSize);
+  if (!gptq_supports(type)) fail("gptq: type ", dtype_traits(type).name, " is not a type GPTQ writes");
+  const int64_t unit = unit_size(type);
+  if (cols % unit != 0) fail("gptq: ", cols, " columns are not whole blocks of ", unit);
   PAGODA_CHECK(static_cast<int64_t>(u.size()) == cols * cols);
-  const size_t block_bytes = row_bytes(type, kBlockSize);
+  const size_t unit_bytes = row_bytes(type, unit);
   const size_t rb = row_bytes(type, cols);
 #pragma omp parallel for schedule(dynamic, 1) num_threads(threads > 0 ? threads : 1)
   for (int64_t r = 0; r < rows; ++r) {
     float* x = w + r * cols;
-    int levels[kBlockSize];
-    for (int64_t b = 0; b < cols / kBlockSize; ++b) {
-      uint8_t* block = dst + r * rb + b * block_bytes;
-      float* xb = x + b * kBlockSize;
+    int levels[kSuperBlockSize];
+    Grid grids[kSuperBlockSize];
+    for (int64_t b = 0; b < cols / unit; ++b) {
+      uint8_t* block = dst + r * rb + b * unit_bytes;
+      float* xb = x + b * unit;
       if (importance != nullptr) {
-        quantize_row_weighted(type, xb, block, kBlockSize, importance + b * kBlockSize);
+        quantize_row_weighted(type, xb, block, unit, importance + b * unit);
       } else {
-        quantize_row(type, xb, block, kBlockSize);
+        quantize_row(type, xb, block, unit);
       }
-      const Grid g = read_grid(type, block);
-      for (int j = 0; j < kBlockSize; ++j) {
-        const int64_t c = b * kBlockSize + j;
+      read_grids(type, block, grids);
+      for (int64_t j = 0; j < unit; ++j) {
+        const int64_t c = b * unit + j;
+        const Grid& g = grids[j];
         levels[j] = level_of(g, x[c]);
         const double err = (static_cast<double>(x[c]) - value_of(g, levels[j])) / u[c * cols + c];
         const double* uc = u.data() + c * cols;

@@ -392,16 +392,6 @@ void polish_symmetric_codes(const float* x, const float* w, int levels, int max_
 // Groups 0..3 keep scale and min in the low 6 bits of bytes g and g + 4; groups 4..7 keep their
 // low 4 bits in the nibbles of byte g + 4 and their top 2 bits in the spare top bits of bytes
 // g - 4 (scale) and g (min).
-void unpack_scale_min_k4(const uint8_t* packed, int g, int* scale, int* min) {
-  if (g < 4) {
-    *scale = packed[g] & 63;
-    *min = packed[g + 4] & 63;
-  } else {
-    *scale = (packed[g + 4] & 0xf) | ((packed[g - 4] >> 6) << 4);
-    *min = (packed[g + 4] >> 4) | ((packed[g] >> 6) << 4);
-  }
-}
-
 void pack_scale_min_k4(const int* scales, const int* mins, uint8_t* packed) {
   for (int g = 0; g < 4; ++g) {
     packed[g] = static_cast<uint8_t>(scales[g] | ((scales[g + 4] >> 4) << 6));
@@ -555,6 +545,16 @@ void quantize_q3_k(const float* src, const float* weights, uint8_t* dst, int64_t
 
 // ---- Q4_K / Q5_K ----
 
+void unpack_scale_min_k4(const uint8_t* packed, int g, int* scale, int* min) {
+  if (g < 4) {
+    *scale = packed[g] & 63;
+    *min = packed[g + 4] & 63;
+  } else {
+    *scale = (packed[g + 4] & 0xf) | ((packed[g - 4] >> 6) << 4);
+    *min = (packed[g + 4] >> 4) | ((packed[g] >> 6) << 4);
+  }
+}
+
 // Decodes one super-block of Q4_K (qh == nullptr) or Q5_K; they differ only in the fifth bit.
 void dequantize_k4(uint16_t d_bits, uint16_t dmin_bits, const uint8_t* scales, const uint8_t* qh,
                    const uint8_t* qs, float* y) {
@@ -576,13 +576,17 @@ void dequantize_k4(uint16_t d_bits, uint16_t dmin_bits, const uint8_t* scales, c
   }
 }
 
-void pack_nibbles_k4(const int* q, uint8_t* qs) {
+// Chunk c of qs holds elements c*64 .. +32 in its low nibbles, the next 32 in its high ones;
+// bit g of qh[l] is the fifth bit of element g*32 + l.
+void pack_levels_k4(const int* q, uint8_t* qs, uint8_t* qh) {
   for (int c = 0; c < 4; ++c) {
     for (int l = 0; l < 32; ++l) {
       qs[c * 32 + l] =
           static_cast<uint8_t>((q[c * 64 + l] & 0xf) | ((q[c * 64 + 32 + l] & 0xf) << 4));
     }
   }
+  if (qh == nullptr) return;
+  for (int e = 0; e < kQK; ++e) qh[e % 32] |= static_cast<uint8_t>((q[e] >> 4) << (e / 32));
 }
 
 void dequantize_q4_k(const uint8_t* src, float* dst, int64_t num_blocks) {
@@ -599,7 +603,7 @@ void quantize_q4_k(const float* src, const float* weights, uint8_t* dst, int64_t
     quantize_affine_super_block(src + i * kQK, super_block_weights(weights, i), 32, 15, 63, &b.d,
                                 &b.dmin, sc, m, q);
     pack_scale_min_k4(sc, m, b.scales);
-    pack_nibbles_k4(q, b.qs);
+    pack_levels_k4(q, b.qs, nullptr);
     store_block(b, dst, i);
   }
 }
@@ -618,13 +622,22 @@ void quantize_q5_k(const float* src, const float* weights, uint8_t* dst, int64_t
     quantize_affine_super_block(src + i * kQK, super_block_weights(weights, i), 32, 31, 63, &b.d,
                                 &b.dmin, sc, m, q);
     pack_scale_min_k4(sc, m, b.scales);
-    pack_nibbles_k4(q, b.qs);
-    for (int e = 0; e < kQK; ++e) b.qh[e % 32] |= static_cast<uint8_t>((q[e] >> 4) << (e / 32));
+    pack_levels_k4(q, b.qs, b.qh);
     store_block(b, dst, i);
   }
 }
 
 // ---- Q6_K ----
+
+// Element h*128 + j*32 + l: low 4 bits in nibble j / 2 of ql[h*64 + (j % 2)*32 + l], high 2
+// bits in bits 2j of qh[h*32 + l].
+void pack_levels_q6_k(const int* q, uint8_t* ql, uint8_t* qh) {
+  for (int e = 0; e < kQK; ++e) {
+    const int h = e / 128, j = (e % 128) / 32, l = e % 32;
+    ql[h * 64 + (j % 2) * 32 + l] |= static_cast<uint8_t>((q[e] & 0xf) << (4 * (j / 2)));
+    qh[h * 32 + l] |= static_cast<uint8_t>((q[e] >> 4) << (2 * j));
+  }
+}
 
 void dequantize_q6_k(const uint8_t* src, float* dst, int64_t num_blocks) {
   for (int64_t i = 0; i < num_blocks; ++i) {
@@ -648,11 +661,7 @@ void quantize_q6_k(const float* src, const float* weights, uint8_t* dst, int64_t
     b.d = quantize_symmetric_super_block(src + i * kQK, super_block_weights(weights, i), 32, 127,
                                          sc, q);
     for (int g = 0; g < 16; ++g) b.scales[g] = static_cast<int8_t>(sc[g]);
-    for (int e = 0; e < kQK; ++e) {
-      const int h = e / 128, j = (e % 128) / 32, l = e % 32;
-      b.ql[h * 64 + (j % 2) * 32 + l] |= static_cast<uint8_t>((q[e] & 0xf) << (4 * (j / 2)));
-      b.qh[h * 32 + l] |= static_cast<uint8_t>((q[e] >> 4) << (2 * j));
-    }
+    pack_levels_q6_k(q, b.ql, b.qh);
     store_block(b, dst, i);
   }
 }

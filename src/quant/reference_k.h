@@ -35,6 +35,15 @@ inline float signed_absmax(const float* x, int n) {
   return max;
 }
 
+// Q4_K / Q5_K group g's 6-bit scale and min codes from the 12 packed bytes.
+void unpack_scale_min_k4(const uint8_t* packed, int g, int* scale, int* min);
+
+// A super-block's 256 levels as the decoder reads them, written into zeroed fields: Q4_K and
+// Q5_K take 0..15 / 0..31 (qh null for Q4_K), Q6_K 0..63 (the stored value, signed level + 32).
+// The encoders and GPTQ (gptq.cc), which rounds each level itself, share them.
+void pack_levels_k4(const int* q, uint8_t* qs, uint8_t* qh);
+void pack_levels_q6_k(const int* q, uint8_t* ql, uint8_t* qh);
+
 // Each converts num_blocks super-blocks of 256 elements.
 void dequantize_q2_k(const uint8_t* src, float* dst, int64_t num_blocks);
 void dequantize_q3_k(const uint8_t* src, float* dst, int64_t num_blocks);
