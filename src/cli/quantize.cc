@@ -154,7 +154,7 @@ Action add_quantize(CLI::App& app) {
   cmd->add_option("--gptq", q.gptq.text_path,
                   "GPTQ's error-compensating rounding, calibrated on this text (chunks of "
                   "--gptq-ctx tokens): every matrix written in q4_0, q4_1, q5_0, q5_1, q8_0, q4_k, "
-                  "q5_k or q6_k (the types of the q4_k_m / q5_k_m / q6_k recipes too) is rounded "
+                  "q5_k, q6_k, iq4_nl or iq4_xs (the types of the K and IQ4 recipes too) is rounded "
                   "a column at a time, each column's error carried onto "
                   "the columns not rounded yet through the inverse of its input's second moments "
                   "(summed over --gptq-tokens sampled tokens). With --imatrix each block's scale "

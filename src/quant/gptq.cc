@@ -7,23 +7,27 @@
 #include "quant/blocks.h"
 #include "quant/fp16.h"
 #include "quant/reference.h"
+#include "quant/reference_iq.h"
 #include "quant/reference_k.h"
 
 namespace pagoda {
 namespace {
 
-// A block's grid: value = d * (level - bias) + m, level in [lo, hi].
+// A block's grid: value = d * (level - bias) + m, level in [lo, hi]; or, for the IQ4 types
+// (`nonlinear`), value = d * kIQ4Values[level].
 struct Grid {
   float d = 0;
   float m = 0;
   int bias = 0;
   int lo = 0;
   int hi = 0;
+  bool nonlinear = false;
 };
 
 // The bias is added after rounding, as the K encoders round (x - m) / d and then offset it, so
 // that GPTQ with nothing to carry writes their exact levels.
 int level_of(const Grid& g, float x) {
+  if (g.nonlinear) return iq4_nearest_index(g.d != 0.0f ? x * (1.0f / g.d) : 0.0f);
   if (!(g.d != 0.0f)) return std::clamp(g.bias, g.lo, g.hi);
   const float v = (x - g.m) / g.d;
   if (std::isnan(v)) return std::clamp(g.bias, g.lo, g.hi);
@@ -32,12 +36,15 @@ int level_of(const Grid& g, float x) {
 }
 
 float value_of(const Grid& g, int level) {
+  if (g.nonlinear) return g.d * static_cast<float>(kIQ4Values[level]);
   return g.d * static_cast<float>(level - g.bias) + g.m;
 }
 
 // Elements per unit the pass fits at once: a legacy block, or a K super-block.
 int64_t unit_size(DType type) {
-  return type == DType::kQ4_K || type == DType::kQ5_K || type == DType::kQ6_K ? kSuperBlockSize : kBlockSize;
+  const bool super = type == DType::kQ4_K || type == DType::kQ5_K || type == DType::kQ6_K ||
+                     type == DType::kIQ4_XS;
+  return super ? kSuperBlockSize : kBlockSize;
 }
 
 // The grid of a legacy block as the type's encoder wrote it to `block`.
@@ -69,6 +76,11 @@ Grid read_legacy_grid(DType type, const uint8_t* block) {
       g = {fp16_to_fp32(b.d), 0.0f, 0, -128, 127};
       break;
     }
+    case DType::kIQ4_NL: {
+      const auto b = load_block<BlockIQ4_NL>(block, 0);
+      g = {fp16_to_fp32(b.d), 0.0f, 0, 0, 15, true};
+      break;
+    }
     default:
       fail("gptq: type ", dtype_traits(type).name, " is not a type GPTQ writes");
   }
@@ -92,10 +104,21 @@ void read_grids(DType type, const uint8_t* block, Grid* grids) {
     }
     return;
   }
+  if (type == DType::kIQ4_XS) {
+    const auto b = load_block<BlockIQ4_XS>(block, 0);
+    const float d = fp16_to_fp32(b.d);
+    for (int g = 0; g < 8; ++g) {
+      const int ls = iq4_xs_scale_code(b, g);
+      const Grid grid{d * static_cast<float>(ls - 32), 0.0f, 0, 0, 15, true};
+      for (int l = 0; l < 32; ++l) grids[g * 32 + l] = grid;
+    }
+    return;
+  }
   if (type == DType::kQ6_K) {
     const auto b = load_block<BlockQ6_K>(block, 0);
     const float d = fp16_to_fp32(b.d);
-    for (int e = 0; e < kSuperBlockSize; ++e) grids[e] = {d * static_cast<float>(b.scales[e / 16]), 0.0f, 32, 0, 63};
+    for (int e = 0; e < kSuperBlockSize; ++e)
+      grids[e] = {d * static_cast<float>(b.scales[e / 16]), 0.0f, 32, 0, 63};
     return;
   }
   const Grid g = read_legacy_grid(type, block);
@@ -149,6 +172,18 @@ void write_levels(DType type, const int* levels, uint8_t* block) {
       store_block(b, block, 0);
       break;
     }
+    case DType::kIQ4_NL: {
+      auto b = load_block<BlockIQ4_NL>(block, 0);
+      pack_nibbles(levels, b.qs);
+      store_block(b, block, 0);
+      break;
+    }
+    case DType::kIQ4_XS: {  // each sub-block's 32 indices packed as IQ4_NL's
+      auto b = load_block<BlockIQ4_XS>(block, 0);
+      for (int g = 0; g < 8; ++g) pack_nibbles(levels + g * 32, b.qs + g * 16);
+      store_block(b, block, 0);
+      break;
+    }
     case DType::kQ4_K: {
       auto b = load_block<BlockQ4_K>(block, 0);
       pack_levels_k4(levels, b.qs, nullptr);
@@ -198,7 +233,8 @@ bool cholesky_lower(std::vector<double>& a, int64_t n) {
 bool gptq_supports(DType type) {
   return type == DType::kQ4_0 || type == DType::kQ4_1 || type == DType::kQ5_0 ||
          type == DType::kQ5_1 || type == DType::kQ8_0 || type == DType::kQ4_K ||
-         type == DType::kQ5_K || type == DType::kQ6_K;
+         type == DType::kQ5_K || type == DType::kQ6_K || type == DType::kIQ4_NL ||
+         type == DType::kIQ4_XS;
 }
 
 std::vector<double> gptq_gram(const float* x, int64_t n, int64_t cols) {
@@ -231,7 +267,8 @@ std::vector<double> gptq_factor(std::span<const double> h_in, int64_t n, double 
     }
     h[i * n + i] += damp * mean_diag;
   }
-  if (!cholesky_lower(h, n)) fail("gptq: the inputs' second-moment matrix is not positive definite");
+  if (!cholesky_lower(h, n))
+    fail("gptq: the inputs' second-moment matrix is not positive definite");
   // L^-1 (lower), then H^-1 = L^-T L^-1.
   std::vector<double> inv(static_cast<size_t>(n * n), 0.0);
   for (int64_t j = 0; j < n; ++j) {
@@ -254,7 +291,8 @@ std::vector<double> gptq_factor(std::span<const double> h_in, int64_t n, double 
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t j = 0; j < i; ++j) hinv[j * n + i] = hinv[i * n + j];
   }
-  if (!cholesky_lower(hinv, n)) fail("gptq: the inverse second-moment matrix is not positive definite");
+  if (!cholesky_lower(hinv, n))
+    fail("gptq: the inverse second-moment matrix is not positive definite");
   std::vector<double> u(static_cast<size_t>(n * n), 0.0);  // U = L^T
   for (int64_t i = 0; i < n; ++i) {
     for (int64_t j = 0; j <= i; ++j) u[j * n + i] = hinv[i * n + j];
@@ -264,7 +302,8 @@ std::vector<double> gptq_factor(std::span<const double> h_in, int64_t n, double 
 
 void gptq_quantize(DType type, float* w, int64_t rows, int64_t cols, std::span<const double> u,
                    const float* importance, uint8_t* dst, int threads) {
-  if (!gptq_supports(type)) fail("gptq: type ", dtype_traits(type).name, " is not a type GPTQ writes");
+  if (!gptq_supports(type))
+    fail("gptq: type ", dtype_traits(type).name, " is not a type GPTQ writes");
   const int64_t unit = unit_size(type);
   if (cols % unit != 0) fail("gptq: ", cols, " columns are not whole blocks of ", unit);
   PAGODA_CHECK(static_cast<int64_t>(u.size()) == cols * cols);

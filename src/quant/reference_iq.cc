@@ -16,9 +16,20 @@
 #include "quant/reference_k.h"
 
 namespace pagoda {
+
+// NaN (a zero scale's 0/0 is never formed: callers check) would land on the last.
+int iq4_nearest_index(float v) {
+  const int8_t* end = kIQ4Values + 16;
+  const int i = static_cast<int>(std::upper_bound(kIQ4Values, end, v) - kIQ4Values);
+  if (i == 0) return 0;
+  if (i == 16) return 15;
+  return v - static_cast<float>(kIQ4Values[i - 1]) <= static_cast<float>(kIQ4Values[i]) - v ? i - 1
+                                                                                            : i;
+}
+
 namespace {
 
-constexpr int kGroup = 32;                        // elements per scale, in both types
+constexpr int kGroup = 32;                         // elements per scale, in both types
 constexpr int kGroups = kSuperBlockSize / kGroup;  // sub-blocks of an IQ4_XS super-block
 
 // Starting scales: the extreme element on kIQ4Values' end (-127 or 113) times
@@ -34,22 +45,13 @@ constexpr int kRefineSteps = 4;  // Lloyd steps after the best start, kept while
 constexpr int kNumSuperSpreads = 2;
 constexpr float kSuperStep = 0.02f;
 
-// The index of the grid value nearest v (in grid units); ties go to the lower level. NaN
-// (a zero scale's 0/0 is never formed: callers check) would land on the last.
-int nearest_index(float v) {
-  const int8_t* end = kIQ4Values + 16;
-  const int i = static_cast<int>(std::upper_bound(kIQ4Values, end, v) - kIQ4Values);
-  if (i == 0) return 0;
-  if (i == 16) return 15;
-  return v - static_cast<float>(kIQ4Values[i - 1]) <= static_cast<float>(kIQ4Values[i]) - v ? i - 1
-                                                                                            : i;
-}
-
 // The level index every element takes under scale s; a zero scale decodes everything to 0,
 // and the level nearest 0 is the natural index for it.
 void pick_indices(const float* x, int n, float s, int* idx) {
   const float inv = s != 0.0f ? 1.0f / s : 0.0f;
-  for (int j = 0; j < n; ++j) idx[j] = s != 0.0f ? nearest_index(x[j] * inv) : nearest_index(0.0f);
+  for (int j = 0; j < n; ++j) {
+    idx[j] = s != 0.0f ? iq4_nearest_index(x[j] * inv) : iq4_nearest_index(0.0f);
+  }
 }
 
 double weight_of(const float* w, int j) { return w != nullptr ? w[j] : 1.0; }
@@ -100,8 +102,8 @@ float search_scale(const float* x, const float* w, int n, bool f16) {
   };
   for (const int end : {0, 15}) {
     for (int k = -kNumSpreads; k <= kNumSpreads; ++k) {
-      const float start =
-          max / (static_cast<float>(kIQ4Values[end]) * (1.0f + kSpreadStep * static_cast<float>(k)));
+      const float start = max / (static_cast<float>(kIQ4Values[end]) *
+                                 (1.0f + kSpreadStep * static_cast<float>(k)));
       consider(start);
       consider(refit(x, w, n, start));
     }
@@ -173,7 +175,8 @@ double encode_xs_with(const float* x, const float* w, const float* scales, float
 BlockIQ4_XS encode_xs(const float* x, const float* w) {
   float scales[kGroups];
   for (int g = 0; g < kGroups; ++g) {
-    scales[g] = search_scale(x + g * kGroup, w != nullptr ? w + g * kGroup : nullptr, kGroup, false);
+    scales[g] =
+        search_scale(x + g * kGroup, w != nullptr ? w + g * kGroup : nullptr, kGroup, false);
   }
   const float max_scale = signed_absmax(scales, kGroups);
   BlockIQ4_XS best;
@@ -205,7 +208,7 @@ void decode_nl(const BlockIQ4_NL& b, float* y) {
 void decode_xs(const BlockIQ4_XS& b, float* y) {
   const float d = fp16_to_fp32(b.d);
   for (int g = 0; g < kGroups; ++g) {
-    const int ls = ((b.scales_l[g / 2] >> (4 * (g % 2))) & 0xf) | (((b.scales_h >> (2 * g)) & 3) << 4);
+    const int ls = iq4_xs_scale_code(b, g);
     const float dl = d * static_cast<float>(ls - 32);
     const uint8_t* qs = b.qs + g * kGroup / 2;
     float* yg = y + g * kGroup;
@@ -229,7 +232,7 @@ Block encode_best(const float* x, const float* w) {
   Decode(plain, y_plain);
   Decode(weighted, y_weighted);
   return decoded_error(x, w, y_weighted, kSize) <= decoded_error(x, w, y_plain, kSize) ? weighted
-                                                                                      : plain;
+                                                                                       : plain;
 }
 
 }  // namespace
@@ -249,16 +252,17 @@ void dequantize_iq4_xs(const uint8_t* src, float* dst, int64_t num_blocks) {
 void quantize_iq4_nl(const float* src, const float* weights, uint8_t* dst, int64_t num_blocks) {
   for (int64_t i = 0; i < num_blocks; ++i) {
     const float* w = weights != nullptr ? weights + i * kGroup : nullptr;
-    store_block(encode_best<BlockIQ4_NL, encode_nl, decode_nl, kGroup>(src + i * kGroup, w), dst, i);
+    store_block(encode_best<BlockIQ4_NL, encode_nl, decode_nl, kGroup>(src + i * kGroup, w), dst,
+                i);
   }
 }
 
 void quantize_iq4_xs(const float* src, const float* weights, uint8_t* dst, int64_t num_blocks) {
   for (int64_t i = 0; i < num_blocks; ++i) {
     const float* w = weights != nullptr ? weights + i * kSuperBlockSize : nullptr;
-    store_block(
-        encode_best<BlockIQ4_XS, encode_xs, decode_xs, kSuperBlockSize>(src + i * kSuperBlockSize, w),
-        dst, i);
+    store_block(encode_best<BlockIQ4_XS, encode_xs, decode_xs, kSuperBlockSize>(
+                    src + i * kSuperBlockSize, w),
+                dst, i);
   }
 }
 

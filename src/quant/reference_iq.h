@@ -5,7 +5,18 @@
 
 #include <cstdint>
 
+#include "quant/blocks.h"
+
 namespace pagoda {
+
+// The index of kIQ4Values' value nearest v (v in grid units: the element over its scale); ties
+// go to the lower level. The encoders and GPTQ (gptq.cc) pick every index with it.
+int iq4_nearest_index(float v);
+
+// IQ4_XS sub-block g's 6-bit scale code ls (its scale is d * (ls - 32)).
+inline int iq4_xs_scale_code(const BlockIQ4_XS& b, int g) {
+  return ((b.scales_l[g / 2] >> (4 * (g % 2))) & 0xf) | (((b.scales_h >> (2 * g)) & 3) << 4);
+}
 
 // IQ4_NL converts num_blocks blocks of 32 elements, IQ4_XS super-blocks of 256.
 void dequantize_iq4_nl(const uint8_t* src, float* dst, int64_t num_blocks);

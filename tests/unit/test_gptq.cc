@@ -86,8 +86,9 @@ TEST(Gptq, FactorIsTheUpperCholeskyOfTheDampedInverse) {
   for (int64_t k = 6; k < kCols; ++k) EXPECT_EQ(u[5 * kCols + k], 0.0);
 }
 
-constexpr DType kGptqTypes[] = {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
-                                DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+constexpr DType kGptqTypes[] = {DType::kQ4_0,   DType::kQ4_1,  DType::kQ5_0, DType::kQ5_1,
+                                DType::kQ8_0,   DType::kQ4_K,  DType::kQ5_K, DType::kQ6_K,
+                                DType::kIQ4_NL, DType::kIQ4_XS};
 
 std::vector<float> gaussian_weights(int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -124,12 +125,12 @@ TEST(Gptq, LowersTheOutputErrorOfEveryType) {
     const double e_gptq = output_error(w, type, ours, kRows, kCols, x, kN);
     // These inputs have six strong factors, so most of a column's error can be cancelled by its
     // neighbours; the printed ratios are far under the bound.
-    EXPECT_LT(e_gptq, 0.2 * e_plain) << dtype_traits(type).name << ": " << e_gptq << " against "
-                                     << e_plain;
+    EXPECT_LT(e_gptq, 0.2 * e_plain)
+        << dtype_traits(type).name << ": " << e_gptq << " against " << e_plain;
     std::printf("%s: GPTQ output error %.3fx plain rounding's\n",
                 std::string(dtype_traits(type).name).c_str(), e_gptq / e_plain);
   }
-  for (const DType type : {DType::kQ2_K, DType::kIQ4_NL}) {
+  for (const DType type : {DType::kQ2_K, DType::kQ3_K}) {
     EXPECT_FALSE(gptq_supports(type));
     std::vector<float> work = w;
     std::vector<uint8_t> out(row_bytes(type, kCols) * kRows);
@@ -139,9 +140,9 @@ TEST(Gptq, LowersTheOutputErrorOfEveryType) {
 
 // With inputs that are uncorrelated and alike (H = I), no column's error has anywhere to go:
 // the pass must write what the type's encoder writes block by block, which checks that it reads
-// every block's grid and packs every level as the encoder does. The K encoders round to the
-// nearest level of the coded scales, so their bytes are equal; the legacy encoders round as
-// ggml does (Q4_0 truncates x / d + 8.5), so theirs are compared as decoded values.
+// every block's grid and packs every level as the encoder does. The K and IQ4 encoders round
+// to the nearest level of the stored scales, so their bytes are equal; the legacy encoders round
+// as ggml does (Q4_0 truncates x / d + 8.5), so theirs are compared as decoded values.
 TEST(Gptq, WithNothingToCarryWritesTheEncodersLevels) {
   constexpr int64_t kRows = 16, kCols = 512;
   std::vector<double> identity(static_cast<size_t>(kCols * kCols), 0.0);
@@ -152,8 +153,9 @@ TEST(Gptq, WithNothingToCarryWritesTheEncodersLevels) {
     const size_t rb = row_bytes(type, kCols);
     std::vector<uint8_t> plain, ours;
     plain_and_gptq(type, w, kRows, kCols, u, &plain, &ours);
-    const bool k_type = type == DType::kQ4_K || type == DType::kQ5_K || type == DType::kQ6_K;
-    if (k_type) {
+    const bool legacy = type == DType::kQ4_0 || type == DType::kQ4_1 || type == DType::kQ5_0 ||
+                        type == DType::kQ5_1 || type == DType::kQ8_0;
+    if (!legacy) {
       EXPECT_EQ(plain, ours) << dtype_traits(type).name;
       continue;
     }
