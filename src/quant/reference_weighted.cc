@@ -29,7 +29,9 @@ struct SearchSpan {
 // Q5_0, Q4_1 and Q5_1 gain from the wide search. Q4_0's 16 levels do not: the weights are an
 // estimate, and the widest fits trade the lighter elements for the heaviest ones, which raises
 // KL against F32 (the narrow span beats llama.cpp's imatrix Q4_0 on both tiny models where the
-// wide one lost to it; docs/BENCHMARKS.md, "Q4_0's scale search").
+// wide one lost to it). A source already on a coarse grid (a decoded Q4_1 file) is the
+// exception: there a wide search can land whole blocks on the grid and wins (docs/BENCHMARKS.md,
+// "Q4_0's scale search"); the span is chosen for weights trained in float.
 constexpr SearchSpan kWideSearch{16, 0.025f, 4};
 constexpr SearchSpan kQ4_0Search{6, 0.0125f, 0};
 
