@@ -76,6 +76,8 @@ Json report_header(const std::string& benchmark, const BenchModel& model, bool i
   j["precision"] = model.precision;
   j["weight_types"] = model.weight_types;
   j["weight_bytes"] = model.weight_bytes;
+  j["step_weight_bytes"] = model.step_weight_bytes;
+  j["step_parameters"] = model.step_parameters;
   j["threads"] = model.num_threads;
   j["interrupted"] = interrupted;
   return j;

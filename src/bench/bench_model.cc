@@ -35,6 +35,8 @@ BenchModel load_bench_model(const std::string& path, int num_threads, const std:
   m.weight_types = weights.type;
   m.precision = dominant_type(weights.type);
   m.weight_bytes = m.model->weight_bytes();
+  m.step_weight_bytes = weights.layer_bytes + weights.output_bytes;
+  m.step_parameters = weights.layer_parameters + weights.output_parameters;
   m.num_threads = num_threads > 0 ? num_threads : omp_get_num_procs();  // as the backend does
   return m;
 }

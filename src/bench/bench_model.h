@@ -25,6 +25,10 @@ struct BenchModel {
   std::string precision;     // the weight type holding most bytes: "Q4_0"
   std::string weight_types;  // every type by falling share: "Q4_0 + Q6_K + F32"
   uint64_t weight_bytes = 0;
+  // What one step multiplies by: every layer matrix and the output matrix, read whole (the
+  // token table is only looked up). Decode's bandwidth and prefill's FLOP/s are counted on these.
+  uint64_t step_weight_bytes = 0;
+  uint64_t step_parameters = 0;
   int num_threads = 0;  // threads the backend runs (every core when not given)
 
   const Tokenizer& need_tokenizer() const;  // throws Error when the file has none
