@@ -77,6 +77,31 @@ Matrix make_matrix(DType type, int64_t rows, int64_t cols, uint32_t seed) {
   return m;
 }
 
+// Runs without a GPU: the products' decoder of 32 weights, compiled for the host.
+TEST(CudaUnits, DecodeAsTheReferenceDoes) {
+  if (!cuda_backend_built()) GTEST_SKIP() << "*** built without the CUDA backend: SKIPPING ***";
+  for (DType type : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ4_1,
+                     DType::kQ5_0, DType::kQ5_1, DType::kQ8_0, DType::kQ4_K, DType::kQ5_K,
+                     DType::kQ6_K}) {
+    SCOPED_TRACE(std::string(dtype_traits(type).name));
+    const Matrix m = make_matrix(type, 3, 768, 17);
+    std::vector<float> expected(768);
+    for (int64_t r = 0; r < 3; ++r) {
+      const uint8_t* row = m.bytes.data() + m.w.row_bytes * r;
+      dequantize_row(type, row, expected.data(), 768);
+      for (int64_t u = 0; u < 768 / 32; ++u) {
+        float got[32];
+        ASSERT_TRUE(cuda_unit_values_on_host(type, row, u, got));
+        for (int e = 0; e < 32; ++e) {
+          ASSERT_FLOAT_EQ(got[e], expected[u * 32 + e]) << "row " << r << " element " << u * 32 + e;
+        }
+      }
+    }
+  }
+  float out[32];
+  EXPECT_FALSE(cuda_unit_values_on_host(DType::kIQ4_XS, nullptr, 0, out));
+}
+
 TEST(CudaBackend, MatmulAndEmbedEveryTypeMatchTheReference) {
   CUDA_OR_SKIP(cuda);
   auto ref = make_reference_backend();
@@ -103,6 +128,29 @@ TEST(CudaBackend, MatmulAndEmbedEveryTypeMatchTheReference) {
     Device out(*cuda, 4 * 512);
     cuda->embed(m.w, ids.data(), 4, out.data());
     EXPECT_LT(relative_error(out.read(4 * 512), expected), converted ? 1e-3 : 1e-7);
+  }
+}
+
+// Many tokens go to cuBLAS (F16 or BF16 operands, F32 sums): the bound is F16's rounding of
+// both operands, not the decoders' exactness. Without cuBLAS they take the kernels above.
+TEST(CudaBackend, ProductsOfManyTokensMatchTheReference) {
+  CUDA_OR_SKIP(cuda);
+  std::printf("  cuBLAS %s\n", cuda_blas_available() ? "found: the tensor-core path is tested"
+                                                       : "NOT found: the kernels' path is tested");
+  auto ref = make_reference_backend();
+  for (DType type : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ4_0, DType::kQ5_1,
+                     DType::kQ8_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_XS}) {
+    SCOPED_TRACE(std::string(dtype_traits(type).name));
+    const Matrix m = make_matrix(type, 300, 1024, 5);
+    for (int64_t n : {16, 100}) {
+      const std::vector<float> x = random_values(n * 1024, 13);
+      std::vector<float> expected(static_cast<size_t>(n * 300));
+      ref->matmul(m.w, x.data(), n, expected.data());
+      Device dx(*cuda, x), dy(*cuda, n * 300);
+      cuda->matmul(m.w, dx.data(), n, dy.data());
+      const double bound = type == DType::kF32 ? 2e-5 : type == DType::kBF16 ? 2e-2 : 4e-3;
+      EXPECT_LT(relative_error(dy.read(n * 300), expected), bound) << n << " tokens";
+    }
   }
 }
 
@@ -158,17 +206,19 @@ TEST(CudaBackend, PagedAttentionMatchesTheReference) {
   auto ref = make_reference_backend();
   for (KvType type : {KvType::kF32, KvType::kF16}) {
     for (int32_t head_dim : {64, 256}) {
-      for (int32_t window : {0, 5}) {
+      for (int32_t window : {0, 5, 300}) {
         SCOPED_TRACE(std::string(kv_type_info(type).name) + " head_dim " +
                      std::to_string(head_dim) + " window " + std::to_string(window));
         AttentionParams p{8, 2, head_dim, 1.0f / std::sqrt(float(head_dim)), window};
-        // Two sequences over shuffled blocks: 37 tokens (a prompt), then 1 (a decode at 50).
-        const int32_t bs = 16, max_blocks = 4, num_blocks = 8;
-        const std::vector<int32_t> table = {6, 1, 4, 0, 3, 7, 2, 5};
+        // Two sequences over shuffled blocks: 37 tokens, and 701 (past the 256 positions the
+        // block's warps take in one turn, so the warps' own running sums are merged too).
+        const int32_t bs = 16, max_blocks = 44, num_blocks = 88;
+        std::vector<int32_t> table(num_blocks);
+        for (int32_t i = 0; i < num_blocks; ++i) table[i] = (i * 37 + 11) % num_blocks;
         std::vector<int32_t> positions, query_start = {0};
         std::vector<int64_t> slots;
         for (int32_t s = 0; s < 2; ++s) {
-          const int32_t first = s == 0 ? 0 : 0, last = s == 0 ? 37 : 51;
+          const int32_t first = 0, last = s == 0 ? 37 : 701;
           for (int32_t pos = first; pos < last; ++pos) {
             positions.push_back(pos);
             slots.push_back(int64_t{table[s * max_blocks + pos / bs]} * bs + pos % bs);
@@ -223,10 +273,12 @@ TEST(CudaBackend, GathersAndCopiesBlocks) {
 // One sequence's every position, teacher-forced: the CUDA backend's logits against the CPU
 // backend's, within the LogitsPeer bounds (the CPU backend's own distance from exact math),
 // and the best token the same wherever the CPU backend's lead is not a near-tie.
-void check_logits(const std::string& path, double bound) {
+// With `exact`, the oracle is the reference backend (plain float math) instead: the CPU backend
+// is itself within bounds of it, not equal (F16 K/V products, polynomial exp).
+void check_logits(const std::string& path, double bound, bool exact = false) {
   CUDA_OR_SKIP(cuda);
   LoadedModel m = load(path);
-  auto cpu = make_cpu_backend(0);
+  auto cpu = exact ? make_reference_backend() : make_cpu_backend(0);
   const std::vector<TokenId> ids = encode(m, kStoryA);
   const auto n = static_cast<int32_t>(std::min<size_t>(ids.size(), 96));
   ForwardBatch batch;
@@ -262,14 +314,15 @@ void check_logits(const std::string& path, double bound) {
       EXPECT_LT(e[best_e] - e[best_g], 0.5f) << "position " << i << ": the best token differs";
     }
   }
-  std::printf("  %s: %d positions, largest logit difference against the CPU backend %.4g\n",
-              path.c_str(), n, widest);
+  std::printf("  %s: %d positions, largest logit difference against the %s backend %.4g\n",
+              path.c_str(), n, exact ? "reference" : "CPU", widest);
   EXPECT_LT(widest, bound);
 }
 
-TEST(CudaBackend, Stories260KLogitsMatchTheCpuBackend) {
+TEST(CudaBackend, Stories260KLogitsMatchTheReferenceBackend) {
   PAGODA_SHARED_OR_SKIP(shared, "");
-  check_logits(stories260k(shared), 1e-3);
+  // 96 tokens at once: the products go to cuBLAS with F16 operands (2.2e-3 seen on an H200).
+  check_logits(stories260k(shared), 1e-2, /*exact=*/true);
 }
 
 TEST(CudaBackend, InstalledModelsLogitsMatchTheCpuBackend) {

@@ -13,6 +13,12 @@ namespace pagoda {
 
 // Whether this build has the CUDA backend.
 bool cuda_backend_built();
+// Whether products of many tokens can go to cuBLAS (found at run time; PAGODA_CUBLAS=0 says no).
+bool cuda_blas_available();
+// The product kernels' decoder of 32 weights (cuda_units.cuh) run on the host, so that it is
+// tested against the reference without a GPU: out[e] = element 32 * unit + e of `row`. False
+// when this build has no CUDA backend or the type no device decoder.
+bool cuda_unit_values_on_host(DType type, const uint8_t* row, int64_t unit, float* out);
 // GPUs the CUDA runtime sees: 0 when not built, without a driver or without a device.
 int cuda_device_count();
 // "NVIDIA H200 (sm_90, 139.8 GiB)"; throws Error when there is no such device.

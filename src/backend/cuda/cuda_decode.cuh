@@ -23,7 +23,7 @@ __device__ __forceinline__ float bf16_at(const uint8_t* p) {
 }
 
 // Q4_K / Q5_K: sub-block j's 6-bit scale and min from the 12 packed bytes (get_scale_min_k4).
-__device__ __forceinline__ void scale_min_k4(int j, const uint8_t* q, int* sc, int* m) {
+__host__ __device__ __forceinline__ void scale_min_k4(int j, const uint8_t* q, int* sc, int* m) {
   if (j < 4) {
     *sc = q[j] & 63;
     *m = q[j + 4] & 63;

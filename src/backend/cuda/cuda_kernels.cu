@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "backend/cuda/cuda_decode.cuh"
+#include "backend/cuda/cuda_units.cuh"
 #include "core/error.h"
 
 namespace pagoda::cuda {
@@ -19,7 +20,7 @@ constexpr int kWarp = 32;
 constexpr unsigned kFullMask = 0xffffffffu;
 constexpr int kTokensPerPass = 8;   // tokens of one pass over a weight row
 constexpr int kMaxHeadDim = 256;    // attention keeps head_dim / 32 accumulators per lane
-constexpr int kRowsPerBlock = 4;    // warps per block in matmul and attention
+constexpr int kRowsPerBlock = 4;    // warps per block in the products
 
 void check_launch(const char* what) {
   const cudaError_t e = cudaGetLastError();
@@ -67,6 +68,47 @@ __global__ void matmul_kernel(const uint8_t* w, uint64_t row_bytes, int64_t rows
     }
 #pragma unroll
     for (int k = 0; k < kTokensPerPass; ++k) acc[k] = warp_sum(acc[k]);
+    if (lane == 0) {
+      for (int k = 0; k < m; ++k) y[(t0 + k) * rows + r] = acc[k];
+    }
+  }
+}
+
+// The same product with a unit of 32 weights per lane (cuda_units.cuh): wide loads, several
+// in flight per lane. Needs cols a multiple of 32 and x 16-byte aligned (float4 reads). N:
+// tokens per pass; decode's N = 1 keeps the registers few, so more warps (and loads) are in
+// flight.
+template <DType T, int N>
+__global__ void matvec_kernel(const uint8_t* w, uint64_t row_bytes, int64_t rows, int64_t cols,
+                              const float* x, int64_t n, float* y) {
+  const int lane = threadIdx.x % kWarp;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  if (r >= rows) return;
+  const uint8_t* row = w + row_bytes * static_cast<uint64_t>(r);
+  const int64_t units = cols / kUnit;
+  for (int64_t t0 = 0; t0 < n; t0 += N) {
+    const int m = static_cast<int>(min(static_cast<int64_t>(N), n - t0));
+    float acc[N] = {};
+#pragma unroll 2
+    for (int64_t u = lane; u < units; u += kWarp) {
+      float v[kUnit];
+      unit_values<T>(row, u, v);
+#pragma unroll
+      for (int k = 0; k < N; ++k) {
+        if (k < m) {
+          const auto* xp = reinterpret_cast<const float4*>(x + (t0 + k) * cols + u * kUnit);
+          float sum = 0.0f;
+#pragma unroll
+          for (int i = 0; i < kUnit / 4; ++i) {
+            const float4 xv = xp[i];
+            sum += v[4 * i] * xv.x + v[4 * i + 1] * xv.y + v[4 * i + 2] * xv.z + v[4 * i + 3] * xv.w;
+          }
+          acc[k] += sum;
+        }
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < N; ++k) acc[k] = warp_sum(acc[k]);
     if (lane == 0) {
       for (int k = 0; k < m; ++k) y[(t0 + k) * rows + r] = acc[k];
     }
@@ -133,38 +175,46 @@ __global__ void write_kv_kernel(const float* k, const float* v, const int64_t* s
   store(vc + slab + offset * head_dim + d, v[idx]);
 }
 
-// One warp per (token, query head). Each pass scores 32 positions (a lane each), rescales the
-// running sums to the new maximum, and adds the 32 value rows weighted (each lane owns the
-// output dimensions lane, lane + 32, ...).
+// One block of kSplitWarps warps per (token, query head): the warps take turns over the
+// positions, 32 at a time (a lane each), so a decode step's few (token, head) pairs still keep
+// the GPU busy. Each warp keeps its own online softmax (running maximum, sum, and the weighted
+// value rows, lane d owning output dimensions d, d + 32, ...); the block merges them at the end.
+constexpr int kSplitWarps = 8;
+
 template <typename KV>
 __global__ void attention_kernel(const float* q, const KV* kc, const KV* vc, const int32_t* seq_of,
                                  const int32_t* positions, const int32_t* block_table,
-                                 int32_t max_blocks, int32_t block_size, int64_t n,
-                                 int32_t heads, int32_t kv_heads, int32_t head_dim, float scale,
-                                 int32_t window, float* out) {
-  __shared__ float q_shared[kRowsPerBlock][kMaxHeadDim];
+                                 int32_t max_blocks, int32_t block_size, int32_t heads,
+                                 int32_t kv_heads, int32_t head_dim, float scale, int32_t window,
+                                 float* out) {
+  __shared__ float q_shared[kMaxHeadDim];
+  __shared__ float acc_shared[kSplitWarps][kMaxHeadDim];
+  __shared__ float max_shared[kSplitWarps], denom_shared[kSplitWarps];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t pair = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + warp;
-  if (pair >= n * heads) return;
+  const int64_t pair = blockIdx.x;
   const int64_t t = pair / heads;
   const int32_t h = static_cast<int32_t>(pair % heads), kvh = h / (heads / kv_heads);
   const int32_t pos = positions[t], first = window > 0 ? max(0, pos - window + 1) : 0;
   const int32_t* table = block_table + static_cast<int64_t>(seq_of[t]) * max_blocks;
-  float* qw = q_shared[warp];
-  for (int d = lane; d < head_dim; d += kWarp) qw[d] = q[pair * head_dim + d];
-  __syncwarp();
+  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) q_shared[d] = q[pair * head_dim + d];
+  __syncthreads();
 
   float running_max = -INFINITY, denom = 0.0f;
   float acc[kMaxHeadDim / kWarp] = {};
-  for (int32_t j0 = first; j0 <= pos; j0 += kWarp) {
+  for (int32_t j0 = first + warp * kWarp; j0 <= pos; j0 += kSplitWarps * kWarp) {
     const int32_t j = j0 + lane;
     float score = -INFINITY;
+    int64_t value_row = 0;  // where position j's value row starts: shared with the warp below
     if (j <= pos) {
       const int64_t slab =
           (static_cast<int64_t>(table[j / block_size]) * kv_heads + kvh) * block_size * head_dim;
+      value_row = slab + static_cast<int64_t>(j % block_size) * head_dim;
       const KV* keys = kc + slab + j % block_size;
       float dot = 0.0f;
-      for (int d = 0; d < head_dim; ++d) dot += qw[d] * load(keys + static_cast<int64_t>(d) * block_size);
+#pragma unroll 8
+      for (int d = 0; d < head_dim; ++d) {
+        dot += q_shared[d] * load(keys + static_cast<int64_t>(d) * block_size);
+      }
       score = dot * scale;
     }
     const float new_max = fmaxf(running_max, warp_max(score));
@@ -173,25 +223,49 @@ __global__ void attention_kernel(const float* q, const KV* kc, const KV* vc, con
     denom = denom * correction + warp_sum(p);
 #pragma unroll
     for (int k = 0; k < kMaxHeadDim / kWarp; ++k) acc[k] *= correction;
-    const int32_t count = min(kWarp, pos - j0 + 1);
-    for (int32_t i = 0; i < count; ++i) {
+    // The value rows' addresses come from the lanes that looked them up (no second table
+    // read), and a full pass has a fixed count, so its loads are unrolled and overlap.
+    auto add_value = [&](int32_t i) {
       const float pi = __shfl_sync(kFullMask, p, i);
-      const int32_t ji = j0 + i;
-      const int64_t slab =
-          (static_cast<int64_t>(table[ji / block_size]) * kv_heads + kvh) * block_size * head_dim;
-      const KV* row = vc + slab + static_cast<int64_t>(ji % block_size) * head_dim;
+      const KV* row = vc + __shfl_sync(kFullMask, value_row, i);
 #pragma unroll
       for (int k = 0; k < kMaxHeadDim / kWarp; ++k) {
         const int d = lane + k * kWarp;
         if (d < head_dim) acc[k] += pi * load(row + d);
       }
+    };
+    const int32_t count = min(kWarp, pos - j0 + 1);
+    if (count == kWarp) {
+#pragma unroll 8
+      for (int32_t i = 0; i < kWarp; ++i) add_value(i);
+    } else {
+      for (int32_t i = 0; i < count; ++i) add_value(i);
     }
     running_max = new_max;
+  }
+  if (lane == 0) {
+    max_shared[warp] = running_max;
+    denom_shared[warp] = denom;
   }
 #pragma unroll
   for (int k = 0; k < kMaxHeadDim / kWarp; ++k) {
     const int d = lane + k * kWarp;
-    if (d < head_dim) out[pair * head_dim + d] = acc[k] / denom;
+    if (d < head_dim) acc_shared[warp][d] = acc[k];
+  }
+  __syncthreads();
+  // Warps that saw no position hold -inf and weigh nothing; position `pos` itself is always seen.
+  float block_max = -INFINITY;
+  for (int w = 0; w < kSplitWarps; ++w) block_max = fmaxf(block_max, max_shared[w]);
+  float total = 0.0f;
+  for (int w = 0; w < kSplitWarps; ++w) {
+    if (max_shared[w] != -INFINITY) total += denom_shared[w] * expf(max_shared[w] - block_max);
+  }
+  for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
+    float sum = 0.0f;
+    for (int w = 0; w < kSplitWarps; ++w) {
+      if (max_shared[w] != -INFINITY) sum += acc_shared[w][d] * expf(max_shared[w] - block_max);
+    }
+    out[pair * head_dim + d] = sum / total;
   }
 }
 
@@ -270,9 +344,19 @@ void embed(cudaStream_t s, DType type, const uint8_t* table, uint64_t row_bytes,
 void matmul(cudaStream_t s, DType type, const uint8_t* w, uint64_t row_bytes, int64_t rows,
             int64_t cols, const float* x, int64_t n, float* y) {
   if (n == 0 || rows == 0) return;
+  const bool units = cols % kUnit == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   by_type(type, [&]<DType T>() {
-    matmul_kernel<T><<<blocks_for(rows, kRowsPerBlock), kRowsPerBlock * kWarp, 0, s>>>(
-        w, row_bytes, rows, cols, x, n, y);
+    if (units && n == 1) {
+      matvec_kernel<T, 1><<<blocks_for(rows, kRowsPerBlock), kRowsPerBlock * kWarp, 0, s>>>(
+          w, row_bytes, rows, cols, x, n, y);
+    } else if (units) {
+      matvec_kernel<T, kTokensPerPass>
+          <<<blocks_for(rows, kRowsPerBlock), kRowsPerBlock * kWarp, 0, s>>>(w, row_bytes, rows,
+                                                                            cols, x, n, y);
+    } else {
+      matmul_kernel<T><<<blocks_for(rows, kRowsPerBlock), kRowsPerBlock * kWarp, 0, s>>>(
+          w, row_bytes, rows, cols, x, n, y);
+    }
   });
   check_launch("matmul");
 }
@@ -319,16 +403,16 @@ void attention(cudaStream_t s, const float* q, KvLayer cache, const int32_t* seq
   }
   const int64_t pairs = n * p.num_heads;
   if (pairs == 0) return;
-  const unsigned blocks = blocks_for(pairs, kRowsPerBlock);
+  const auto blocks = static_cast<unsigned>(pairs);
   if (cache.type == KvType::kF32) {
-    attention_kernel<<<blocks, kRowsPerBlock * kWarp, 0, s>>>(
+    attention_kernel<<<blocks, kSplitWarps * kWarp, 0, s>>>(
         q, static_cast<const float*>(cache.k), static_cast<const float*>(cache.v), seq_of,
-        positions, block_table, max_blocks, block_size, n, p.num_heads, p.num_kv_heads,
+        positions, block_table, max_blocks, block_size, p.num_heads, p.num_kv_heads,
         p.head_dim, p.scale, p.window, out);
   } else {
-    attention_kernel<<<blocks, kRowsPerBlock * kWarp, 0, s>>>(
+    attention_kernel<<<blocks, kSplitWarps * kWarp, 0, s>>>(
         q, static_cast<const __half*>(cache.k), static_cast<const __half*>(cache.v), seq_of,
-        positions, block_table, max_blocks, block_size, n, p.num_heads, p.num_kv_heads,
+        positions, block_table, max_blocks, block_size, p.num_heads, p.num_kv_heads,
         p.head_dim, p.scale, p.window, out);
   }
   check_launch("attention");

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <memory>
 
 #include "backend/backend.h"
 
@@ -17,6 +18,27 @@ void embed(cudaStream_t s, DType type, const uint8_t* table, uint64_t row_bytes,
            const int32_t* ids, int64_t n, float* out);
 void matmul(cudaStream_t s, DType type, const uint8_t* w, uint64_t row_bytes, int64_t rows,
             int64_t cols, const float* x, int64_t n, float* y);
+// Products of at least this many tokens go to cuBLAS when it is there (cuda_gemm.cu).
+constexpr int64_t kGemmMinTokens = 16;
+
+// Whether cuBLAS was found at run time (and PAGODA_CUBLAS is not 0).
+bool blas_available();
+
+// y[n, rows] = x[n, cols] W^T on the tensor cores through cuBLAS (cuda_gemm.cu). The caller
+// gives a device scratch of scratch_bytes() for the converted activations and decoded weights.
+class GemmContext {
+ public:
+  GemmContext();
+  ~GemmContext();
+  static uint64_t scratch_bytes(DType type, int64_t rows, int64_t cols, int64_t n);
+  void run(cudaStream_t s, DType type, const uint8_t* w, uint64_t row_bytes, int64_t rows,
+           int64_t cols, const float* x, int64_t n, void* scratch, float* y);
+
+ private:
+  struct Handle;
+  std::unique_ptr<Handle> handle_;
+};
+
 void rms_norm(cudaStream_t s, const float* x, const float* weight, int64_t rows, int64_t dim,
               float eps, float* y);
 void rope(cudaStream_t s, float* x, const int32_t* positions, int64_t n, int64_t heads,
