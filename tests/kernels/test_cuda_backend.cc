@@ -210,24 +210,27 @@ TEST(CudaBackend, PagedAttentionMatchesTheReference) {
         SCOPED_TRACE(std::string(kv_type_info(type).name) + " head_dim " +
                      std::to_string(head_dim) + " window " + std::to_string(window));
         AttentionParams p{8, 2, head_dim, 1.0f / std::sqrt(float(head_dim)), window};
-        // Two sequences over shuffled blocks: 37 tokens, and 701 (past the 256 positions the
-        // block's warps take in one turn, so the warps' own running sums are merged too).
-        const int32_t bs = 16, max_blocks = 44, num_blocks = 88;
+        // Four sequences over shuffled blocks. Prompts of 37 and 701 tokens take the tiled
+        // kernel (701: past one chunk of positions many times over); a decode at 400 and three
+        // tokens at 500 take the kernel that splits a token's positions over warps (past the
+        // 256 positions the warps take in one turn, so their running sums are merged). Their
+        // earlier positions were never written: both backends read the zeroed cache there.
+        const int32_t bs = 16, max_blocks = 44, num_seqs = 4, num_blocks = num_seqs * max_blocks;
         std::vector<int32_t> table(num_blocks);
         for (int32_t i = 0; i < num_blocks; ++i) table[i] = (i * 37 + 11) % num_blocks;
         std::vector<int32_t> positions, query_start = {0};
         std::vector<int64_t> slots;
-        for (int32_t s = 0; s < 2; ++s) {
-          const int32_t first = 0, last = s == 0 ? 37 : 701;
-          for (int32_t pos = first; pos < last; ++pos) {
+        const int32_t spans[num_seqs][2] = {{0, 37}, {0, 701}, {400, 401}, {500, 503}};
+        for (int32_t s = 0; s < num_seqs; ++s) {
+          for (int32_t pos = spans[s][0]; pos < spans[s][1]; ++pos) {
             positions.push_back(pos);
             slots.push_back(int64_t{table[s * max_blocks + pos / bs]} * bs + pos % bs);
           }
           query_start.push_back(static_cast<int32_t>(positions.size()));
         }
         const auto n = static_cast<int32_t>(positions.size());
-        AttentionBatch b{n, positions.data(), slots.data(), 2, query_start.data(), table.data(),
-                         max_blocks, bs};
+        AttentionBatch b{n, positions.data(), slots.data(), num_seqs, query_start.data(),
+                         table.data(), max_blocks, bs};
         const int64_t kv = int64_t{n} * 2 * head_dim, qn = int64_t{n} * 8 * head_dim;
         const std::vector<float> k = random_values(kv, 21), v = random_values(kv, 22),
                                  q = random_values(qn, 23);

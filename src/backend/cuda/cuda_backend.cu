@@ -5,6 +5,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -181,8 +182,27 @@ class CudaBackend final : public Backend {
     const int32_t* positions = positions_.put(stream_, b.positions, b.num_tokens);
     const int32_t* table = tables_.put(stream_, b.block_table,
                                        int64_t{b.num_seqs} * b.max_blocks_per_seq);
+    // Sequences with a few query tokens (decodes) go token by token; longer ones (prompts) in
+    // tiles that share each chunk of keys and values.
+    split_host_.clear();
+    tiles_host_.clear();
+    for (int32_t s = 0; s < b.num_seqs; ++s) {
+      const int32_t begin = b.query_start[s], end = b.query_start[s + 1];
+      if (end - begin < cuda::kAttentionTileTokens / 2) {
+        for (int32_t t = begin; t < end; ++t) split_host_.push_back(t);
+        continue;
+      }
+      for (int32_t t = begin; t < end; t += cuda::kAttentionTileTokens) {
+        tiles_host_.push_back(t);
+        tiles_host_.push_back(std::min(cuda::kAttentionTileTokens, end - t));
+      }
+    }
+    const auto num_split = static_cast<int64_t>(split_host_.size());
+    const auto num_tiles = static_cast<int64_t>(tiles_host_.size() / 2);
+    const int32_t* split = split_.put(stream_, split_host_.data(), num_split);
+    const int32_t* tiles = attention_tiles_.put(stream_, tiles_host_.data(), 2 * num_tiles);
     cuda::attention(stream_, q, cache, seq_of, positions, table, b.max_blocks_per_seq,
-                    b.block_size, b.num_tokens, p, out);
+                    b.block_size, split, num_split, tiles, num_tiles, p, out);
   }
   void silu_mul(const float* gate, const float* up, int64_t n, float* out) override {
     cuda::silu_mul(stream_, gate, up, n, out);
@@ -266,7 +286,8 @@ class CudaBackend final : public Backend {
   using WeightKey = std::tuple<uint64_t, const uint8_t*, int64_t, int64_t>;
   std::map<WeightKey, Weights> weights_;
   std::unordered_map<const float*, Vector> vectors_;
-  Staging<int32_t> ids_, positions_, seq_of_, tables_, rows_;
+  Staging<int32_t> ids_, positions_, seq_of_, tables_, rows_, split_, attention_tiles_;
+  std::vector<int32_t> split_host_, tiles_host_;
   Staging<int64_t> slots_;
   std::vector<int32_t> seq_of_host_;
   cuda::GemmContext gemm_;
@@ -315,7 +336,7 @@ std::string cuda_device_description(int device) {
   if (device < 0 || device >= cuda_device_count()) fail("no CUDA device ", device);
   cudaDeviceProp p{};
   check(cudaGetDeviceProperties(&p, device), "cudaGetDeviceProperties");
-  char text[256];
+  char text[320];  // the name (at most 256) and the rest
   std::snprintf(text, sizeof text, "%s (sm_%d%d, %.1f GiB)", p.name, p.major, p.minor,
                 static_cast<double>(p.totalGlobalMem) / (1024.0 * 1024.0 * 1024.0));
   return text;

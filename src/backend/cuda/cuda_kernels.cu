@@ -184,16 +184,16 @@ constexpr int kSplitWarps = 8;
 template <typename KV>
 __global__ void attention_kernel(const float* q, const KV* kc, const KV* vc, const int32_t* seq_of,
                                  const int32_t* positions, const int32_t* block_table,
-                                 int32_t max_blocks, int32_t block_size, int32_t heads,
-                                 int32_t kv_heads, int32_t head_dim, float scale, int32_t window,
-                                 float* out) {
+                                 int32_t max_blocks, int32_t block_size, const int32_t* tokens,
+                                 int32_t heads, int32_t kv_heads, int32_t head_dim, float scale,
+                                 int32_t window, float* out) {
   __shared__ float q_shared[kMaxHeadDim];
   __shared__ float acc_shared[kSplitWarps][kMaxHeadDim];
   __shared__ float max_shared[kSplitWarps], denom_shared[kSplitWarps];
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t pair = blockIdx.x;
-  const int64_t t = pair / heads;
-  const int32_t h = static_cast<int32_t>(pair % heads), kvh = h / (heads / kv_heads);
+  const int64_t t = tokens[blockIdx.x / heads];
+  const int32_t h = static_cast<int32_t>(blockIdx.x % heads), kvh = h / (heads / kv_heads);
+  const int64_t pair = t * heads + h;
   const int32_t pos = positions[t], first = window > 0 ? max(0, pos - window + 1) : 0;
   const int32_t* table = block_table + static_cast<int64_t>(seq_of[t]) * max_blocks;
   for (int d = threadIdx.x; d < head_dim; d += blockDim.x) q_shared[d] = q[pair * head_dim + d];
@@ -266,6 +266,113 @@ __global__ void attention_kernel(const float* q, const KV* kc, const KV* vc, con
       if (max_shared[w] != -INFINITY) sum += acc_shared[w][d] * expf(max_shared[w] - block_max);
     }
     out[pair * head_dim + d] = sum / total;
+  }
+}
+
+// Prompts: one block per (tile of up to kTileTokens consecutive tokens of one sequence, query
+// head), a warp per token. The block walks the tile's positions kChunk at a time, loading each
+// chunk's keys and values into shared memory once for all its tokens (the per-token kernel
+// above reads them once per token); each warp then scores the chunk with a lane per position
+// and adds the value rows, with the same online softmax.
+constexpr int kTileTokens = kAttentionTileTokens;
+constexpr int kChunk = 32;
+
+// Dynamic shared memory of the tiled kernel: keys [head_dim][kChunk] (transposed, so lane j
+// reads column j without bank conflicts), values [kChunk][head_dim], queries [kTileTokens][head_dim].
+size_t tile_shared_bytes(int32_t head_dim) {
+  return static_cast<size_t>(head_dim) * (2 * kChunk + kTileTokens) * sizeof(float);
+}
+
+template <typename KV>
+__global__ void attention_tile_kernel(const float* q, const KV* kc, const KV* vc,
+                                      const int32_t* seq_of, const int32_t* positions,
+                                      const int32_t* block_table, int32_t max_blocks,
+                                      int32_t block_size, const int32_t* tiles, int32_t heads,
+                                      int32_t kv_heads, int32_t head_dim, float scale,
+                                      int32_t window, float* out) {
+  extern __shared__ float shared[];
+  float* k_s = shared;
+  float* v_s = k_s + head_dim * kChunk;
+  float* q_s = v_s + kChunk * head_dim;
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const int32_t tile = static_cast<int32_t>(blockIdx.x / heads);
+  const int32_t h = static_cast<int32_t>(blockIdx.x % heads), kvh = h / (heads / kv_heads);
+  const int32_t t0 = tiles[2 * tile], count = tiles[2 * tile + 1];
+  const int32_t* table = block_table + static_cast<int64_t>(seq_of[t0]) * max_blocks;
+  const bool active = warp < count;
+  const int64_t t = t0 + min(warp, count - 1);
+  const int32_t pos = positions[t], first = window > 0 ? max(0, pos - window + 1) : 0;
+  // The positions any of the tile's tokens sees.
+  int32_t lo = pos, hi = pos;
+  for (int32_t i = 0; i < count; ++i) {
+    const int32_t p_i = positions[t0 + i];
+    lo = min(lo, window > 0 ? max(0, p_i - window + 1) : 0);
+    hi = max(hi, p_i);
+  }
+  const int64_t pair = t * heads + h;
+  float* qw = q_s + warp * head_dim;
+  for (int d = lane; d < head_dim; d += kWarp) qw[d] = q[pair * head_dim + d];
+  __syncwarp();
+
+  float running_max = -INFINITY, denom = 0.0f;
+  float acc[kMaxHeadDim / kWarp] = {};
+  for (int32_t c0 = lo; c0 <= hi; c0 += kChunk) {
+    __syncthreads();  // every warp is done with the last chunk
+    for (int idx = threadIdx.x; idx < kChunk * head_dim; idx += blockDim.x) {
+      // Keys with the position fastest (one dimension of a block's keys is contiguous),
+      // values with the dimension fastest (a position's row is contiguous).
+      const int jk = idx % kChunk, dk = idx / kChunk;
+      const int32_t pk = c0 + jk;
+      float key = 0.0f;
+      if (pk <= hi) {
+        const int64_t slab =
+            (static_cast<int64_t>(table[pk / block_size]) * kv_heads + kvh) * block_size * head_dim;
+        key = load(kc + slab + static_cast<int64_t>(dk) * block_size + pk % block_size);
+      }
+      k_s[dk * kChunk + jk] = key;
+      const int jv = idx / head_dim, dv = idx % head_dim;
+      const int32_t pv = c0 + jv;
+      float value = 0.0f;
+      if (pv <= hi) {
+        const int64_t slab =
+            (static_cast<int64_t>(table[pv / block_size]) * kv_heads + kvh) * block_size * head_dim;
+        value = load(vc + slab + static_cast<int64_t>(pv % block_size) * head_dim + dv);
+      }
+      v_s[jv * head_dim + dv] = value;
+    }
+    __syncthreads();
+    if (!active || c0 > pos || c0 + kChunk <= first) continue;  // no position of this token
+    const int32_t j = c0 + lane;
+    const bool valid = j >= first && j <= pos;
+    float score = -INFINITY;
+    if (valid) {
+      float dot = 0.0f;
+#pragma unroll 8
+      for (int d = 0; d < head_dim; ++d) dot += qw[d] * k_s[d * kChunk + lane];
+      score = dot * scale;
+    }
+    const float new_max = fmaxf(running_max, warp_max(score));  // some lane is valid
+    const float p = valid ? expf(score - new_max) : 0.0f;
+    const float correction = running_max == -INFINITY ? 0.0f : expf(running_max - new_max);
+    denom = denom * correction + warp_sum(p);
+#pragma unroll
+    for (int k = 0; k < kMaxHeadDim / kWarp; ++k) acc[k] *= correction;
+#pragma unroll 8
+    for (int i = 0; i < kChunk; ++i) {
+      const float pi = __shfl_sync(kFullMask, p, i);
+#pragma unroll
+      for (int k = 0; k < kMaxHeadDim / kWarp; ++k) {
+        const int d = lane + k * kWarp;
+        if (d < head_dim) acc[k] += pi * v_s[i * head_dim + d];
+      }
+    }
+    running_max = new_max;
+  }
+  if (!active) return;
+#pragma unroll
+  for (int k = 0; k < kMaxHeadDim / kWarp; ++k) {
+    const int d = lane + k * kWarp;
+    if (d < head_dim) out[pair * head_dim + d] = acc[k] / denom;
   }
 }
 
@@ -397,25 +504,39 @@ void write_kv(cudaStream_t s, const float* k, const float* v, const int64_t* slo
 
 void attention(cudaStream_t s, const float* q, KvLayer cache, const int32_t* seq_of,
                const int32_t* positions, const int32_t* block_table, int32_t max_blocks,
-               int32_t block_size, int64_t n, const AttentionParams& p, float* out) {
+               int32_t block_size, const int32_t* tokens, int64_t num_tokens,
+               const int32_t* tiles, int64_t num_tiles, const AttentionParams& p, float* out) {
   if (p.head_dim > kMaxHeadDim) {
     fail("the CUDA backend's attention takes head_dim up to ", kMaxHeadDim, ", not ", p.head_dim);
   }
-  const int64_t pairs = n * p.num_heads;
-  if (pairs == 0) return;
-  const auto blocks = static_cast<unsigned>(pairs);
+  auto run = [&]<typename KV>(const KV* k, const KV* v) {
+    if (num_tokens > 0) {
+      attention_kernel<<<static_cast<unsigned>(num_tokens * p.num_heads), kSplitWarps * kWarp, 0,
+                         s>>>(q, k, v, seq_of, positions, block_table, max_blocks, block_size,
+                              tokens, p.num_heads, p.num_kv_heads, p.head_dim, p.scale, p.window,
+                              out);
+      check_launch("attention");
+    }
+    if (num_tiles > 0) {
+      const size_t bytes = tile_shared_bytes(p.head_dim);
+      static const bool raised = [&] {  // past the 48 KiB a launch gets unasked (head_dim 256)
+        return cudaFuncSetAttribute(attention_tile_kernel<KV>,
+                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(tile_shared_bytes(kMaxHeadDim))) == cudaSuccess;
+      }();
+      if (!raised) check_launch("attention (shared memory)");
+      attention_tile_kernel<<<static_cast<unsigned>(num_tiles * p.num_heads),
+                              kTileTokens * kWarp, bytes, s>>>(
+          q, k, v, seq_of, positions, block_table, max_blocks, block_size, tiles, p.num_heads,
+          p.num_kv_heads, p.head_dim, p.scale, p.window, out);
+      check_launch("attention (prompt tiles)");
+    }
+  };
   if (cache.type == KvType::kF32) {
-    attention_kernel<<<blocks, kSplitWarps * kWarp, 0, s>>>(
-        q, static_cast<const float*>(cache.k), static_cast<const float*>(cache.v), seq_of,
-        positions, block_table, max_blocks, block_size, p.num_heads, p.num_kv_heads,
-        p.head_dim, p.scale, p.window, out);
+    run(static_cast<const float*>(cache.k), static_cast<const float*>(cache.v));
   } else {
-    attention_kernel<<<blocks, kSplitWarps * kWarp, 0, s>>>(
-        q, static_cast<const __half*>(cache.k), static_cast<const __half*>(cache.v), seq_of,
-        positions, block_table, max_blocks, block_size, p.num_heads, p.num_kv_heads,
-        p.head_dim, p.scale, p.window, out);
+    run(static_cast<const __half*>(cache.k), static_cast<const __half*>(cache.v));
   }
-  check_launch("attention");
 }
 
 void silu_mul(cudaStream_t s, const float* gate, const float* up, int64_t n, float* out) {

@@ -46,10 +46,15 @@ void rope(cudaStream_t s, float* x, const int32_t* positions, int64_t n, int64_t
 // K/V in F32 or F16, kv_format.h's layout (keys transposed in each head's slab).
 void write_kv(cudaStream_t s, const float* k, const float* v, const int64_t* slots, int64_t n,
               int32_t block_size, const AttentionParams& p, KvLayer cache);
-// seq_of[t]: token t's sequence; its row of block_table holds max_blocks entries.
+// seq_of[t]: token t's sequence; its row of block_table holds max_blocks entries. The tokens
+// listed in `tokens` are computed one block per (token, head) with the positions split over
+// warps (decodes); `tiles` holds {first token, count} pairs of up to kAttentionTileTokens
+// consecutive tokens of one sequence, computed sharing each chunk of keys and values (prompts).
+constexpr int32_t kAttentionTileTokens = 8;
 void attention(cudaStream_t s, const float* q, KvLayer cache, const int32_t* seq_of,
                const int32_t* positions, const int32_t* block_table, int32_t max_blocks,
-               int32_t block_size, int64_t n, const AttentionParams& p, float* out);
+               int32_t block_size, const int32_t* tokens, int64_t num_tokens,
+               const int32_t* tiles, int64_t num_tiles, const AttentionParams& p, float* out);
 void silu_mul(cudaStream_t s, const float* gate, const float* up, int64_t n, float* out);
 void gelu_mul(cudaStream_t s, const float* gate, const float* up, int64_t n, float* out);
 void add(cudaStream_t s, float* x, const float* y, int64_t n);

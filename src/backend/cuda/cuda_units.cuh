@@ -14,6 +14,14 @@
 
 #include "backend/cuda/cuda_decode.cuh"
 
+// Unrolling in the device pass only: the host compiler (these also run on the host, for the
+// tests) does not know the pragma.
+#ifdef __CUDA_ARCH__
+#define PAGODA_UNROLL _Pragma("unroll")
+#else
+#define PAGODA_UNROLL
+#endif
+
 namespace pagoda::cuda {
 
 constexpr int kUnit = 32;
@@ -23,23 +31,23 @@ template <int Width, int N>
 __host__ __device__ __forceinline__ void load_bytes(const uint8_t* p, uint8_t (&out)[N]) {
   static_assert(N % Width == 0);
   if constexpr (Width == 16) {
-#pragma unroll
+PAGODA_UNROLL
     for (int i = 0; i < N / 16; ++i) {
       const uint4 v = reinterpret_cast<const uint4*>(p)[i];
       const uint32_t w[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
+PAGODA_UNROLL
       for (int k = 0; k < 16; ++k) out[16 * i + k] = static_cast<uint8_t>(w[k / 4] >> (8 * (k % 4)));
     }
   } else if constexpr (Width == 4) {
-#pragma unroll
+PAGODA_UNROLL
     for (int i = 0; i < N / 4; ++i) {
       const uint32_t v = reinterpret_cast<const uint32_t*>(p)[i];
-#pragma unroll
+PAGODA_UNROLL
       for (int k = 0; k < 4; ++k) out[4 * i + k] = static_cast<uint8_t>(v >> (8 * k));
     }
   } else {
     static_assert(Width == 2);
-#pragma unroll
+PAGODA_UNROLL
     for (int i = 0; i < N / 2; ++i) {
       const uint16_t v = reinterpret_cast<const uint16_t*>(p)[i];
       out[2 * i] = static_cast<uint8_t>(v);
@@ -67,20 +75,20 @@ template <DType T>
 __host__ __device__ __forceinline__ void unit_values(const uint8_t* row, int64_t u, float (&w)[kUnit]) {
   if constexpr (T == DType::kF32) {
     const float4* p = reinterpret_cast<const float4*>(row) + u * 8;
-#pragma unroll
+PAGODA_UNROLL
     for (int i = 0; i < 8; ++i) {
       const float4 v = p[i];
       w[4 * i] = v.x, w[4 * i + 1] = v.y, w[4 * i + 2] = v.z, w[4 * i + 3] = v.w;
     }
   } else if constexpr (T == DType::kF16 || T == DType::kBF16) {
     const uint4* p = reinterpret_cast<const uint4*>(row) + u * 4;
-#pragma unroll
+PAGODA_UNROLL
     for (int i = 0; i < 4; ++i) {
       const uint4 v = p[i];
       const uint32_t words[4] = {v.x, v.y, v.z, v.w};
-#pragma unroll
+PAGODA_UNROLL
       for (int k = 0; k < 4; ++k) {
-#pragma unroll
+PAGODA_UNROLL
         for (int h = 0; h < 2; ++h) {
           const auto bits = static_cast<uint16_t>(words[k] >> (16 * h));
           w[8 * i + 2 * k + h] = T == DType::kF16
@@ -94,14 +102,14 @@ __host__ __device__ __forceinline__ void unit_values(const uint8_t* row, int64_t
     uint8_t q[32];
     load_bytes<2>(b + 2, q);
     const float d = half_of(b);
-#pragma unroll
+PAGODA_UNROLL
     for (int e = 0; e < 32; ++e) w[e] = d * static_cast<float>(static_cast<int8_t>(q[e]));
   } else if constexpr (T == DType::kQ4_0) {  // {d, qs[16]}, 18 bytes
     const uint8_t* b = row + u * 18;
     uint8_t q[16];
     load_bytes<2>(b + 2, q);
     const float d = half_of(b);
-#pragma unroll
+PAGODA_UNROLL
     for (int j = 0; j < 16; ++j) {
       w[j] = d * static_cast<float>((q[j] & 15) - 8);
       w[j + 16] = d * static_cast<float>((q[j] >> 4) - 8);
@@ -111,7 +119,7 @@ __host__ __device__ __forceinline__ void unit_values(const uint8_t* row, int64_t
     uint8_t q[16];
     load_bytes<4>(b + 4, q);
     const float d = half_of(b), m = half_of(b + 2);
-#pragma unroll
+PAGODA_UNROLL
     for (int j = 0; j < 16; ++j) {
       w[j] = d * static_cast<float>(q[j] & 15) + m;
       w[j + 16] = d * static_cast<float>(q[j] >> 4) + m;
@@ -122,7 +130,7 @@ __host__ __device__ __forceinline__ void unit_values(const uint8_t* row, int64_t
     load_bytes<2>(b + 2, q);
     const uint32_t qh = q[0] | (q[1] << 8) | (q[2] << 16) | (static_cast<uint32_t>(q[3]) << 24);
     const float d = half_of(b);
-#pragma unroll
+PAGODA_UNROLL
     for (int j = 0; j < 16; ++j) {
       const int lo = static_cast<int>((q[4 + j] & 15) | (((qh >> j) & 1) << 4));
       const int hi = static_cast<int>((q[4 + j] >> 4) | (((qh >> (j + 16)) & 1) << 4));
@@ -135,7 +143,7 @@ __host__ __device__ __forceinline__ void unit_values(const uint8_t* row, int64_t
     load_bytes<4>(b + 4, q);
     const uint32_t qh = q[0] | (q[1] << 8) | (q[2] << 16) | (static_cast<uint32_t>(q[3]) << 24);
     const float d = half_of(b), m = half_of(b + 2);
-#pragma unroll
+PAGODA_UNROLL
     for (int j = 0; j < 16; ++j) {
       w[j] = d * static_cast<float>((q[4 + j] & 15) | (((qh >> j) & 1) << 4)) + m;
       w[j + 16] = d * static_cast<float>((q[4 + j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) + m;
@@ -149,7 +157,7 @@ __host__ __device__ __forceinline__ void unit_values(const uint8_t* row, int64_t
     scale_min_k4(sub, b + 4, &sc, &m);
     const float d = half_of(b) * static_cast<float>(sc), dm = half_of(b + 2) * static_cast<float>(m);
     const int shift = (sub & 1) * 4;
-#pragma unroll
+PAGODA_UNROLL
     for (int e = 0; e < 32; ++e) w[e] = d * static_cast<float>((q[e] >> shift) & 15) - dm;
   } else if constexpr (T == DType::kQ5_K) {  // {d, dmin, scales[12], qh[32], qs[128]}, 176
     const uint8_t* b = row + (u / 8) * 176;
@@ -161,7 +169,7 @@ __host__ __device__ __forceinline__ void unit_values(const uint8_t* row, int64_t
     scale_min_k4(sub, b + 4, &sc, &m);
     const float d = half_of(b) * static_cast<float>(sc), dm = half_of(b + 2) * static_cast<float>(m);
     const int shift = (sub & 1) * 4;
-#pragma unroll
+PAGODA_UNROLL
     for (int e = 0; e < 32; ++e) {
       w[e] = d * static_cast<float>(((q[e] >> shift) & 15) | (((qh[e] >> sub) & 1) << 4)) - dm;
     }
@@ -175,7 +183,7 @@ __host__ __device__ __forceinline__ void unit_values(const uint8_t* row, int64_t
     const float d = half_of(b + 208);
     const float d0 = d * static_cast<float>(scales[0]), d1 = d * static_cast<float>(scales[1]);
     const int shift = quarter < 2 ? 0 : 4;
-#pragma unroll
+PAGODA_UNROLL
     for (int e = 0; e < 32; ++e) {
       const int q = (((ql[e] >> shift) & 15) | (((qh[e] >> (2 * quarter)) & 3) << 4)) - 32;
       w[e] = (e < 16 ? d0 : d1) * static_cast<float>(q);
