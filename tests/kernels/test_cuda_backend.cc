@@ -113,15 +113,20 @@ TEST(CudaBackend, MatmulAndEmbedEveryTypeMatchTheReference) {
     SCOPED_TRACE(std::string(dtype_traits(type).name));
     const bool converted = type == DType::kQ2_K || type == DType::kQ3_K ||
                            type == DType::kIQ4_XS || type == DType::kFP8_E4M3;
-    const Matrix m = make_matrix(type, 67, 512, 7);
-    for (int64_t n : {1, 3, 11}) {
-      const std::vector<float> x = random_values(n * 512, 11);
-      std::vector<float> expected(static_cast<size_t>(n * 67));
-      ref->matmul(m.w, x.data(), n, expected.data());
-      Device dx(*cuda, x), dy(*cuda, n * 67);
-      cuda->matmul(m.w, dx.data(), n, dy.data());
-      EXPECT_LT(relative_error(dy.read(n * 67), expected), converted ? 2e-3 : 2e-5) << n << " tokens";
+    // 512 columns: a lane per unit of 32; 2,048: the staged kernel (whole chunks of 1,024).
+    for (int64_t cols : {512, 2048}) {
+      const Matrix wide = make_matrix(type, 67, cols, 7);
+      for (int64_t n : {1, 3, 11}) {
+        const std::vector<float> x = random_values(n * cols, 11);
+        std::vector<float> expected(static_cast<size_t>(n * 67));
+        ref->matmul(wide.w, x.data(), n, expected.data());
+        Device dx(*cuda, x), dy(*cuda, n * 67);
+        cuda->matmul(wide.w, dx.data(), n, dy.data());
+        EXPECT_LT(relative_error(dy.read(n * 67), expected), converted ? 2e-3 : 2e-5)
+            << n << " tokens, " << cols << " columns";
+      }
     }
+    const Matrix m = make_matrix(type, 67, 512, 7);
     const std::vector<int32_t> ids = {5, 0, 66, 5};
     std::vector<float> expected(4 * 512);
     ref->embed(m.w, ids.data(), 4, expected.data());
@@ -181,6 +186,14 @@ TEST(CudaBackend, ElementwiseOpsMatchTheReference) {
         [&](float* x) { cuda->add_bias(x, w.data(), rows, dim); }, 1e-7);
   check("scale", [&](float* x) { ref->scale(x, 0.37f, n); },
         [&](float* x) { cuda->scale(x, 0.37f, n); }, 1e-7);
+  {  // a wide row takes a block of 1,024 threads
+    const std::vector<float> wide = random_values(2 * 4096, 4), gain = random_values(4096, 5);
+    std::vector<float> expected(wide.size());
+    ref->rms_norm(wide.data(), gain.data(), 2, 4096, 1e-6f, expected.data());
+    Device dx(*cuda, wide), dy(*cuda, 2 * 4096);
+    cuda->rms_norm(dx.data(), gain.data(), 2, 4096, 1e-6f, dy.data());
+    EXPECT_LT(relative_error(dy.read(2 * 4096), expected), 1e-5) << "rms_norm of 4,096";
+  }
   const std::vector<int32_t> positions = {0, 1, 17, 4095, 100000};
   const std::vector<float> factors = random_values(32, 9, 0.1f);
   std::vector<float> divisors(32);
