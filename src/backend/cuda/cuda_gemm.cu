@@ -20,6 +20,7 @@ namespace {
 
 struct Blas {
   decltype(&cublasCreate_v2) create = nullptr;
+  decltype(&cublasDestroy_v2) destroy = nullptr;
   decltype(&cublasSetStream_v2) set_stream = nullptr;
   // cublasGemmEx (the header overloads the name, so its type is spelled out).
   cublasStatus_t (*gemm)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
@@ -41,9 +42,10 @@ const Blas* open_blas() {
     if (lib == nullptr) return nullptr;
     auto* b = new Blas;
     b->create = reinterpret_cast<decltype(b->create)>(dlsym(lib, "cublasCreate_v2"));
+    b->destroy = reinterpret_cast<decltype(b->destroy)>(dlsym(lib, "cublasDestroy_v2"));
     b->set_stream = reinterpret_cast<decltype(b->set_stream)>(dlsym(lib, "cublasSetStream_v2"));
     b->gemm = reinterpret_cast<decltype(b->gemm)>(dlsym(lib, "cublasGemmEx"));
-    if (!b->create || !b->set_stream || !b->gemm) return nullptr;
+    if (!b->create || !b->destroy || !b->set_stream || !b->gemm) return nullptr;
     return b;
   }();
   return blas;
@@ -103,7 +105,14 @@ struct GemmContext::Handle {
 };
 
 GemmContext::GemmContext() = default;
-GemmContext::~GemmContext() = default;  // the handle lives as long as the process (cheap, one)
+GemmContext::~GemmContext() {
+  // A handle holds device workspace: a backend made per test or per run must give it back.
+  // The backend's stream may be gone by now, so the handle is pointed at the default one first.
+  if (handle_ && handle_->handle != nullptr) {
+    open_blas()->set_stream(handle_->handle, nullptr);
+    open_blas()->destroy(handle_->handle);
+  }
+}
 
 uint64_t GemmContext::scratch_bytes(DType type, int64_t rows, int64_t cols, int64_t n) {
   const uint64_t x = static_cast<uint64_t>(n * cols) * 2;
