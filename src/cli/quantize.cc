@@ -158,7 +158,8 @@ Action add_quantize(CLI::App& app) {
                   "a column at a time, each column's error carried onto "
                   "the columns not rounded yet through the inverse of its input's second moments "
                   "(summed over --gptq-tokens sampled tokens). With --imatrix each block's scale "
-                  "fit is weighted by it. Not together with --awq")
+                  "fit is weighted by it. With --awq, the matrices AWQ scaled are rounded, their "
+                  "inputs' second moments divided by the scales")
       ->check(CLI::ExistingFile);
   cmd->add_option("--gptq-ctx", q.gptq.ctx, "--gptq: tokens per calibration chunk")
       ->check(CLI::Range(2, 1 << 20))
@@ -182,9 +183,6 @@ Action add_quantize(CLI::App& app) {
     QuantizeOptions& q = o->quantize;
     q.awq.threads = q.num_threads;
     q.gptq.threads = q.num_threads;
-    if (!q.gptq.text_path.empty() && !q.awq.text_path.empty()) {
-      throw UsageError("pagoda quantize: --gptq and --awq cannot be used together yet");
-    }
     if (q.allow_requantize) {
       const Requantization r = find_requantization(q);
       if (r.count > 0) {

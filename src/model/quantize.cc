@@ -132,18 +132,21 @@ double convert_tensor(const GgufTensorInfo& t, DType type, int threads,
 
 // GPTQ's factor of each input, computed once for the matrices that read it (q/k/v, gate/up).
 // Only one layer's inputs are kept: the factor of a 1536-column input is 18 MiB.
+// With AWQ, every matrix that reads an input is scaled by its group's s (W·diag(s)) and reads
+// x / s: `col_mul` is that s (empty: unscaled), the same for every reader of one input.
 class GptqFactors {
  public:
   GptqFactors(const AwqStats& stats, double damp) : stats_(stats), damp_(damp) {}
 
-  const std::vector<double>& get(const std::string& input) {
+  const std::vector<double>& get(const std::string& input, std::span<const float> col_mul) {
     const std::string layer = input.substr(0, input.find('.', input.find('.') + 1));
     std::erase_if(by_input_, [&](const auto& e) { return e.first.rfind(layer + ".", 0) != 0; });
     auto it = by_input_.find(input);
     if (it == by_input_.end()) {
       const AwqInput& x = stats_.inputs.at(input);
       it = by_input_
-               .emplace(input, gptq_factor(gptq_gram(x.sample.data(), x.sample_rows(), x.cols),
+               .emplace(input, gptq_factor(gptq_gram(x.sample.data(), x.sample_rows(), x.cols,
+                                                     col_mul),
                                            x.cols, damp_))
                .first;
     }
@@ -156,10 +159,10 @@ class GptqFactors {
   std::map<std::string, std::vector<double>> by_input_;
 };
 
-// `t` rounded by GPTQ into `type` with the factor `u` of its input, to `sink`; returns the round
-// trip's relative error against the values decoded from `t`.
+// `t` (scaled by AWQ's `scaling` when given) rounded by GPTQ into `type` with the factor `u` of
+// its input, to `sink`; returns the round trip's relative error against the scaled values.
 double gptq_tensor(const GgufTensorInfo& t, DType type, std::span<const double> u, int threads,
-                   const float* importance, GgufWriter::Sink& sink,
+                   const float* importance, const TensorScaling* scaling, GgufWriter::Sink& sink,
                    const std::function<void(uint64_t)>& wrote) {
   const int64_t cols = static_cast<int64_t>(t.shape[0]);
   const int64_t rows = static_cast<int64_t>(t.num_elements / t.shape[0]);
@@ -167,6 +170,7 @@ double gptq_tensor(const GgufTensorInfo& t, DType type, std::span<const double> 
   std::vector<float> w(t.num_elements), original;
   for (int64_t r = 0; r < rows; ++r) {
     dequantize_row(t.type, t.data + r * in_rb, w.data() + r * cols, cols);
+    if (scaling) apply_scaling(*scaling, r, w.data() + r * cols, cols);
   }
   original = w;
   std::vector<uint8_t> out(out_rb * static_cast<size_t>(rows));
@@ -285,7 +289,6 @@ QuantizeSummary quantize_model(const QuantizeOptions& o,
   std::optional<GptqFactors> gptq_factors;
   const bool gptq = !o.gptq.text_path.empty();
   if (gptq) {
-    if (searching || o.awq_scaling) fail("quantize: --gptq and --awq together are not supported");
     gptq_cal = awq_calibrate(o.input_path, o.gptq.text_path, o.gptq.ctx, o.gptq.chunks,
                              o.gptq.sample_rows, o.gptq.threads, "--gptq-ctx", o.gptq_progress);
     summary.gptq_chunks = gptq_cal.chunks;
@@ -363,11 +366,15 @@ QuantizeSummary quantize_model(const QuantizeOptions& o,
             wrote(t.num_bytes);
           } else {
             p.error = !gptq_input.empty()
-                          ? gptq_tensor(t, type, gptq_factors->get(gptq_input), threads,
+                          ? gptq_tensor(t, type,
+                                        gptq_factors->get(gptq_input,
+                                                          scaled ? std::span<const float>(scaled->col_mul)
+                                                                 : std::span<const float>()),
+                                        threads,
                                         importance.empty() || importance[0].empty()
                                             ? nullptr
                                             : importance[0].data(),
-                                        sink, wrote)
+                                        scaled, sink, wrote)
                           : convert_tensor(t, type, threads, importance, scaled, sink, wrote);
             // A NaN error (a NaN weight) counts as the worst.
             const double worst = summary.worst_error;

@@ -237,10 +237,15 @@ bool gptq_supports(DType type) {
          type == DType::kIQ4_XS;
 }
 
-std::vector<double> gptq_gram(const float* x, int64_t n, int64_t cols) {
+std::vector<double> gptq_gram(const float* x, int64_t n, int64_t cols,
+                              std::span<const float> col_div) {
+  PAGODA_CHECK(col_div.empty() || static_cast<int64_t>(col_div.size()) == cols);
   std::vector<double> h(static_cast<size_t>(cols * cols), 0.0);
+  std::vector<double> row(static_cast<size_t>(cols));
   for (int64_t r = 0; r < n; ++r) {
-    const float* row = x + r * cols;
+    for (int64_t i = 0; i < cols; ++i) {
+      row[i] = col_div.empty() ? double(x[r * cols + i]) : double(x[r * cols + i]) / col_div[i];
+    }
     for (int64_t i = 0; i < cols; ++i) {
       const double xi = row[i];
       if (xi == 0.0) continue;

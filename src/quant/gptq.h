@@ -24,8 +24,11 @@ namespace pagoda {
 // Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL and IQ4_XS.
 bool gptq_supports(DType type);
 
-// x^T x of `n` rows of `cols` (row-major, cols x cols), in double.
-std::vector<double> gptq_gram(const float* x, int64_t n, int64_t cols);
+// x^T x of `n` rows of `cols` (row-major, cols x cols), in double. With `col_div` (cols values),
+// the second moments of x / col_div: the inputs of a matrix AWQ scaled by col_div, whose
+// producer was divided by it.
+std::vector<double> gptq_gram(const float* x, int64_t n, int64_t cols,
+                              std::span<const float> col_div = {});
 
 // What the pass reads: the upper Cholesky factor U (U^T U = (H + damp * mean(diag H) * I)^-1,
 // row-major cols x cols) of `h`. A column no input reached (H_ii = 0) gets H_ii = 1, so its

@@ -53,6 +53,26 @@ double output_error(const std::vector<float>& w, DType type, const std::vector<u
   return total;
 }
 
+// With AWQ's scales the matrix reads x / s: the Gram the pass uses must be that input's.
+TEST(Gptq, GramOfScaledInputsIsTheGramOfTheDividedRows) {
+  const int64_t n = 40, cols = 24;
+  const std::vector<float> x = correlated_inputs(n, cols, 3);
+  std::vector<float> s(static_cast<size_t>(cols)), divided(x.size());
+  for (int64_t c = 0; c < cols; ++c) s[c] = 0.25f + 0.125f * static_cast<float>(c % 7);
+  for (int64_t r = 0; r < n; ++r) {
+    for (int64_t c = 0; c < cols; ++c) divided[r * cols + c] = x[r * cols + c] / s[c];
+  }
+  const std::vector<double> got = gptq_gram(x.data(), n, cols, s);
+  const std::vector<double> expected = gptq_gram(divided.data(), n, cols);
+  ASSERT_EQ(got.size(), expected.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    // The divided rows here are rounded to float; gptq_gram divides in double.
+    EXPECT_NEAR(got[i], expected[i], 1e-5 * (1.0 + std::fabs(expected[i]))) << i;
+  }
+  const std::vector<double> plain = gptq_gram(x.data(), n, cols);
+  EXPECT_GT(std::fabs(plain[0] - got[0]), 1e-3 * std::fabs(plain[0])) << "the scales did nothing";
+}
+
 TEST(Gptq, FactorIsTheUpperCholeskyOfTheDampedInverse) {
   constexpr int64_t kCols = 48, kN = 200;
   const std::vector<float> x = correlated_inputs(kN, kCols, 3);
