@@ -113,7 +113,7 @@ TEST(CudaBackend, MatmulAndEmbedEveryTypeMatchTheReference) {
     SCOPED_TRACE(std::string(dtype_traits(type).name));
     const bool converted = type == DType::kQ2_K || type == DType::kQ3_K ||
                            type == DType::kIQ4_XS || type == DType::kFP8_E4M3;
-    // 512 columns: a lane per unit of 32; 2,048: the staged kernel (whole chunks of 1,024).
+    // 512 columns: half the lanes hold a unit of 32 weights; 2,048: each lane takes two units.
     for (int64_t cols : {512, 2048}) {
       const Matrix wide = make_matrix(type, 67, cols, 7);
       for (int64_t n : {1, 3, 11}) {
@@ -186,7 +186,7 @@ TEST(CudaBackend, ElementwiseOpsMatchTheReference) {
         [&](float* x) { cuda->add_bias(x, w.data(), rows, dim); }, 1e-7);
   check("scale", [&](float* x) { ref->scale(x, 0.37f, n); },
         [&](float* x) { cuda->scale(x, 0.37f, n); }, 1e-7);
-  {  // a wide row takes a block of 1,024 threads
+  {  // a row wider than the block's 256 threads, as in a decode step of an 8B model
     const std::vector<float> wide = random_values(2 * 4096, 4), gain = random_values(4096, 5);
     std::vector<float> expected(wide.size());
     ref->rms_norm(wide.data(), gain.data(), 2, 4096, 1e-6f, expected.data());

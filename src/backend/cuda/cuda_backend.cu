@@ -80,7 +80,10 @@ class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device) : device_(device) {
     check(cudaSetDevice(device), "cudaSetDevice");
-    check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    // A blocking stream: cudaMemset and cudaMemcpy (buffers zeroed, weights uploaded) run on the
+    // legacy default stream and may return before they finish; only a blocking stream is
+    // ordered after them.
+    check(cudaStreamCreateWithFlags(&stream_, cudaStreamDefault), "cudaStreamCreate");
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
@@ -192,9 +195,17 @@ class CudaBackend final : public Backend {
         for (int32_t t = begin; t < end; ++t) split_host_.push_back(t);
         continue;
       }
-      for (int32_t t = begin; t < end; t += cuda::kAttentionTileTokens) {
+      // A tile's tokens have consecutive positions (as a prompt's do), so the positions its
+      // block loads are the ones its tokens see, never a block the table no longer holds.
+      for (int32_t t = begin; t < end;) {
+        int32_t count = 1;
+        while (count < cuda::kAttentionTileTokens && t + count < end &&
+               b.positions[t + count] == b.positions[t + count - 1] + 1) {
+          ++count;
+        }
         tiles_host_.push_back(t);
-        tiles_host_.push_back(std::min(cuda::kAttentionTileTokens, end - t));
+        tiles_host_.push_back(count);
+        t += count;
       }
     }
     const auto num_split = static_cast<int64_t>(split_host_.size());

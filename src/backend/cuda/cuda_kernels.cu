@@ -1,8 +1,9 @@
-// The CUDA backend's kernels. First versions, written for correctness against the reference
-// backend: a warp per output row for products (the weights decoded in registers, read once per
-// pass of up to kTokensPerPass tokens), a warp per (token, head) for attention with the online
-// softmax over the sequence's blocks. docs/CUDA.md lists what is still to come (tensor-core
-// GEMM for prefill, CUDA graphs).
+// The CUDA backend's kernels: a warp per output row for products of a few tokens (the weights
+// decoded in registers, 32 per lane, read once per pass of up to kTokensPerPass tokens; many
+// tokens go to cuBLAS, cuda_gemm.cu), and attention with the online softmax over a sequence's
+// blocks, a token's positions split over a block's warps for decodes, tiles of a prompt's
+// tokens sharing keys and values in shared memory. docs/CUDA.md has the measured speed and
+// what is still to come (CUDA graphs, products at the copy bandwidth).
 #include "backend/cuda/cuda_kernels.h"
 
 #include <cuda_fp16.h>
