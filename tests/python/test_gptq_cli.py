@@ -2,13 +2,11 @@
 tinystories_valid_head.txt, the Q4_0 file is plain GGUF that runs, writes sane greedy text, says
 how it was made, and is much closer to the F32 model than round-to-nearest on the second half;
 with --awq too it rounds the matrices AWQ scaled."""
-import json
-
 import gguf
 import pytest
 
 # The same model, text halves and runner as the --awq tests.
-from test_awq_cli import halves, model, pagoda  # noqa: F401 (fixtures)
+from test_awq_cli import halves, kl_to, model, pagoda  # noqa: F401 (fixtures)
 
 
 @pytest.fixture(scope="module")
@@ -50,10 +48,7 @@ def test_closer_to_f32_than_round_to_nearest(pagoda_bin, model, quantized, halve
     rtn, gptq, _ = quantized
 
     def kl(path):
-        r = pagoda(pagoda_bin, "bench", "quality", "-m", path, "--ref", model, "-f", halves[1], "-c", 128,
-                   "--max-windows", 100, "-t", 2, "--json", "-")
-        assert r.returncode == 0, r.stderr
-        return json.loads(r.stdout)["kl_mean"]
+        return kl_to(pagoda_bin, path, model, halves[1])
 
     # Measured on 100 windows with these 32 chunks (2-core Zen 3, 2026-12-03): rtn 0.1067, GPTQ
     # 0.0750 (0.70x); 0.8x is the issue's target for 4-bit methods.
@@ -73,10 +68,7 @@ def test_with_awq_rounds_the_scaled_matrices(pagoda_bin, model, quantized, halve
     assert "quantize.awq.dataset" in fields and "quantize.gptq.dataset" in fields
 
     def kl(path):
-        r = pagoda(pagoda_bin, "bench", "quality", "-m", path, "--ref", model, "-f", halves[1], "-c", 128,
-                   "--max-windows", 100, "-t", 2, "--json", "-")
-        assert r.returncode == 0, r.stderr
-        return json.loads(r.stdout)["kl_mean"]
+        return kl_to(pagoda_bin, path, model, halves[1])
 
     # GPTQ must see the scaled matrices' inputs (x / s): measured with 64 chunks and 200 windows
     # (2026-12-04), AWQ + GPTQ 0.0706 against GPTQ alone 0.0752 and plain rounding 0.1087.
