@@ -53,8 +53,9 @@ struct QuantizeOptions {
   std::function<void(const AwqProgress&)> awq_progress;
   // Scales to fold as they are, instead of searching them (tests); ignored with awq.text_path.
   const AwqScaling* awq_scaling = nullptr;
-  // GPTQ (above); not together with awq. With an importance matrix, each block's scale fit is
-  // weighted by it. progress(done, total) through the calibration chunks.
+  // GPTQ (above). With awq it rounds the scaled matrices, with their inputs' second moments
+  // divided by the scales. With an importance matrix, each block's scale fit is weighted by it.
+  // progress(done, total) through the calibration chunks.
   GptqOptions gptq;
   std::function<void(int64_t, int64_t)> gptq_progress;
 };
