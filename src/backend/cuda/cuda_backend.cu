@@ -316,20 +316,7 @@ bool cuda_blas_available() { return cuda::blas_available(); }
 bool cuda_unit_values_on_host(DType type, const uint8_t* row, int64_t unit, float* out) {
   if (!cuda::device_decodes(type)) return false;
   float v[cuda::kUnit];
-  switch (type) {
-    case DType::kF32: cuda::unit_values<DType::kF32>(row, unit, v); break;
-    case DType::kF16: cuda::unit_values<DType::kF16>(row, unit, v); break;
-    case DType::kBF16: cuda::unit_values<DType::kBF16>(row, unit, v); break;
-    case DType::kQ4_0: cuda::unit_values<DType::kQ4_0>(row, unit, v); break;
-    case DType::kQ4_1: cuda::unit_values<DType::kQ4_1>(row, unit, v); break;
-    case DType::kQ5_0: cuda::unit_values<DType::kQ5_0>(row, unit, v); break;
-    case DType::kQ5_1: cuda::unit_values<DType::kQ5_1>(row, unit, v); break;
-    case DType::kQ8_0: cuda::unit_values<DType::kQ8_0>(row, unit, v); break;
-    case DType::kQ4_K: cuda::unit_values<DType::kQ4_K>(row, unit, v); break;
-    case DType::kQ5_K: cuda::unit_values<DType::kQ5_K>(row, unit, v); break;
-    case DType::kQ6_K: cuda::unit_values<DType::kQ6_K>(row, unit, v); break;
-    default: return false;
-  }
+  cuda::by_device_type(type, [&]<DType T>() { cuda::unit_values<T>(row, unit, v); });
   std::memcpy(out, v, sizeof v);
   return true;
 }

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "core/dtype.h"
+#include "core/error.h"
 
 namespace pagoda::cuda {
 
@@ -38,6 +39,26 @@ __host__ __device__ constexpr bool device_decodes(DType t) {
   return t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 || t == DType::kQ4_0 ||
          t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1 || t == DType::kQ8_0 ||
          t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
+}
+
+// Calls f.template operator()<T>() for the device-decoded type `type` (the one dispatch from a
+// run-time type to the templated decoders); throws Error for any other type.
+template <class F>
+void by_device_type(DType type, F&& f) {
+  switch (type) {
+    case DType::kF32: return f.template operator()<DType::kF32>();
+    case DType::kF16: return f.template operator()<DType::kF16>();
+    case DType::kBF16: return f.template operator()<DType::kBF16>();
+    case DType::kQ4_0: return f.template operator()<DType::kQ4_0>();
+    case DType::kQ4_1: return f.template operator()<DType::kQ4_1>();
+    case DType::kQ5_0: return f.template operator()<DType::kQ5_0>();
+    case DType::kQ5_1: return f.template operator()<DType::kQ5_1>();
+    case DType::kQ8_0: return f.template operator()<DType::kQ8_0>();
+    case DType::kQ4_K: return f.template operator()<DType::kQ4_K>();
+    case DType::kQ5_K: return f.template operator()<DType::kQ5_K>();
+    case DType::kQ6_K: return f.template operator()<DType::kQ6_K>();
+    default: fail("CUDA: no device decoder for weight type ", static_cast<int>(type));
+  }
 }
 
 template <DType T>

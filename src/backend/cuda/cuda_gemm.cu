@@ -149,17 +149,9 @@ void GemmContext::run(cudaStream_t s, DType type, const uint8_t* w, uint64_t row
     ab_type = CUDA_R_16F;
     if (type != DType::kF16) {
       auto* w_half = reinterpret_cast<__half*>(x_half + static_cast<uint64_t>(count) * 2);
-      switch (type) {
-        case DType::kQ4_0: dequantize<DType::kQ4_0>(s, w, row_bytes, rows, cols, w_half); break;
-        case DType::kQ4_1: dequantize<DType::kQ4_1>(s, w, row_bytes, rows, cols, w_half); break;
-        case DType::kQ5_0: dequantize<DType::kQ5_0>(s, w, row_bytes, rows, cols, w_half); break;
-        case DType::kQ5_1: dequantize<DType::kQ5_1>(s, w, row_bytes, rows, cols, w_half); break;
-        case DType::kQ8_0: dequantize<DType::kQ8_0>(s, w, row_bytes, rows, cols, w_half); break;
-        case DType::kQ4_K: dequantize<DType::kQ4_K>(s, w, row_bytes, rows, cols, w_half); break;
-        case DType::kQ5_K: dequantize<DType::kQ5_K>(s, w, row_bytes, rows, cols, w_half); break;
-        case DType::kQ6_K: dequantize<DType::kQ6_K>(s, w, row_bytes, rows, cols, w_half); break;
-        default: fail("CUDA: no device decoder for weight type ", static_cast<int>(type));
-      }
+      by_device_type(type, [&]<DType T>() {
+        dequantize<T>(s, w, row_bytes, rows, cols, w_half);
+      });
       a = w_half;
     }
   }

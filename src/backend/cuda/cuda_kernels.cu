@@ -415,25 +415,6 @@ __global__ void gather_rows_kernel(const float* x, const int32_t* rows, int64_t 
   for (int64_t c = threadIdx.x; c < width; c += blockDim.x) out[i * width + c] = src[c];
 }
 
-// Calls f.template operator()<T>() for the device-decoded type `type`.
-template <class F>
-void by_type(DType type, F&& f) {
-  switch (type) {
-    case DType::kF32: return f.template operator()<DType::kF32>();
-    case DType::kF16: return f.template operator()<DType::kF16>();
-    case DType::kBF16: return f.template operator()<DType::kBF16>();
-    case DType::kQ4_0: return f.template operator()<DType::kQ4_0>();
-    case DType::kQ4_1: return f.template operator()<DType::kQ4_1>();
-    case DType::kQ5_0: return f.template operator()<DType::kQ5_0>();
-    case DType::kQ5_1: return f.template operator()<DType::kQ5_1>();
-    case DType::kQ8_0: return f.template operator()<DType::kQ8_0>();
-    case DType::kQ4_K: return f.template operator()<DType::kQ4_K>();
-    case DType::kQ5_K: return f.template operator()<DType::kQ5_K>();
-    case DType::kQ6_K: return f.template operator()<DType::kQ6_K>();
-    default: fail("CUDA: no device decoder for weight type ", static_cast<int>(type));
-  }
-}
-
 constexpr int kThreads = 256;
 
 }  // namespace
@@ -443,7 +424,7 @@ bool decodes(DType type) { return device_decodes(type); }
 void embed(cudaStream_t s, DType type, const uint8_t* table, uint64_t row_bytes, int64_t cols,
            const int32_t* ids, int64_t n, float* out) {
   if (n == 0) return;
-  by_type(type, [&]<DType T>() {
+  by_device_type(type, [&]<DType T>() {
     embed_kernel<T><<<static_cast<unsigned>(n), kThreads, 0, s>>>(table, row_bytes, cols, ids, out);
   });
   check_launch("embed");
@@ -453,7 +434,7 @@ void matmul(cudaStream_t s, DType type, const uint8_t* w, uint64_t row_bytes, in
             int64_t cols, const float* x, int64_t n, float* y) {
   if (n == 0 || rows == 0) return;
   const bool units = cols % kUnit == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
-  by_type(type, [&]<DType T>() {
+  by_device_type(type, [&]<DType T>() {
     if (units && n == 1) {
       matvec_kernel<T, 1><<<blocks_for(rows, kRowsPerBlock), kRowsPerBlock * kWarp, 0, s>>>(
           w, row_bytes, rows, cols, x, n, y);
