@@ -149,9 +149,8 @@ class CudaBackend final : public Backend {
     const Weights& d = weights(w);
     if (n >= cuda::kGemmMinTokens && w.cols % 32 == 0 && cuda::blas_available()) {
       const uint64_t bytes = cuda::GemmContext::scratch_bytes(d.type, w.rows, w.cols, n);
-      if (bytes > gemm_scratch_bytes_) {
+      if (bytes > (gemm_scratch_ ? gemm_scratch_->bytes() : 0)) {
         gemm_scratch_ = std::make_unique<DeviceBuffer>(bytes, "the products' scratch");
-        gemm_scratch_bytes_ = bytes;
       }
       gemm_.run(stream_, d.type, d.data(), d.row_bytes, w.rows, w.cols, x, n,
                 gemm_scratch_ ? gemm_scratch_->data() : nullptr, y);
@@ -303,7 +302,6 @@ class CudaBackend final : public Backend {
   std::vector<int32_t> seq_of_host_;
   cuda::GemmContext gemm_;
   std::unique_ptr<DeviceBuffer> gemm_scratch_;
-  uint64_t gemm_scratch_bytes_ = 0;
   BackendArray scratch_;
 };
 
