@@ -8,6 +8,7 @@
 #include <iostream>
 
 #include "core/mapped_file.h"
+#include "format/gguf_vocab.h"
 #include "format/gguf.h"
 #include "tokenizer/tokenizer.h"
 

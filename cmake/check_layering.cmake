@@ -4,21 +4,23 @@
 #
 #   cmake -DSRC=path/to/src -P check_layering.cmake
 #
-# Two pairs depend on each other on purpose (format <-> tokenizer, model <-> kv): see the docs.
+# No layer includes one above it: the table is a strict order, cli/ at the top.
 set(allowed_core "")
-set(allowed_dist "core")
+set(allowed_comm "core")
 set(allowed_quant "core")
+set(allowed_tokenizer "core")
 set(allowed_format "core;tokenizer")
-set(allowed_tokenizer "core;format")
 set(allowed_backend "core;quant")
-set(allowed_model "core;format;tokenizer;quant;backend;kv;dist")
-set(allowed_kv "core;tokenizer;backend;model")
-set(allowed_sched "core;tokenizer;kv")
+set(allowed_kv "core")
+set(allowed_sched "core;kv")
+set(allowed_model "core;format;tokenizer;quant;backend;comm")
+set(allowed_tools "core;format;tokenizer;quant;backend;model")
 set(allowed_grammar "core;tokenizer")
 set(allowed_template "core")
 set(allowed_engine "core;tokenizer;backend;model;kv;sched;grammar")
 set(allowed_server "core;tokenizer;grammar;engine")
-set(allowed_bench "core;quant;tokenizer;backend;model;kv;engine")
+set(allowed_planner "core;quant;tokenizer;backend;model;kv;tools")
+set(allowed_bench "core;quant;tokenizer;backend;model;kv;engine;planner")
 set(allowed_cli "*")
 
 if(NOT SRC)

@@ -1,6 +1,6 @@
 // The KV cache's value types and how one layer's K/V memory is laid out in each, shared by
 // every backend (so the fast backend and the reference store the same bytes) and by the cache
-// that allocates it (kv/kv_storage.h).
+// that allocates it (model/kv_storage.h).
 //
 // Memory is num_blocks blocks; within a block each KV head has a slab of block_size token
 // slots, each slot head_bytes(type, head_dim) bytes, so a block is a contiguous run of bytes

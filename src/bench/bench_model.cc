@@ -7,9 +7,9 @@
 #include <filesystem>
 
 #include "backend/backend_choice.h"
-#include "bench/estimate.h"
+#include "planner/estimate.h"
 #include "core/error.h"
-#include "kv/kv_storage.h"
+#include "model/kv_storage.h"
 #include "model/model_check.h"
 
 namespace pagoda::bench {

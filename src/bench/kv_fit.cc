@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "bench/estimate.h"
+#include "planner/estimate.h"
 #include "core/error.h"
 
 namespace pagoda::bench {

@@ -8,7 +8,7 @@
 #include <functional>
 #include <vector>
 
-#include "bench/workload.h"
+#include "planner/workload.h"
 #include "engine/engine.h"
 
 namespace pagoda::bench {

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "kv/kv_storage.h"
+#include "model/kv_storage.h"
 #include "model/model.h"
 #include "tokenizer/vocab.h"
 

@@ -14,7 +14,7 @@
 
 #include "bench/metrics.h"
 #include "bench/serve_client.h"
-#include "bench/workload.h"  // LengthRange, parse_length_range
+#include "planner/workload.h"  // LengthRange, parse_length_range
 
 namespace pagoda::bench {
 

@@ -14,11 +14,11 @@
 #include "bench/offline_run.h"
 #include "bench/process_memory.h"
 #include "bench/progress.h"
-#include "bench/workload.h"
+#include "planner/workload.h"
 #include "cli/bench_commands.h"
 #include "cli/speculative_options.h"
 #include "core/error.h"
-#include "kv/kv_storage.h"
+#include "model/kv_storage.h"
 
 namespace pagoda::cli {
 namespace {

@@ -9,12 +9,12 @@
 #include <vector>
 
 #include "bench/bench_cli.h"
-#include "bench/estimate.h"
+#include "planner/estimate.h"
 #include "bench/interrupt.h"
 #include "bench/kv_fit.h"
 #include "bench/offline_run.h"
 #include "bench/process_memory.h"
-#include "bench/workload.h"
+#include "planner/workload.h"
 #include "cli/bench_commands.h"
 #include "core/error.h"
 

@@ -17,7 +17,7 @@
 #include "cli/generation_options.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
-#include "kv/kv_storage.h"
+#include "model/kv_storage.h"
 
 namespace pagoda::cli {
 namespace {

@@ -11,7 +11,7 @@
 #include "cli/commands.h"
 #include "cli/format_util.h"
 #include "cli/tensor_bar.h"
-#include "model/convert.h"
+#include "tools/convert.h"
 
 namespace pagoda::cli {
 namespace {

@@ -3,7 +3,7 @@
 // roofline model of the step), the largest request rate meeting a latency service level, and
 // cost. --calibrate fits the profile to `pagoda bench` reports; --table prints the seed's five
 // deployments.
-#include "bench/estimate.h"
+#include "planner/estimate.h"
 
 #include <cmath>
 #include <cstdio>
@@ -12,11 +12,11 @@
 #include <random>
 #include <sstream>
 
-#include "bench/calibrate.h"
-#include "bench/deployment.h"
-#include "bench/estimate_report.h"
-#include "bench/seed_table.h"
-#include "bench/workload.h"
+#include "planner/calibrate.h"
+#include "planner/deployment.h"
+#include "planner/estimate_report.h"
+#include "planner/example_deployments.h"
+#include "planner/workload.h"
 #include "cli/commands.h"
 #include "cli/format_util.h"
 #include "core/error.h"
@@ -318,7 +318,7 @@ int run_table(const EstimateArgs& a, const CLI::App& cmd, const HardwareProfile*
     }
   }
   auto [lengths, workload] = workload_lengths(a, cmd, nullptr);
-  SeedTableOptions o;
+  ExampleDeploymentOptions o;
   o.deployment = deployment_options(a, cmd, std::move(lengths), std::nullopt);
   if (calibrated_this) {
     o.this_machine = *calibrated_this;
@@ -327,19 +327,19 @@ int run_table(const EstimateArgs& a, const CLI::App& cmd, const HardwareProfile*
     std::fprintf(stderr, "probing this machine for the CPU row (bandwidth, F16 and Q4_0)...\n");
     o.this_machine = probe_this_machine(p);
   }
-  const auto rows = seed_table(o);
+  const auto rows = estimate_example_deployments(o);
   EstimateJson json_rows = EstimateJson::array();
   std::string text = "The seed's deployments, each for " + workload + "; SLO " +
                      strf("p%g TTFT <= %g ms, p%g TPOT <= %g ms\n\n", a.slo_percentile,
                           a.slo_ttft_ms, a.slo_percentile, a.slo_tpot_ms);
   int index = 1;
-  for (const SeedRowResult& r : rows) {
+  for (const ExampleDeploymentResult& r : rows) {
     const Deployment& d = r.deployment;
     text += strf("%d. %s  (%s, %s, %s x %d, K/V %s)\n", index++, r.row.deployment.c_str(),
                  r.row.preset.c_str(), r.row.weights_type.c_str(), r.row.hardware.c_str(),
                  r.row.num_devices, r.row.kv_type.c_str());
     text += "   seed:    " +
-            (r.row.seed_figure.empty() ? std::string("(no figure quoted)") : r.row.seed_figure) +
+            (r.row.claimed_figure.empty() ? std::string("(no figure quoted)") : r.row.claimed_figure) +
             "\n";
     std::string ours;
     if (!d.memory.fits) {
@@ -370,8 +370,8 @@ int run_table(const EstimateArgs& a, const CLI::App& cmd, const HardwareProfile*
     row["weights_type"] = r.row.weights_type;
     row["kv_type"] = r.row.kv_type;
     row["hardware"] = hardware_json(d.profile, d.num_devices, d.rates);
-    row["seed_figure"] =
-        r.row.seed_figure.empty() ? EstimateJson(nullptr) : EstimateJson(r.row.seed_figure);
+    row["claimed_figure"] =
+        r.row.claimed_figure.empty() ? EstimateJson(nullptr) : EstimateJson(r.row.claimed_figure);
     row["weight_bytes"] = r.cost.weights.num_bytes;
     row["notes"] = r.notes;
     json_rows.push_back(std::move(row));

@@ -13,7 +13,7 @@
 #include "bench/progress.h"
 #include "cli/commands.h"
 #include "core/error.h"
-#include "model/imatrix.h"
+#include "tools/imatrix.h"
 #include "model/model.h"
 #include "model/model_file.h"
 

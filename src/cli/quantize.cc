@@ -16,7 +16,7 @@
 #include "cli/commands.h"
 #include "cli/format_util.h"
 #include "cli/tensor_bar.h"
-#include "model/quantize.h"
+#include "tools/quantize.h"
 
 namespace pagoda::cli {
 namespace {

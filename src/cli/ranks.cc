@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "dist/communicator.h"
+#include "comm/communicator.h"
 #include "model/model.h"
 #include "model/tensor_parallel.h"
 

@@ -19,7 +19,7 @@
 #include "core/mapped_file.h"
 #include "engine/engine_thread.h"
 #include "grammar/grammar_cache.h"
-#include "kv/kv_storage.h"
+#include "model/kv_storage.h"
 #include "model/model.h"
 #include "model/model_check.h"
 #include "model/model_file.h"

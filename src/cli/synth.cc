@@ -7,7 +7,7 @@
 #include "cli/commands.h"
 #include "cli/format_util.h"
 #include "model/recipe.h"
-#include "model/synth.h"
+#include "tools/synth.h"
 
 namespace pagoda::cli {
 

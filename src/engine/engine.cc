@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "core/memory.h"
 #include "engine/forward_batch.h"
-#include "kv/kv_copy.h"
+#include "model/kv_copy.h"
 
 namespace pagoda {
 namespace {
@@ -161,13 +161,13 @@ void Engine::add_group(RequestId id, GenerationRequest r) {
     group.sampling = r.sampling;
     group.beam = std::make_unique<BeamSearch>(r.beam, static_cast<int32_t>(r.prompt.size()),
                                               r.max_tokens, r.stop_ids, seq_id);
-    Request base;
+    pagoda::Sequence base;
     base.id = seq_id;
     base.prompt = std::move(r.prompt);
     base.max_tokens = r.max_tokens;
     base.stop_ids = std::move(r.stop_ids);
     base.cache_key = r.cache_key;
-    scheduler_.add_request(std::move(base));
+    scheduler_.add_sequence(std::move(base));
     sequences_.emplace(seq_id, std::move(seq));
     groups_.emplace(id, std::move(group));
     return;
@@ -200,13 +200,13 @@ void Engine::add_group(RequestId id, GenerationRequest r) {
 
   // Only the first sequence runs the prompt; the others fork from it once it samples (see the
   // top of engine.h).
-  Request base;
+  pagoda::Sequence base;
   base.prompt = std::move(r.prompt);
   base.max_tokens = r.max_tokens;
   base.stop_ids = std::move(r.stop_ids);
   base.cache_key = r.cache_key;
   base.id = seq_ids[0];
-  scheduler_.add_request(std::move(base));
+  scheduler_.add_sequence(std::move(base));
   const int32_t num_speculative = r.num_speculative_tokens < 0 ? config_.speculative.num_tokens
                                                                : r.num_speculative_tokens;
   for (int32_t k = 0; k < r.n; ++k) {
@@ -283,7 +283,7 @@ std::vector<OutputEvent> Engine::step() {
   std::unordered_map<RequestId, std::vector<BeamCandidates>> beam_present;      // by request
   std::unordered_map<SequenceId, size_t> beam_index;  // beam -> its entry in new_tokens
   size_t row = 0;
-  for (const ScheduledRequest& s : plan.requests) {
+  for (const ScheduledSequence& s : plan.sequences) {
     if (!s.needs_sample) continue;
     const auto num_rows = static_cast<size_t>(s.num_logit_rows());
     const std::span<float> logits(logits_.data() + row * vocab_size_,
@@ -301,7 +301,7 @@ std::vector<OutputEvent> Engine::step() {
     }
     OutputEvent e = event_for(seq);
     std::vector<TokenId> tokens;
-    const Request& scheduled = *scheduler_.find(s.seq_id);
+    const pagoda::Sequence& scheduled = *scheduler_.find(s.seq_id);
     e.num_cached_tokens = scheduled.num_cached_tokens;
     const std::vector<TokenId>& stop_ids = scheduled.stop_ids;
     if (seq.grammar && !apply_grammar(seq, logits, stop_ids)) {
@@ -371,28 +371,28 @@ std::vector<OutputEvent> Engine::step() {
   if (!beam_present.empty()) {
     select_beams(beam_present, beam_index, new_tokens, beam_drop, beam_forks);
   }
-  std::vector<Request> finished = scheduler_.commit(plan, new_tokens);
-  for (const ScheduledRequest& s : plan.requests) {
+  std::vector<pagoda::Sequence> finished = scheduler_.commit(plan, new_tokens);
+  for (const ScheduledSequence& s : plan.sequences) {
     if (!s.needs_sample) continue;
-    const Request* r = scheduler_.find(s.seq_id);
+    const pagoda::Sequence* r = scheduler_.find(s.seq_id);
     auto it = std::find_if(event_of.begin(), event_of.end(),
                            [&](const auto& p) { return p.first == s.seq_id; });
     const int32_t num_accepted = it == event_of.end() ? 0 : events[it->second].num_accepted;
     speculator_->observe(s, num_accepted, r ? r->num_computed_tokens : -1);
   }
-  for (Request& r : finished) {
+  for (pagoda::Sequence& r : finished) {
     if (beam_index.count(r.id)) continue;  // a dropped beam: finish_beam_round frees it
     auto it = std::find_if(event_of.begin(), event_of.end(),
                            [&](const auto& p) { return p.first == r.id; });
     PAGODA_CHECK(it != event_of.end());
     OutputEvent& e = events[it->second];
-    if (r.status == RequestStatus::kFinishedStopped) {
+    if (r.status == SequenceStatus::kFinishedStopped) {
       e.stop_token = e.token_ids.back();
       e.token_ids.pop_back();
       if (!e.logprobs.empty()) e.logprobs.pop_back();
       finish_sequence(r.id, FinishReason::kStop, e);
     } else {
-      PAGODA_CHECK(r.status == RequestStatus::kFinishedLength);
+      PAGODA_CHECK(r.status == SequenceStatus::kFinishedLength);
       finish_sequence(r.id, FinishReason::kLength, e);
     }
   }
@@ -549,7 +549,7 @@ void Engine::start_child(SequenceId child, std::vector<SampleResult> first,
   e.token_ids = {token};
   ++num_generated_tokens_;
   if (c.sampler.params().logprobs) e.logprobs = std::move(first);
-  const Request* parent = scheduler_.find(group.parent);
+  const pagoda::Sequence* parent = scheduler_.find(group.parent);
   const std::vector<TokenId>& stop_ids = group.stop_ids;
   const bool stops = std::find(stop_ids.begin(), stop_ids.end(), token) != stop_ids.end();
   if (stops) {
@@ -562,14 +562,14 @@ void Engine::start_child(SequenceId child, std::vector<SampleResult> first,
   } else if (parent != nullptr) {
     scheduler_.fork(group.parent, child, token);
   } else {
-    Request q;
+    pagoda::Sequence q;
     q.id = child;
     q.prompt = group.prompt;
     q.output = {token};
     q.max_tokens = group.max_tokens;
     q.stop_ids = stop_ids;
     q.cache_key = group.cache_key;
-    scheduler_.add_request(std::move(q));
+    scheduler_.add_sequence(std::move(q));
   }
   events.push_back(std::move(e));
 }
@@ -614,7 +614,7 @@ void Engine::check_invariants() const {
     const bool waiting_child =
         std::find(group.waiting_children.begin(), group.waiting_children.end(), seq_id) !=
         group.waiting_children.end();
-    const Request* r = scheduler_.find(seq_id);
+    const pagoda::Sequence* r = scheduler_.find(seq_id);
     PAGODA_CHECK(waiting_child == (r == nullptr));
     if (r != nullptr) ++num_in_scheduler;
   }
@@ -622,7 +622,7 @@ void Engine::check_invariants() const {
   for (const auto& [id, group] : groups_) {
     PAGODA_CHECK(num_seqs_of[id] == group.num_unfinished && group.num_unfinished > 0);
     if (!group.waiting_children.empty()) {
-      const Request* parent = scheduler_.find(group.parent);
+      const pagoda::Sequence* parent = scheduler_.find(group.parent);
       PAGODA_CHECK(parent != nullptr && parent->output.empty());
     }
   }

@@ -43,7 +43,7 @@
 #include "engine/sampler.h"
 #include "engine/speculator.h"
 #include "grammar/token_mask.h"
-#include "kv/kv_storage.h"
+#include "model/kv_storage.h"
 #include "model/model.h"
 #include "sched/scheduler.h"
 

@@ -11,9 +11,9 @@ ForwardBatch build_forward_batch(const StepPlan& plan, const FindRequest& find_r
   if (block_size < 1) fail("forward batch: block size must be positive, got ", block_size);
   ForwardBatch b;
   b.block_size = block_size;
-  const auto num_seqs = static_cast<int32_t>(plan.requests.size());
+  const auto num_seqs = static_cast<int32_t>(plan.sequences.size());
   int32_t max_blocks = 0;
-  for (const ScheduledRequest& s : plan.requests) {
+  for (const ScheduledSequence& s : plan.sequences) {
     max_blocks = std::max(max_blocks, static_cast<int32_t>(s.block_table.size()));
   }
   b.max_blocks_per_seq = max_blocks;
@@ -25,8 +25,8 @@ ForwardBatch build_forward_batch(const StepPlan& plan, const FindRequest& find_r
   b.query_start.push_back(0);
 
   for (int32_t seq = 0; seq < num_seqs; ++seq) {
-    const ScheduledRequest& s = plan.requests[seq];
-    const Request* r = find_request(s.seq_id);
+    const ScheduledSequence& s = plan.sequences[seq];
+    const Sequence* r = find_request(s.seq_id);
     if (r == nullptr) fail("forward batch: request ", s.seq_id, " of the plan is not live");
     const int64_t end = int64_t{s.start_position} + s.num_new_tokens;
     const int64_t known_end = end - s.num_proposed;  // proposals come after the known tokens

@@ -13,11 +13,11 @@
 namespace pagoda {
 
 // A live request of the plan by id; never null for an id the plan schedules.
-using FindRequest = std::function<const Request*(SequenceId)>;
+using FindRequest = std::function<const Sequence*(SequenceId)>;
 
-// Sequence s of the batch is plan.requests[s]: its tokens [start_position, start_position +
+// Sequence s of the batch is plan.sequences[s]: its tokens [start_position, start_position +
 // num_new_tokens) of prompt + output, at those positions, written to the slots its block table
-// names; proposals (ScheduledRequest::proposed) follow the known tokens. Block table rows are
+// names; proposals (ScheduledSequence::proposed) follow the known tokens. Block table rows are
 // padded with kNoBlock past a request's own blocks (attention reads only up to each token's
 // position). logit_rows holds, for every request with needs_sample in plan order (the order
 // Scheduler::commit() wants the new tokens in), its num_logit_rows() last rows.

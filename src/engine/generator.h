@@ -11,7 +11,7 @@
 
 #include "backend/backend.h"
 #include "engine/sampler.h"
-#include "kv/kv_storage.h"
+#include "model/kv_storage.h"
 #include "model/model.h"
 
 namespace pagoda {

@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "core/error.h"
-#include "kv/kv_copy.h"
+#include "model/kv_copy.h"
 
 namespace pagoda {
 namespace {
@@ -94,10 +94,10 @@ void Speculator::plan_lookahead(Scheduler& scheduler) {
   for (auto& [id, st] : states_) {
     st.ngram.clear();
     st.q.clear();
-    const Request* r = scheduler.find(id);
+    const Sequence* r = scheduler.find(id);
     int32_t lookahead = 0;
     // Only a sequence whose next step decodes proposes: its prompt is all computed.
-    const bool decoding = r != nullptr && r->status == RequestStatus::kRunning &&
+    const bool decoding = r != nullptr && r->status == SequenceStatus::kRunning &&
                           r->num_computed_tokens == r->num_tokens() - 1;
     if (st.max_k > 0 && decoding && !crowded) {
       if (config_.method != SpecMethod::kDraft) {
@@ -133,7 +133,7 @@ std::vector<SequenceId> Speculator::catch_up(const Scheduler& scheduler,
   int32_t budget = catch_up_budget_;
   for (SequenceId id : ids) {
     State& st = states_.at(id);
-    const Request* r = scheduler.find(id);
+    const Sequence* r = scheduler.find(id);
     const int32_t behind = r->num_computed_tokens - st.draft_num_computed;
     if (behind <= 0) {
       ready.push_back(id);
@@ -198,8 +198,8 @@ TokenId Speculator::draft_token(State& st, std::span<const float> logits, bool k
 void Speculator::propose(StepPlan& plan, const Scheduler& scheduler) {
   std::vector<size_t> drafted;  // plan indices the draft proposes for
   int32_t max_proposed = 0;
-  for (size_t i = 0; i < plan.requests.size(); ++i) {
-    ScheduledRequest& s = plan.requests[i];
+  for (size_t i = 0; i < plan.sequences.size(); ++i) {
+    ScheduledSequence& s = plan.sequences[i];
     if (s.num_proposed == 0) continue;
     State& st = states_.at(s.seq_id);
     if (!st.ngram.empty()) {
@@ -216,7 +216,7 @@ void Speculator::propose(StepPlan& plan, const Scheduler& scheduler) {
     std::vector<DraftSeq> seqs;
     std::vector<size_t> rows;
     for (size_t i : drafted) {
-      const ScheduledRequest& s = plan.requests[i];
+      const ScheduledSequence& s = plan.sequences[i];
       if (s.num_proposed <= j) continue;
       DraftSeq d;
       d.table = s.block_table;
@@ -237,7 +237,7 @@ void Speculator::propose(StepPlan& plan, const Scheduler& scheduler) {
     stats_.num_draft_tokens += batch.num_tokens();
     const auto vocab = static_cast<size_t>(config_.draft_model->config().vocab_size);
     for (size_t r = 0; r < rows.size(); ++r) {
-      ScheduledRequest& s = plan.requests[rows[r]];
+      ScheduledSequence& s = plan.sequences[rows[r]];
       State& st = states_.at(s.seq_id);
       const std::span<const float> logits(draft_logits_.data() + r * vocab, vocab);
       s.proposed.push_back(draft_token(st, logits, st.params.temperature > 0.0f));
@@ -251,7 +251,7 @@ void Speculator::copy_blocks(std::span<const BlockCopy> copies) {
   }
 }
 
-void Speculator::observe(const ScheduledRequest& s, int32_t num_accepted,
+void Speculator::observe(const ScheduledSequence& s, int32_t num_accepted,
                          int32_t num_computed_tokens) {
   auto it = states_.find(s.seq_id);
   if (it == states_.end()) return;
@@ -284,7 +284,7 @@ void Speculator::observe(const ScheduledRequest& s, int32_t num_accepted,
 void Speculator::check_invariants(const Scheduler& scheduler) const {
   for (const auto& [id, st] : states_) {
     if (st.max_k > 0) PAGODA_CHECK(st.k >= 1 && st.k <= st.max_k);
-    const Request* r = scheduler.find(id);
+    const Sequence* r = scheduler.find(id);
     if (r != nullptr) PAGODA_CHECK(st.draft_num_computed <= r->num_computed_tokens);
   }
 }

@@ -1,5 +1,5 @@
 // Speculative decoding inside the batching engine. Between steps the Speculator decides, per
-// decoding sequence, how many tokens to propose (Request::num_lookahead_tokens); after the
+// decoding sequence, how many tokens to propose (Sequence::num_lookahead_tokens); after the
 // scheduler has made room for them it writes the proposals into the plan; after the step it
 // counts what the verifier accepted. Proposals come from n-gram lookup in the sequence's own
 // tokens, from a draft model, or from both (n-gram first, the draft when it finds nothing).
@@ -25,7 +25,7 @@
 #include "backend/backend.h"
 #include "engine/ngram.h"
 #include "engine/sampler.h"
-#include "kv/kv_storage.h"
+#include "model/kv_storage.h"
 #include "model/model.h"
 #include "sched/scheduler.h"
 
@@ -81,7 +81,7 @@ class Speculator {
   // Between steps: sets every speculating sequence's lookahead in the scheduler (running the
   // draft's catch-up where it is behind).
   void plan_lookahead(Scheduler& scheduler);
-  // After schedule(): fills ScheduledRequest::proposed of every request with proposals.
+  // After schedule(): fills ScheduledSequence::proposed of every request with proposals.
   void propose(StepPlan& plan, const Scheduler& scheduler);
   // The distributions the proposals of `seq` in the step were drawn from (see Sampler::verify);
   // empty when they were deterministic.
@@ -90,7 +90,7 @@ class Speculator {
   void copy_blocks(std::span<const BlockCopy> copies);
   // After commit(): what the step accepted of `s`'s proposals; `num_computed_tokens` is the
   // sequence's count after the commit (or -1 when it finished).
-  void observe(const ScheduledRequest& s, int32_t num_accepted, int32_t num_computed_tokens);
+  void observe(const ScheduledSequence& s, int32_t num_accepted, int32_t num_computed_tokens);
   // The sequence lost its blocks: the draft starts over with it.
   void preempted(SequenceId seq);
 

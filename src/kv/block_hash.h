@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <span>
 
-#include "tokenizer/vocab.h"
+#include "core/token.h"
 
 namespace pagoda {
 

@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "kv/kv_storage.h"
+#include "model/kv_storage.h"
 #include "model/architecture.h"
 #include "model/model.h"
 #include "model/model_file.h"

@@ -5,8 +5,8 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "dist/communicator.h"
-#include "kv/kv_storage.h"
+#include "comm/communicator.h"
+#include "model/kv_storage.h"
 #include "model/architecture.h"
 #include "model/model.h"
 #include "model/model_file.h"

@@ -6,8 +6,8 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "dist/communicator.h"
-#include "kv/kv_copy.h"
+#include "comm/communicator.h"
+#include "model/kv_copy.h"
 #include "model/model_file.h"
 #include "model/tensor_parallel.h"
 

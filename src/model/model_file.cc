@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "format/gguf_vocab.h"
 #include "format/gguf.h"
 #include "format/hf_tokenizer.h"
 #include "format/safetensors.h"

@@ -5,9 +5,9 @@
 #include <memory>
 
 #include "core/error.h"
-#include "dist/communicator.h"
-#include "kv/kv_copy.h"
-#include "kv/kv_storage.h"
+#include "comm/communicator.h"
+#include "model/kv_copy.h"
+#include "model/kv_storage.h"
 
 namespace pagoda {
 

@@ -18,18 +18,18 @@ Scheduler::Scheduler(SchedulerConfig config) : config_(std::move(config)), kv_(c
   }
 }
 
-Request& Scheduler::get(SequenceId id) {
+Sequence& Scheduler::get(SequenceId id) {
   auto it = requests_.find(id);
   PAGODA_CHECK(it != requests_.end());
   return it->second;
 }
 
-const Request* Scheduler::find(SequenceId id) const {
+const Sequence* Scheduler::find(SequenceId id) const {
   auto it = requests_.find(id);
   return it == requests_.end() ? nullptr : &it->second;
 }
 
-void Scheduler::add_request(Request request) {
+void Scheduler::add_sequence(Sequence request) {
   const SequenceId id = request.id;
   if (requests_.count(id)) fail("request ", id, ": the id is already in use");
   if (request.prompt.empty()) fail("request ", id, ": the prompt is empty");
@@ -45,7 +45,7 @@ void Scheduler::add_request(Request request) {
          request.max_tokens, " need ", num_blocks, " KV blocks; the cache has ", kv_.num_blocks());
   }
   request.num_computed_tokens = 0;
-  request.status = RequestStatus::kWaiting;
+  request.status = SequenceStatus::kWaiting;
   request.arrival_order = next_arrival_++;
   request.num_cached_tokens = 0;
   request.num_preemptions = 0;
@@ -70,10 +70,10 @@ StepPlan Scheduler::schedule() {
   }
   pending_copies_.clear();
   num_tokens_last_step_ = plan.num_scheduled_tokens;
-  if (!plan.requests.empty()) {
+  if (!plan.sequences.empty()) {
     in_flight_step_ = plan.step_id;
     in_flight_num_tokens_ = plan.num_scheduled_tokens;
-    in_flight_num_requests_ = static_cast<int32_t>(plan.requests.size());
+    in_flight_num_requests_ = static_cast<int32_t>(plan.sequences.size());
   }
   return plan;
 }
@@ -87,8 +87,8 @@ bool Scheduler::schedule_running(StepPlan& plan, int32_t& budget) {
   // (else, late in a long prompt, one step's attention alone takes seconds and every decode
   // beside it waits). Alone, a prompt takes the whole budget.
   const int64_t half = std::max(kv_.block_size(), config_.max_num_batched_tokens / 2);
-  auto prefill_cap = [&](const Request& r) -> int32_t {
-    if (waiting_.empty() && plan.requests.empty()) return budget;
+  auto prefill_cap = [&](const Sequence& r) -> int32_t {
+    if (waiting_.empty() && plan.sequences.empty()) return budget;
     const int64_t keys = std::max<int64_t>(half, r.num_computed_tokens);
     return static_cast<int32_t>(std::max<int64_t>(kv_.block_size(), half * half / keys));
   };
@@ -98,11 +98,11 @@ bool Scheduler::schedule_running(StepPlan& plan, int32_t& budget) {
   for (const bool decodes : {true, false}) {
     for (SequenceId id : order) {
       if (budget <= 0) break;
-      const Request* found = find(id);
-      if (found == nullptr || found->status != RequestStatus::kRunning || in_flight_.count(id)) {
+      const Sequence* found = find(id);
+      if (found == nullptr || found->status != SequenceStatus::kRunning || in_flight_.count(id)) {
         continue;  // preempted this step, or already planned
       }
-      Request& r = get(id);
+      Sequence& r = get(id);
       const int32_t num_wanted = r.num_tokens() - r.num_computed_tokens;
       PAGODA_CHECK(num_wanted > 0);
       if ((num_wanted == 1) != decodes) continue;
@@ -142,37 +142,37 @@ void Scheduler::unplan(SequenceId id, StepPlan& plan, int32_t& budget) {
   budget += it->second.num_new_tokens;
   plan.num_scheduled_tokens -= it->second.num_new_tokens;
   in_flight_.erase(it);
-  std::erase_if(plan.requests, [id](const ScheduledRequest& s) { return s.seq_id == id; });
+  std::erase_if(plan.sequences, [id](const ScheduledSequence& s) { return s.seq_id == id; });
 }
 
 void Scheduler::schedule_waiting(StepPlan& plan, int32_t& budget) {
   while (!waiting_.empty() && budget > 0 &&
          static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
-    Request& r = get(waiting_.front());
+    Sequence& r = get(waiting_.front());
     const CachedPrefix prefix = kv_.get_computed_blocks(r.tokens(), r.cache_key);
     const int32_t num_new = std::min(r.num_tokens() - prefix.num_tokens, budget);
     // First come, first served: a request that does not fit blocks the ones behind it.
     if (!kv_.allocate_slots(r.id, 0, num_new, &prefix)) break;
     waiting_.pop_front();
-    if (r.status == RequestStatus::kWaiting) r.num_cached_tokens = prefix.num_tokens;
+    if (r.status == SequenceStatus::kWaiting) r.num_cached_tokens = prefix.num_tokens;
     r.num_computed_tokens = prefix.num_tokens;
-    r.status = RequestStatus::kRunning;
+    r.status = SequenceStatus::kRunning;
     running_.push_back(r.id);
     add_to_plan(plan, r, num_new, 0);
     budget -= num_new;
   }
 }
 
-void Scheduler::add_to_plan(StepPlan& plan, Request& r, int32_t num_new_tokens,
+void Scheduler::add_to_plan(StepPlan& plan, Sequence& r, int32_t num_new_tokens,
                             int32_t num_proposed) {
-  ScheduledRequest s;
+  ScheduledSequence s;
   s.seq_id = r.id;
   s.num_new_tokens = num_new_tokens;
   s.start_position = r.num_computed_tokens;
   s.block_table = kv_.block_table(r.id);
   s.needs_sample = r.num_computed_tokens + num_new_tokens - num_proposed == r.num_tokens();
   s.num_proposed = num_proposed;
-  plan.requests.push_back(std::move(s));
+  plan.sequences.push_back(std::move(s));
   plan.num_scheduled_tokens += num_new_tokens;
   in_flight_[r.id] = {num_new_tokens, num_proposed};
 }
@@ -184,12 +184,12 @@ void Scheduler::set_num_lookahead_tokens(SequenceId id, int32_t num_tokens) {
 }
 
 void Scheduler::preempt(SequenceId id, StepPlan& plan) {
-  Request& r = get(id);
-  PAGODA_CHECK(r.status == RequestStatus::kRunning && !in_flight_.count(id));
+  Sequence& r = get(id);
+  PAGODA_CHECK(r.status == SequenceStatus::kRunning && !in_flight_.count(id));
   running_.erase(std::find(running_.begin(), running_.end(), id));
   kv_.free(id);
   r.num_computed_tokens = 0;
-  r.status = RequestStatus::kPreempted;
+  r.status = SequenceStatus::kPreempted;
   ++r.num_preemptions;
   ++num_preemptions_;
   waiting_.push_front(id);  // victims are taken newest first, so the oldest ends up in front
@@ -197,7 +197,7 @@ void Scheduler::preempt(SequenceId id, StepPlan& plan) {
   if (config_.on_preempt) config_.on_preempt(r);
 }
 
-std::vector<Request> Scheduler::commit(const StepPlan& plan,
+std::vector<Sequence> Scheduler::commit(const StepPlan& plan,
                                        std::span<const TokenId> sampled_tokens) {
   std::vector<std::vector<TokenId>> new_tokens;
   new_tokens.reserve(sampled_tokens.size());
@@ -205,24 +205,24 @@ std::vector<Request> Scheduler::commit(const StepPlan& plan,
   return commit(plan, new_tokens);
 }
 
-std::vector<Request> Scheduler::commit(const StepPlan& plan,
+std::vector<Sequence> Scheduler::commit(const StepPlan& plan,
                                        std::span<const std::vector<TokenId>> new_tokens) {
   if (static_cast<int32_t>(new_tokens.size()) != plan.num_samples()) {
     fail("scheduler: step ", plan.step_id, " needs ", plan.num_samples(),
          " lists of new tokens, got ", new_tokens.size());
   }
-  if (plan.requests.empty()) return {};
+  if (plan.sequences.empty()) return {};
   if (plan.step_id != in_flight_step_) {
     fail("scheduler: commit() of step ", plan.step_id, ", which is not the step in flight");
   }
-  std::vector<Request> finished;
+  std::vector<Sequence> finished;
   size_t k = 0;
-  for (const ScheduledRequest& s : plan.requests) {
+  for (const ScheduledSequence& s : plan.sequences) {
     const std::vector<TokenId>* tokens = s.needs_sample ? &new_tokens[k++] : nullptr;
     auto it = in_flight_.find(s.seq_id);
     if (it == in_flight_.end()) continue;  // aborted since schedule()
-    Request& r = get(s.seq_id);
-    PAGODA_CHECK(r.status == RequestStatus::kRunning && r.num_computed_tokens == s.start_position &&
+    Sequence& r = get(s.seq_id);
+    PAGODA_CHECK(r.status == SequenceStatus::kRunning && r.num_computed_tokens == s.start_position &&
                  it->second.num_new_tokens == s.num_new_tokens &&
                  it->second.num_proposed == s.num_proposed);
     if (tokens == nullptr) {
@@ -258,20 +258,20 @@ std::vector<Request> Scheduler::commit(const StepPlan& plan,
   return finished;
 }
 
-bool Scheduler::append_and_check_stop(Request& r, TokenId token) {
+bool Scheduler::append_and_check_stop(Sequence& r, TokenId token) {
   r.output.push_back(token);
   if (std::find(r.stop_ids.begin(), r.stop_ids.end(), token) != r.stop_ids.end()) {
-    r.status = RequestStatus::kFinishedStopped;
+    r.status = SequenceStatus::kFinishedStopped;
     return true;
   }
   if (r.num_output_tokens() >= r.max_tokens) {
-    r.status = RequestStatus::kFinishedLength;
+    r.status = SequenceStatus::kFinishedLength;
     return true;
   }
   return false;
 }
 
-Request Scheduler::finish(SequenceId id, RequestStatus status) {
+Sequence Scheduler::finish(SequenceId id, SequenceStatus status) {
   auto it = requests_.find(id);
   PAGODA_CHECK(it != requests_.end() && is_finished(status));
   kv_.free(id);
@@ -283,15 +283,15 @@ Request Scheduler::finish(SequenceId id, RequestStatus status) {
   }
   in_flight_.erase(id);
   std::erase_if(pending_copies_, [id](const auto& c) { return c.first == id; });
-  Request r = std::move(it->second);
+  Sequence r = std::move(it->second);
   requests_.erase(it);
   r.status = status;
   return r;
 }
 
-std::optional<Request> Scheduler::abort(SequenceId id) {
+std::optional<Sequence> Scheduler::abort(SequenceId id) {
   if (!requests_.count(id)) return std::nullopt;
-  return finish(id, RequestStatus::kFinishedAborted);
+  return finish(id, SequenceStatus::kFinishedAborted);
 }
 
 void Scheduler::fork(SequenceId parent, SequenceId child, std::optional<TokenId> last_token) {
@@ -299,8 +299,8 @@ void Scheduler::fork(SequenceId parent, SequenceId child, std::optional<TokenId>
   auto it = requests_.find(parent);
   if (it == requests_.end()) fail("fork: request ", parent, " is not live");
   if (requests_.count(child)) fail("fork: request id ", child, " is already in use");
-  const Request& p = it->second;
-  Request c;
+  const Sequence& p = it->second;
+  Sequence c;
   c.id = child;
   c.prompt = p.prompt;
   c.output = p.output;
@@ -313,17 +313,17 @@ void Scheduler::fork(SequenceId parent, SequenceId child, std::optional<TokenId>
   c.cache_key = p.cache_key;
   c.parent = parent;
   c.arrival_order = next_arrival_++;
-  c.status = RequestStatus::kWaiting;
-  if (p.status == RequestStatus::kRunning &&
+  c.status = SequenceStatus::kWaiting;
+  if (p.status == SequenceStatus::kRunning &&
       static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
     if (auto copies = kv_.fork(parent, child, p.num_computed_tokens)) {
       c.num_computed_tokens = p.num_computed_tokens;
-      c.status = RequestStatus::kRunning;
+      c.status = SequenceStatus::kRunning;
       for (const BlockCopy& copy : *copies) pending_copies_.push_back({child, copy});
       running_.push_back(child);
     }
   }
-  if (c.status == RequestStatus::kWaiting) waiting_.push_back(child);
+  if (c.status == SequenceStatus::kWaiting) waiting_.push_back(child);
   requests_.emplace(child, std::move(c));
 }
 
@@ -346,8 +346,8 @@ void Scheduler::check_invariants() const {
   const int32_t bs = kv_.block_size();
   for (SequenceId id : running_) {
     PAGODA_CHECK(seen.insert(id).second);
-    const Request* r = find(id);
-    PAGODA_CHECK(r && r->status == RequestStatus::kRunning && kv_.has(id));
+    const Sequence* r = find(id);
+    PAGODA_CHECK(r && r->status == SequenceStatus::kRunning && kv_.has(id));
     auto it = in_flight_.find(id);
     const InFlight scheduled = it == in_flight_.end() ? InFlight{} : it->second;
     PAGODA_CHECK(r->num_computed_tokens >= 0 && r->num_computed_tokens < r->num_tokens());
@@ -365,9 +365,9 @@ void Scheduler::check_invariants() const {
   }
   for (SequenceId id : waiting_) {
     PAGODA_CHECK(seen.insert(id).second);
-    const Request* r = find(id);
+    const Sequence* r = find(id);
     PAGODA_CHECK(r &&
-                 (r->status == RequestStatus::kWaiting || r->status == RequestStatus::kPreempted));
+                 (r->status == SequenceStatus::kWaiting || r->status == SequenceStatus::kPreempted));
     PAGODA_CHECK(r->num_computed_tokens == 0 && !kv_.has(id));
   }
   for (const auto& [id, r] : requests_) {

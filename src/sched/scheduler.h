@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "kv/kv_cache_manager.h"
-#include "sched/request.h"
+#include "sched/sequence.h"
 #include "sched/step_plan.h"
 
 namespace pagoda {
@@ -37,7 +37,7 @@ struct SchedulerConfig {
   int32_t max_num_batched_tokens = 2048;  // the token budget of one step
   int32_t max_num_seqs = 64;              // running requests at most
   KvCacheConfig kv;
-  std::function<void(const Request&)> on_preempt;  // told of each preemption (e.g. to log it)
+  std::function<void(const Sequence&)> on_preempt;  // told of each preemption (e.g. to log it)
 };
 
 struct SchedulerStats {
@@ -56,30 +56,30 @@ class Scheduler {
   // Queues a request (status, counters and arrival order are set here). Throws Error on a
   // duplicate id, an empty prompt, max_tokens < 1, output already at max_tokens, or a request
   // that could not fit in the whole KV cache even alone.
-  void add_request(Request request);
+  void add_sequence(Sequence request);
 
   // Plans the next step and allocates its blocks. At most one step may be in flight.
   StepPlan schedule();
 
   // The result of the step `plan`: `new_tokens` holds, for each request of the plan with
   // needs_sample, in plan order (nothing for the others), the tokens the step gives it: the
-  // proposals the verifier accepted (a prefix of ScheduledRequest::proposed) and one sampled
+  // proposals the verifier accepted (a prefix of ScheduledSequence::proposed) and one sampled
   // token after them. Advances num_computed_tokens past the accepted tokens, gives back the
   // slots of rejected ones, hashes newly full blocks (accepted tokens only), appends the tokens
   // one by one until a stop id or max_tokens, and frees finished requests, which are returned
   // (moved out of the scheduler). Requests aborted since schedule() are skipped.
-  std::vector<Request> commit(const StepPlan& plan,
+  std::vector<Sequence> commit(const StepPlan& plan,
                               std::span<const std::vector<TokenId>> new_tokens);
   // The same for a plan without proposals: one sampled token per request with needs_sample.
-  std::vector<Request> commit(const StepPlan& plan, std::span<const TokenId> sampled_tokens);
+  std::vector<Sequence> commit(const StepPlan& plan, std::span<const TokenId> sampled_tokens);
 
   // Speculative decoding: how many proposals to verify in `id`'s next decoding step (see
-  // Request::num_lookahead_tokens). Between steps; an unknown id is ignored.
+  // Sequence::num_lookahead_tokens). Between steps; an unknown id is ignored.
   void set_num_lookahead_tokens(SequenceId id, int32_t num_tokens);
 
   // Ends a live request at once, freeing its blocks; returns it (status finished_aborted), or
   // nullopt when the id is unknown or already finished.
-  std::optional<Request> abort(SequenceId id);
+  std::optional<Sequence> abort(SequenceId id);
 
   // Parallel sampling: `child` continues from a copy of `parent`'s tokens (prompt and output so
   // far) with the same limits; with `last_token`, the child's last output token is that one
@@ -91,7 +91,7 @@ class Scheduler {
   // or last_token is given for a parent without output.
   void fork(SequenceId parent, SequenceId child, std::optional<TokenId> last_token = std::nullopt);
 
-  const Request* find(SequenceId id) const;  // a live request, or nullptr
+  const Sequence* find(SequenceId id) const;  // a live request, or nullptr
   bool has_unfinished() const { return !requests_.empty(); }
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
   int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
@@ -103,22 +103,22 @@ class Scheduler {
   void check_invariants() const;
 
  private:
-  Request& get(SequenceId id);
+  Sequence& get(SequenceId id);
   // Schedules running requests, decodes before prompt chunks, each in admission order,
   // preempting from the newest when blocks run out. Returns whether anything was preempted.
   bool schedule_running(StepPlan& plan, int32_t& budget);
   // Takes a request planned this step back out of the plan (before it is preempted).
   void unplan(SequenceId id, StepPlan& plan, int32_t& budget);
   void schedule_waiting(StepPlan& plan, int32_t& budget);
-  void add_to_plan(StepPlan& plan, Request& r, int32_t num_new_tokens, int32_t num_proposed);
+  void add_to_plan(StepPlan& plan, Sequence& r, int32_t num_new_tokens, int32_t num_proposed);
   void preempt(SequenceId id, StepPlan& plan);
   // Appends `token`; returns whether the request is now finished.
-  bool append_and_check_stop(Request& r, TokenId token);
-  Request finish(SequenceId id, RequestStatus status);
+  bool append_and_check_stop(Sequence& r, TokenId token);
+  Sequence finish(SequenceId id, SequenceStatus status);
 
   SchedulerConfig config_;
   KvCacheManager kv_;
-  std::unordered_map<SequenceId, Request> requests_;  // live requests (waiting or running)
+  std::unordered_map<SequenceId, Sequence> requests_;  // live requests (waiting or running)
   std::deque<SequenceId> waiting_;                    // FCFS; preempted requests go to the front
   std::vector<SequenceId> running_;                   // in admission order: newest last
   std::vector<std::pair<SequenceId, BlockCopy>> pending_copies_;  // from fork(), by child

@@ -10,8 +10,8 @@
 
 namespace pagoda {
 
-struct ScheduledRequest {
-  SequenceId seq_id = 0;             // the scheduled Request's id
+struct ScheduledSequence {
+  SequenceId seq_id = 0;             // the scheduled Sequence's id
   int32_t num_new_tokens = 0;        // tokens [start_position, start_position + num_new_tokens)
   int32_t start_position = 0;        // = the request's num_computed_tokens before the step
   std::vector<BlockId> block_table;  // after this step's allocation; covers every new token
@@ -31,20 +31,20 @@ struct ScheduledRequest {
 
 struct StepPlan {
   int64_t step_id = -1;
-  std::vector<ScheduledRequest> requests;  // running requests first, then newly admitted
+  std::vector<ScheduledSequence> sequences; // running requests first, then newly admitted
   std::vector<BlockCopy> block_copies;     // run in order, before any K/V write of the step
   std::vector<SequenceId> preempted;       // requests this step preempted (their blocks are gone)
   int32_t num_scheduled_tokens = 0;        // sum of num_new_tokens, <= max_num_batched_tokens
 
-  bool empty() const { return requests.empty() && block_copies.empty(); }
+  bool empty() const { return sequences.empty() && block_copies.empty(); }
   int32_t num_samples() const {
     int32_t n = 0;
-    for (const ScheduledRequest& r : requests) n += r.needs_sample ? 1 : 0;
+    for (const ScheduledSequence& r : sequences) n += r.needs_sample ? 1 : 0;
     return n;
   }
   int32_t num_logit_rows() const {
     int32_t n = 0;
-    for (const ScheduledRequest& r : requests) n += r.num_logit_rows();
+    for (const ScheduledSequence& r : sequences) n += r.num_logit_rows();
     return n;
   }
 };

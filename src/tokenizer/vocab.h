@@ -8,10 +8,9 @@
 #include <utility>
 #include <vector>
 
-namespace pagoda {
+#include "core/token.h"
 
-using TokenId = int32_t;
-constexpr TokenId kNoToken = -1;
+namespace pagoda {
 
 // As GGUF numbers them (tokenizer.ggml.token_type).
 enum class TokenType : int32_t {
@@ -59,10 +58,5 @@ struct Vocab {
  private:
   std::unordered_map<std::string, TokenId> index_;
 };
-
-class GgufFile;
-
-// Reads tokenizer.ggml.* from a GGUF file; throws Error naming the key on bad metadata.
-Vocab vocab_from_gguf(const GgufFile& file);
 
 }  // namespace pagoda

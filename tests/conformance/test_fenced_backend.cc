@@ -15,7 +15,7 @@
 
 #include "conformance/engine_harness.h"
 #include "core/error.h"
-#include "model/synth.h"
+#include "tools/synth.h"
 #include "test_util.h"
 
 namespace pagoda {

@@ -11,10 +11,10 @@
 
 #include "backend/backend.h"
 #include "core/error.h"
-#include "model/imatrix.h"
+#include "tools/imatrix.h"
 #include "model/model.h"
 #include "model/model_file.h"
-#include "model/synth.h"
+#include "tools/synth.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 

@@ -25,7 +25,7 @@
 #include "engine/generator.h"
 #include "model/model.h"
 #include "model/model_file.h"
-#include "model/synth.h"
+#include "tools/synth.h"
 #include "test_util.h"
 
 namespace pagoda {

@@ -14,7 +14,7 @@
 #include "conformance/engine_harness.h"
 #include "core/error.h"
 #include "format/gguf.h"
-#include "model/quantize.h"
+#include "tools/quantize.h"
 #include "test_util.h"
 
 namespace pagoda {

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "conformance/vocab_cases.h"
+#include "format/gguf_vocab.h"
 #include "format/gguf.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"

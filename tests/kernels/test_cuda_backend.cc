@@ -12,7 +12,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "conformance/engine_harness.h"
 #include "core/dtype.h"
-#include "kv/kv_storage.h"
+#include "model/kv_storage.h"
 #include "model/model.h"
 #include "quant/reference.h"
 #include "test_util.h"

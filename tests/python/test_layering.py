@@ -55,3 +55,19 @@ def test_a_folder_that_is_no_layer_fails(tmp_path):
     r = check(src)
     assert r.returncode != 0
     assert "src/extras/ is no layer" in " ".join(r.stderr.split())
+
+
+@pytest.mark.parametrize("folder,include", [("kv", "model/kv_storage.h"),
+                                            ("kv", "backend/backend.h"),
+                                            ("sched", "tokenizer/vocab.h"),
+                                            ("tokenizer", "format/gguf.h"),
+                                            ("model", "tools/synth.h"),
+                                            ("bench", "cli/commands.h")])
+def test_the_control_plane_and_the_readers_stay_below(tmp_path, folder, include):
+    # The arrows that once pointed back up (kv/ into the model's storage, the tokenizer into
+    # the GGUF reader) are refused like any other.
+    src = tree(tmp_path, {include: "#pragma once\n",
+                          f"{folder}/x.cc": f"#include \"{include}\"\n"})
+    r = check(src)
+    assert r.returncode != 0
+    assert f"src/{folder}/x.cc" in " ".join(r.stderr.split())

@@ -6,7 +6,7 @@
 
 #include "core/error.h"
 #include "model/architecture.h"
-#include "model/synth.h"
+#include "tools/synth.h"
 #include "model/weights.h"
 
 namespace pagoda {

@@ -5,7 +5,7 @@
 #include <fstream>
 #include <set>
 
-#include "bench/workload.h"
+#include "planner/workload.h"
 #include "core/error.h"
 #include "model/model_file.h"
 #include "test_util.h"

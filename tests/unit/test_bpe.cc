@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "format/gguf_vocab.h"
 #include "format/gguf.h"
 #include "test_util.h"
 #include "tokenizer/byte_unicode.h"

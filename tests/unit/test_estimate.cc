@@ -3,10 +3,10 @@
 
 #include <filesystem>
 
-#include "bench/estimate.h"
+#include "planner/estimate.h"
 #include "core/error.h"
 #include "model/model_file.h"
-#include "model/synth.h"
+#include "tools/synth.h"
 #include "test_util.h"
 
 namespace pagoda {

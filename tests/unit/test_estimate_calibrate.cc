@@ -6,9 +6,9 @@
 #include <functional>
 #include <string>
 
-#include "bench/calibrate.h"
-#include "bench/estimate.h"
-#include "bench/hardware.h"
+#include "planner/calibrate.h"
+#include "planner/estimate.h"
+#include "planner/hardware.h"
 #include "core/error.h"
 
 namespace pagoda {

@@ -6,10 +6,10 @@
 
 #include <cmath>
 
-#include "bench/deployment.h"
-#include "bench/estimate.h"
-#include "bench/roofline.h"
-#include "bench/serving_sim.h"
+#include "planner/deployment.h"
+#include "planner/estimate.h"
+#include "planner/roofline.h"
+#include "planner/serving_sim.h"
 #include "core/error.h"
 
 namespace pagoda {
@@ -114,7 +114,7 @@ TEST(EstimateRoofline, FlopsPerTokenOfADenseDecoder) {
 TEST(EstimateRoofline, DecodeAtBatchOneIsBoundByBytes) {
   const ModelCost cost = tiny_cost();
   StepLoad load;
-  load.add_sequence(cost, 1, 100, true);
+  load.add_request(cost, 1, 100, true);
   const StepTime t = step_time(cost, rates(1e9, 1e11, 1e10, 2e-6), load);
   // Weights: 321792 bytes at 1 GB/s; K/V: 100 tokens x 512 bytes.
   EXPECT_NEAR(t.matmul_s, 321792e-9, 1e-15);
@@ -127,7 +127,7 @@ TEST(EstimateRoofline, DecodeAtBatchOneIsBoundByBytes) {
 TEST(EstimateRoofline, DecodeAtLargeBatchIsBoundByFlops) {
   const ModelCost cost = tiny_cost();
   StepLoad load;
-  for (int i = 0; i < 10000; ++i) load.add_sequence(cost, 1, 100, true);
+  for (int i = 0; i < 10000; ++i) load.add_request(cost, 1, 100, true);
   const StepTime t = step_time(cost, rates(1e9, 1e11, 1e12), load);
   // 10000 x 160256 flops at 1e11 against 321792 bytes at 1e9.
   EXPECT_NEAR(t.matmul_s, 10000 * 160256.0 / 1e11, 1e-12);
@@ -142,7 +142,7 @@ TEST(EstimateRoofline, WithoutOverlapMemoryAndComputeAdd) {
   // 1 GB/s plus 10000 x 160256 flops at 1e11, attention its bytes plus its flops.
   const ModelCost cost = tiny_cost();
   StepLoad load;
-  for (int i = 0; i < 10000; ++i) load.add_sequence(cost, 1, 100, true);
+  for (int i = 0; i < 10000; ++i) load.add_request(cost, 1, 100, true);
   DeviceRates r = rates(1e9, 1e11, 1e12);
   r.overlap = 0;
   StepTime t = step_time(cost, r, load);
@@ -157,7 +157,7 @@ TEST(EstimateRoofline, WithoutOverlapMemoryAndComputeAdd) {
 TEST(EstimateRoofline, TensorParallelSplitsBytesFlopsAndAddsAllReduces) {
   const ModelCost cost = tiny_cost();
   StepLoad load;
-  load.add_sequence(cost, 1, 100, true);
+  load.add_request(cost, 1, 100, true);
   DeviceRates r = rates(1e9, 1e11, 1e10);
   r.num_devices = 2;
   r.link_bandwidth = 1e9;

@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #include "engine/forward_batch.h"
-#include "kv/kv_copy.h"
+#include "model/kv_copy.h"
 #include "sched/scheduler.h"
 
 namespace pagoda {
@@ -24,8 +24,8 @@ SchedulerConfig make_config(int32_t budget, int32_t num_blocks, int32_t block_si
   return config;
 }
 
-Request make_request(SequenceId id, int num_prompt, int max_tokens, TokenId first) {
-  Request r;
+Sequence make_request(SequenceId id, int num_prompt, int max_tokens, TokenId first) {
+  Sequence r;
   r.id = id;
   r.prompt.resize(static_cast<size_t>(num_prompt));
   std::iota(r.prompt.begin(), r.prompt.end(), first);
@@ -36,16 +36,16 @@ Request make_request(SequenceId id, int num_prompt, int max_tokens, TokenId firs
 // Checks the batch against the plan and the requests' token lists, written out independently.
 void expect_batch_matches(const ForwardBatch& b, const StepPlan& plan, const Scheduler& s) {
   const int32_t bs = s.kv().block_size();
-  ASSERT_EQ(b.num_seqs(), static_cast<int32_t>(plan.requests.size()));
+  ASSERT_EQ(b.num_seqs(), static_cast<int32_t>(plan.sequences.size()));
   ASSERT_EQ(b.num_tokens(), plan.num_scheduled_tokens);
   ASSERT_EQ(b.positions.size(), b.token_ids.size());
   ASSERT_EQ(b.slot_mapping.size(), b.token_ids.size());
-  ASSERT_EQ(b.block_table.size(), plan.requests.size() * b.max_blocks_per_seq);
+  ASSERT_EQ(b.block_table.size(), plan.sequences.size() * b.max_blocks_per_seq);
   EXPECT_EQ(b.block_size, bs);
   std::vector<int32_t> logit_rows;
-  for (size_t i = 0; i < plan.requests.size(); ++i) {
-    const ScheduledRequest& sr = plan.requests[i];
-    const Request* r = s.find(sr.seq_id);
+  for (size_t i = 0; i < plan.sequences.size(); ++i) {
+    const ScheduledSequence& sr = plan.sequences[i];
+    const Sequence* r = s.find(sr.seq_id);
     ASSERT_NE(r, nullptr);
     std::vector<TokenId> all = r->prompt;
     all.insert(all.end(), r->output.begin(), r->output.end());
@@ -68,12 +68,12 @@ void expect_batch_matches(const ForwardBatch& b, const StepPlan& plan, const Sch
 
 TEST(ForwardBatch, PrefillsAndDecodesOfTwoRequests) {
   Scheduler s(make_config(16, 8));
-  s.add_request(make_request(1, 7, 4, 100));
-  s.add_request(make_request(2, 3, 4, 200));
+  s.add_sequence(make_request(1, 7, 4, 100));
+  s.add_sequence(make_request(2, 3, 4, 200));
   StepPlan plan = s.schedule();
-  ASSERT_EQ(plan.requests.size(), 2u);
-  ASSERT_EQ(plan.requests[0].block_table, (std::vector<BlockId>{0, 1}));
-  ASSERT_EQ(plan.requests[1].block_table, (std::vector<BlockId>{2}));
+  ASSERT_EQ(plan.sequences.size(), 2u);
+  ASSERT_EQ(plan.sequences[0].block_table, (std::vector<BlockId>{0, 1}));
+  ASSERT_EQ(plan.sequences[1].block_table, (std::vector<BlockId>{2}));
   ForwardBatch b = build_forward_batch(plan, s);
   EXPECT_EQ(b.token_ids, (std::vector<int32_t>{100, 101, 102, 103, 104, 105, 106, 200, 201, 202}));
   EXPECT_EQ(b.positions, (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6, 0, 1, 2}));
@@ -98,17 +98,17 @@ TEST(ForwardBatch, PrefillsAndDecodesOfTwoRequests) {
   b = build_forward_batch(plan, s);
   EXPECT_EQ(b.token_ids, (std::vector<int32_t>{501, 601}));
   EXPECT_EQ(b.positions, (std::vector<int32_t>{8, 4}));
-  ASSERT_EQ(plan.requests[0].block_table.size(), 3u);
-  ASSERT_EQ(plan.requests[1].block_table.size(), 2u);
-  EXPECT_EQ(b.slot_mapping[0], int64_t{plan.requests[0].block_table[2]} * 4);
-  EXPECT_EQ(b.slot_mapping[1], int64_t{plan.requests[1].block_table[1]} * 4);
+  ASSERT_EQ(plan.sequences[0].block_table.size(), 3u);
+  ASSERT_EQ(plan.sequences[1].block_table.size(), 2u);
+  EXPECT_EQ(b.slot_mapping[0], int64_t{plan.sequences[0].block_table[2]} * 4);
+  EXPECT_EQ(b.slot_mapping[1], int64_t{plan.sequences[1].block_table[1]} * 4);
   expect_batch_matches(b, plan, s);
 }
 
 TEST(ForwardBatch, ChunkedPrefillWantsLogitsOnlyAtThePromptsEnd) {
   Scheduler s(make_config(5, 8));
-  s.add_request(make_request(1, 7, 4, 100));
-  s.add_request(make_request(2, 3, 4, 200));
+  s.add_sequence(make_request(1, 7, 4, 100));
+  s.add_sequence(make_request(2, 3, 4, 200));
   StepPlan plan = s.schedule();
   ForwardBatch b = build_forward_batch(plan, s);
   EXPECT_EQ(b.token_ids, (std::vector<int32_t>{100, 101, 102, 103, 104}));
@@ -129,7 +129,7 @@ TEST(ForwardBatch, ChunkedPrefillWantsLogitsOnlyAtThePromptsEnd) {
 TEST(ForwardBatch, RecomputedRequestsReadTheirOutputTokens) {
   Scheduler s(make_config(64, 6));
   for (SequenceId id = 1; id <= 4; ++id)
-    s.add_request(make_request(id, 3 + int(id), 12, 100 * TokenId(id)));
+    s.add_sequence(make_request(id, 3 + int(id), 12, 100 * TokenId(id)));
   int num_recomputed_outputs = 0;
   TokenId next = 1000;
   while (s.has_unfinished()) {
@@ -138,8 +138,8 @@ TEST(ForwardBatch, RecomputedRequestsReadTheirOutputTokens) {
     ForwardBatch b = build_forward_batch(plan, s);
     expect_batch_matches(b, plan, s);
     std::vector<TokenId> sampled;
-    for (const ScheduledRequest& sr : plan.requests) {
-      const Request* r = s.find(sr.seq_id);
+    for (const ScheduledSequence& sr : plan.sequences) {
+      const Sequence* r = s.find(sr.seq_id);
       if (sr.start_position == 0 && r->num_output_tokens() > 0) ++num_recomputed_outputs;
       if (sr.needs_sample) sampled.push_back(next++);
     }
@@ -151,18 +151,18 @@ TEST(ForwardBatch, RecomputedRequestsReadTheirOutputTokens) {
 }
 
 TEST(ForwardBatch, RejectsUnknownRequestsAndShortTables) {
-  Request r = make_request(7, 5, 4, 100);
+  Sequence r = make_request(7, 5, 4, 100);
   StepPlan plan;
-  plan.requests.push_back({7, 5, 0, {3}, true});
+  plan.sequences.push_back({7, 5, 0, {3}, true});
   plan.num_scheduled_tokens = 5;
-  const FindRequest none = [](SequenceId) -> const Request* { return nullptr; };
+  const FindRequest none = [](SequenceId) -> const Sequence* { return nullptr; };
   const FindRequest found = [&](SequenceId id) { return id == 7 ? &r : nullptr; };
   EXPECT_THROW(build_forward_batch(plan, none, 4), Error);
   EXPECT_THROW(build_forward_batch(plan, found, 4), Error);  // 5 tokens, one block of 4
-  plan.requests[0].block_table = {3, 1};
+  plan.sequences[0].block_table = {3, 1};
   ForwardBatch b = build_forward_batch(plan, found, 4);
   EXPECT_EQ(b.slot_mapping, (std::vector<int64_t>{12, 13, 14, 15, 4}));
-  plan.requests[0].needs_sample = false;  // the scheduled tokens reach the end: it must sample
+  plan.sequences[0].needs_sample = false;  // the scheduled tokens reach the end: it must sample
   EXPECT_THROW(build_forward_batch(plan, found, 4), Error);
 }
 

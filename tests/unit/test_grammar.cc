@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "format/gguf_vocab.h"
 #include "format/gguf.h"
 #include "grammar/gbnf.h"
 #include "grammar/json_schema.h"

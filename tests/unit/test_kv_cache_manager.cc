@@ -301,7 +301,7 @@ TEST(KvCacheManagerTest, ConcurrentDuplicatesShareThePrefixIdentity) {
   kv.cache_full_blocks(2, seq(p), 12);
   kv.check_invariants();
   EXPECT_FALSE(kv.pool().is_hashed(kv.block_table(2)[0]));  // a duplicate: not cached twice
-  // Request 2 goes on alone; its next block hangs under request 1's identical prefix.
+  // Sequence 2 goes on alone; its next block hangs under request 1's identical prefix.
   std::vector<TokenId> longer = p;
   for (TokenId t = 0; t < 5; ++t) longer.push_back(800 + t);
   ASSERT_TRUE(kv.allocate_slots(2, 12, 4));

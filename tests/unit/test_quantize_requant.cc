@@ -12,7 +12,7 @@
 #include "core/error.h"
 #include "format/gguf.h"
 #include "format/gguf_writer.h"
-#include "model/quantize.h"
+#include "tools/quantize.h"
 #include "quant/reference.h"
 #include "test_util.h"
 

@@ -6,12 +6,12 @@
 #include <algorithm>
 #include <string>
 
-#include "bench/estimate.h"
+#include "planner/estimate.h"
 #include "core/error.h"
 #include "format/gguf.h"
-#include "model/quantize.h"
+#include "tools/quantize.h"
 #include "model/recipe.h"
-#include "model/synth.h"
+#include "tools/synth.h"
 #include "test_util.h"
 
 namespace pagoda {

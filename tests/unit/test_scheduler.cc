@@ -25,9 +25,9 @@ SchedulerConfig make_config(int32_t budget, int32_t max_seqs, int32_t num_blocks
   return config;
 }
 
-Request make_request(SequenceId id, int num_prompt, int max_tokens, TokenId first = 100,
+Sequence make_request(SequenceId id, int num_prompt, int max_tokens, TokenId first = 100,
                      std::vector<TokenId> stop_ids = {}) {
-  Request r;
+  Sequence r;
   r.id = id;
   r.prompt.resize(static_cast<size_t>(num_prompt));
   std::iota(r.prompt.begin(), r.prompt.end(), first);
@@ -37,11 +37,11 @@ Request make_request(SequenceId id, int num_prompt, int max_tokens, TokenId firs
 }
 
 // A stand-in for the model: the next token only depends on how long the sequence is.
-TokenId next_token(const Request& r) { return 1000 + r.num_tokens(); }
+TokenId next_token(const Sequence& r) { return 1000 + r.num_tokens(); }
 
 struct StepOutcome {
   StepPlan plan;
-  std::vector<Request> finished;
+  std::vector<Sequence> finished;
 };
 
 // schedule + commit with fake sampled tokens, checking invariants after each.
@@ -50,7 +50,7 @@ StepOutcome step(Scheduler& s) {
   out.plan = s.schedule();
   s.check_invariants();
   std::vector<TokenId> sampled;
-  for (const ScheduledRequest& r : out.plan.requests) {
+  for (const ScheduledSequence& r : out.plan.sequences) {
     if (r.needs_sample) sampled.push_back(next_token(*s.find(r.seq_id)));
   }
   out.finished = s.commit(out.plan, sampled);
@@ -58,8 +58,8 @@ StepOutcome step(Scheduler& s) {
   return out;
 }
 
-const ScheduledRequest* scheduled(const StepPlan& plan, SequenceId id) {
-  for (const ScheduledRequest& r : plan.requests) {
+const ScheduledSequence* scheduled(const StepPlan& plan, SequenceId id) {
+  for (const ScheduledSequence& r : plan.sequences) {
     if (r.seq_id == id) return &r;
   }
   return nullptr;
@@ -67,30 +67,30 @@ const ScheduledRequest* scheduled(const StepPlan& plan, SequenceId id) {
 
 TEST(SchedulerTest, OneRequestPrefillsThenDecodes) {
   Scheduler s(make_config(64, 4, 16));
-  s.add_request(make_request(1, 10, 3));
+  s.add_sequence(make_request(1, 10, 3));
   s.check_invariants();
-  EXPECT_EQ(s.find(1)->status, RequestStatus::kWaiting);
+  EXPECT_EQ(s.find(1)->status, SequenceStatus::kWaiting);
 
   StepOutcome a = step(s);
-  ASSERT_EQ(a.plan.requests.size(), 1u);
-  EXPECT_EQ(a.plan.requests[0].start_position, 0);
-  EXPECT_EQ(a.plan.requests[0].num_new_tokens, 10);
-  EXPECT_TRUE(a.plan.requests[0].needs_sample);
-  EXPECT_EQ(a.plan.requests[0].block_table.size(), 3u);  // 10 slots in 4-token blocks
+  ASSERT_EQ(a.plan.sequences.size(), 1u);
+  EXPECT_EQ(a.plan.sequences[0].start_position, 0);
+  EXPECT_EQ(a.plan.sequences[0].num_new_tokens, 10);
+  EXPECT_TRUE(a.plan.sequences[0].needs_sample);
+  EXPECT_EQ(a.plan.sequences[0].block_table.size(), 3u);  // 10 slots in 4-token blocks
   EXPECT_EQ(a.plan.num_scheduled_tokens, 10);
-  EXPECT_EQ(s.find(1)->status, RequestStatus::kRunning);
+  EXPECT_EQ(s.find(1)->status, SequenceStatus::kRunning);
   EXPECT_EQ(s.find(1)->output, (std::vector<TokenId>{1010}));
   EXPECT_EQ(s.find(1)->num_computed_tokens, 10);
 
   StepOutcome b = step(s);
-  ASSERT_EQ(b.plan.requests.size(), 1u);
-  EXPECT_EQ(b.plan.requests[0].start_position, 10);
-  EXPECT_EQ(b.plan.requests[0].num_new_tokens, 1);
+  ASSERT_EQ(b.plan.sequences.size(), 1u);
+  EXPECT_EQ(b.plan.sequences[0].start_position, 10);
+  EXPECT_EQ(b.plan.sequences[0].num_new_tokens, 1);
   EXPECT_EQ(s.stats().num_tokens_last_step, 1);
 
   StepOutcome c = step(s);
   ASSERT_EQ(c.finished.size(), 1u);
-  EXPECT_EQ(c.finished[0].status, RequestStatus::kFinishedLength);
+  EXPECT_EQ(c.finished[0].status, SequenceStatus::kFinishedLength);
   EXPECT_EQ(c.finished[0].output, (std::vector<TokenId>{1010, 1011, 1012}));
   EXPECT_FALSE(s.has_unfinished());
   EXPECT_EQ(s.stats().kv.num_used_blocks, 0);
@@ -99,17 +99,17 @@ TEST(SchedulerTest, OneRequestPrefillsThenDecodes) {
 
 TEST(SchedulerTest, LongPromptIsChunkedByTheBudget) {
   Scheduler s(make_config(8, 4, 16));
-  s.add_request(make_request(1, 20, 2));
+  s.add_sequence(make_request(1, 20, 2));
   std::vector<int> starts, sizes, tables;
   std::vector<bool> samples;
   while (s.has_unfinished()) {
     StepOutcome o = step(s);
-    ASSERT_EQ(o.plan.requests.size(), 1u);
+    ASSERT_EQ(o.plan.sequences.size(), 1u);
     EXPECT_LE(o.plan.num_scheduled_tokens, 8);
-    starts.push_back(o.plan.requests[0].start_position);
-    sizes.push_back(o.plan.requests[0].num_new_tokens);
-    tables.push_back(static_cast<int>(o.plan.requests[0].block_table.size()));
-    samples.push_back(o.plan.requests[0].needs_sample);
+    starts.push_back(o.plan.sequences[0].start_position);
+    sizes.push_back(o.plan.sequences[0].num_new_tokens);
+    tables.push_back(static_cast<int>(o.plan.sequences[0].block_table.size()));
+    samples.push_back(o.plan.sequences[0].needs_sample);
   }
   EXPECT_EQ(starts, (std::vector<int>{0, 8, 16, 20}));
   EXPECT_EQ(sizes, (std::vector<int>{8, 8, 4, 1}));
@@ -119,42 +119,42 @@ TEST(SchedulerTest, LongPromptIsChunkedByTheBudget) {
 
 TEST(SchedulerTest, RunningFirstThenWaitingWithWhatIsLeft) {
   Scheduler s(make_config(16, 4, 32));
-  s.add_request(make_request(1, 12, 10));
+  s.add_sequence(make_request(1, 12, 10));
   step(s);  // request 1 prefilled, now decoding
-  s.add_request(make_request(2, 30, 4, 500));
-  s.add_request(make_request(3, 5, 10, 900));
+  s.add_sequence(make_request(2, 30, 4, 500));
+  s.add_sequence(make_request(3, 5, 10, 900));
   StepOutcome o = step(s);
-  ASSERT_EQ(o.plan.requests.size(), 2u);  // 1 + 15: nothing left for request 3
-  EXPECT_EQ(o.plan.requests[0].seq_id, 1);
-  EXPECT_EQ(o.plan.requests[0].num_new_tokens, 1);
-  EXPECT_EQ(o.plan.requests[1].seq_id, 2);
-  EXPECT_EQ(o.plan.requests[1].num_new_tokens, 15);
-  EXPECT_FALSE(o.plan.requests[1].needs_sample);
+  ASSERT_EQ(o.plan.sequences.size(), 2u);  // 1 + 15: nothing left for request 3
+  EXPECT_EQ(o.plan.sequences[0].seq_id, 1);
+  EXPECT_EQ(o.plan.sequences[0].num_new_tokens, 1);
+  EXPECT_EQ(o.plan.sequences[1].seq_id, 2);
+  EXPECT_EQ(o.plan.sequences[1].num_new_tokens, 15);
+  EXPECT_FALSE(o.plan.sequences[1].needs_sample);
   EXPECT_EQ(o.plan.num_scheduled_tokens, 16);
-  EXPECT_EQ(s.find(3)->status, RequestStatus::kWaiting);
-  // Request 2's next chunk shares the step with request 1's decode and holds up request 3: its
+  EXPECT_EQ(s.find(3)->status, SequenceStatus::kWaiting);
+  // Sequence 2's next chunk shares the step with request 1's decode and holds up request 3: its
   // queries x keys stay within half the budget squared (8 x 8 / 15 keys: 4), and request 3 is
   // admitted with what is left.
   o = step(s);
-  ASSERT_EQ(o.plan.requests.size(), 3u);
-  EXPECT_EQ(o.plan.requests[1].seq_id, 2);
-  EXPECT_EQ(o.plan.requests[1].num_new_tokens, 4);
-  EXPECT_FALSE(o.plan.requests[1].needs_sample);
-  EXPECT_EQ(o.plan.requests[2].seq_id, 3);
-  EXPECT_EQ(o.plan.requests[2].start_position, 0);
-  EXPECT_EQ(o.plan.requests[2].num_new_tokens, 5);
+  ASSERT_EQ(o.plan.sequences.size(), 3u);
+  EXPECT_EQ(o.plan.sequences[1].seq_id, 2);
+  EXPECT_EQ(o.plan.sequences[1].num_new_tokens, 4);
+  EXPECT_FALSE(o.plan.sequences[1].needs_sample);
+  EXPECT_EQ(o.plan.sequences[2].seq_id, 3);
+  EXPECT_EQ(o.plan.sequences[2].start_position, 0);
+  EXPECT_EQ(o.plan.sequences[2].num_new_tokens, 5);
   EXPECT_EQ(o.plan.num_scheduled_tokens, 10);
   // Then requests 1 and 3 decode in every step and request 2 takes a block a step (8 x 8 / 19
   // and / 23 are below one) until the last 3 tokens of its prompt.
   std::vector<int32_t> chunks;
-  while (!o.plan.requests.back().needs_sample || o.plan.requests.back().seq_id != 2) {
+  while (!o.plan.sequences.back().needs_sample || o.plan.sequences.back().seq_id != 2) {
     o = step(s);
-    ASSERT_EQ(o.plan.requests.size(), 3u);
-    EXPECT_EQ(o.plan.requests[0].seq_id, 1);
-    EXPECT_EQ(o.plan.requests[1].seq_id, 3);
-    EXPECT_EQ(o.plan.requests[1].num_new_tokens, 1);
-    EXPECT_EQ(o.plan.requests[2].seq_id, 2);
-    chunks.push_back(o.plan.requests[2].num_new_tokens);
+    ASSERT_EQ(o.plan.sequences.size(), 3u);
+    EXPECT_EQ(o.plan.sequences[0].seq_id, 1);
+    EXPECT_EQ(o.plan.sequences[1].seq_id, 3);
+    EXPECT_EQ(o.plan.sequences[1].num_new_tokens, 1);
+    EXPECT_EQ(o.plan.sequences[2].seq_id, 2);
+    chunks.push_back(o.plan.sequences[2].num_new_tokens);
   }
   EXPECT_EQ(chunks, (std::vector<int32_t>{4, 4, 3}));
 }
@@ -163,17 +163,17 @@ TEST(SchedulerTest, RunningFirstThenWaitingWithWhatIsLeft) {
 // that computes it costs what a chunk of half the budget costs at the prompt's start.
 TEST(SchedulerTest, ALongPromptsChunksShrinkBesideDecodes) {
   Scheduler s(make_config(64, 4, 256));  // half the budget: 32, so 32 x 32 queries x keys
-  s.add_request(make_request(1, 3, 300));
+  s.add_sequence(make_request(1, 3, 300));
   step(s);  // request 1 prefilled, now decoding
-  s.add_request(make_request(2, 600, 2, 500));
+  s.add_sequence(make_request(2, 600, 2, 500));
   std::vector<int32_t> chunks;
   while (s.find(2)->num_computed_tokens < 600) {
     const int32_t before = s.find(2)->num_computed_tokens;
     const StepOutcome o = step(s);
-    const ScheduledRequest* decode = scheduled(o.plan, 1);
+    const ScheduledSequence* decode = scheduled(o.plan, 1);
     ASSERT_NE(decode, nullptr);
     EXPECT_EQ(decode->num_new_tokens, 1);  // request 1 decodes in every step
-    const ScheduledRequest* chunk = scheduled(o.plan, 2);
+    const ScheduledSequence* chunk = scheduled(o.plan, 2);
     ASSERT_NE(chunk, nullptr);
     chunks.push_back(chunk->num_new_tokens);
     if (before > 0 && before + chunk->num_new_tokens < 600) {  // the last chunk is what is left
@@ -190,16 +190,16 @@ TEST(SchedulerTest, ALongPromptsChunksShrinkBesideDecodes) {
 
 TEST(SchedulerTest, DecodesAreNotHeldBackByAnOlderLongPrompt) {
   Scheduler s(make_config(16, 4, 64));
-  s.add_request(make_request(1, 200, 4));  // admitted first: the oldest running request
+  s.add_sequence(make_request(1, 200, 4));  // admitted first: the oldest running request
   step(s);
-  s.add_request(make_request(2, 3, 20, 500));
-  s.add_request(make_request(3, 3, 20, 900));
+  s.add_sequence(make_request(2, 3, 20, 500));
+  s.add_sequence(make_request(3, 3, 20, 900));
   step(s);  // (no room yet: request 1 takes the budget)
   int64_t steps_with_both_decoding = 0;
   while (s.find(1) != nullptr && s.find(1)->num_computed_tokens < 199) {
     const StepOutcome o = step(s);
     std::map<SequenceId, int32_t> tokens;
-    for (const ScheduledRequest& r : o.plan.requests) tokens[r.seq_id] = r.num_new_tokens;
+    for (const ScheduledSequence& r : o.plan.sequences) tokens[r.seq_id] = r.num_new_tokens;
     ASSERT_LE(o.plan.num_scheduled_tokens, 16);
     // Once requests 2 and 3 decode, every step gives each of them its token.
     if (s.find(2) && s.find(2)->num_output_tokens() > 1 && s.find(3) &&
@@ -223,13 +223,13 @@ TEST(SchedulerTest, PreemptedRequestsAreNeverInThePlan) {
     for (int i = 0; i < 400 && (s.has_unfinished() || next_id < 12); ++i) {
       if (next_id < 12 && rng() % 3 == 0) {
         const int num_prompt = rng() % 2 ? 2 + static_cast<int>(rng() % 3) : 12 + static_cast<int>(rng() % 12);
-        s.add_request(make_request(next_id, num_prompt, 2 + static_cast<int>(rng() % 6), TokenId(100 * next_id)));
+        s.add_sequence(make_request(next_id, num_prompt, 2 + static_cast<int>(rng() % 6), TokenId(100 * next_id)));
         ++next_id;
       }
       const StepOutcome o = step(s);
       std::set<SequenceId> planned;
       int32_t total = 0;
-      for (const ScheduledRequest& r : o.plan.requests) {
+      for (const ScheduledSequence& r : o.plan.sequences) {
         EXPECT_TRUE(planned.insert(r.seq_id).second);
         total += r.num_new_tokens;
       }
@@ -244,40 +244,40 @@ TEST(SchedulerTest, PreemptedRequestsAreNeverInThePlan) {
 
 TEST(SchedulerTest, MaxNumSeqsCapsConcurrency) {
   Scheduler s(make_config(100, 2, 32));
-  for (SequenceId id = 1; id <= 3; ++id) s.add_request(make_request(id, 4, 3, TokenId(100 * id)));
+  for (SequenceId id = 1; id <= 3; ++id) s.add_sequence(make_request(id, 4, 3, TokenId(100 * id)));
   StepOutcome o = step(s);
-  EXPECT_EQ(o.plan.requests.size(), 2u);
+  EXPECT_EQ(o.plan.sequences.size(), 2u);
   EXPECT_EQ(s.num_running(), 2);
   EXPECT_EQ(s.num_waiting(), 1);
   step(s);
   o = step(s);  // requests 1 and 2 finish here
   EXPECT_EQ(o.finished.size(), 2u);
   o = step(s);
-  ASSERT_EQ(o.plan.requests.size(), 1u);
-  EXPECT_EQ(o.plan.requests[0].seq_id, 3);
+  ASSERT_EQ(o.plan.sequences.size(), 1u);
+  EXPECT_EQ(o.plan.sequences[0].seq_id, 3);
 }
 
 TEST(SchedulerTest, FirstComeFirstServedWhenBlocksAreShort) {
   Scheduler s(make_config(100, 8, 8));
-  s.add_request(make_request(1, 16, 8));       // 4 blocks
-  s.add_request(make_request(2, 20, 8, 300));  // 5 blocks: does not fit next to request 1
-  s.add_request(make_request(3, 4, 2, 600));   // would fit, but waits its turn
+  s.add_sequence(make_request(1, 16, 8));       // 4 blocks
+  s.add_sequence(make_request(2, 20, 8, 300));  // 5 blocks: does not fit next to request 1
+  s.add_sequence(make_request(3, 4, 2, 600));   // would fit, but waits its turn
   StepOutcome o = step(s);
-  ASSERT_EQ(o.plan.requests.size(), 1u);
-  EXPECT_EQ(s.find(2)->status, RequestStatus::kWaiting);
-  EXPECT_EQ(s.find(3)->status, RequestStatus::kWaiting);
+  ASSERT_EQ(o.plan.sequences.size(), 1u);
+  EXPECT_EQ(s.find(2)->status, SequenceStatus::kWaiting);
+  EXPECT_EQ(s.find(3)->status, SequenceStatus::kWaiting);
 }
 
 TEST(SchedulerTest, SharedPrefixIsComputedOnce) {
   Scheduler s(make_config(256, 4, 64, 16));
-  s.add_request(make_request(1, 48, 2));
+  s.add_sequence(make_request(1, 48, 2));
   while (s.has_unfinished()) step(s);
   // 40 tokens of request 1's prompt, then 10 of its own: blocks 0 and 1 are cached.
-  Request b = make_request(2, 50, 2);
+  Sequence b = make_request(2, 50, 2);
   for (int i = 40; i < 50; ++i) b.prompt[static_cast<size_t>(i)] = 7000 + i;
-  s.add_request(b);
+  s.add_sequence(b);
   StepOutcome o = step(s);
-  const ScheduledRequest* r = scheduled(o.plan, 2);
+  const ScheduledSequence* r = scheduled(o.plan, 2);
   ASSERT_NE(r, nullptr);
   EXPECT_EQ(r->start_position, 32);
   EXPECT_EQ(r->num_new_tokens, 18);
@@ -291,14 +291,14 @@ TEST(SchedulerTest, SharedPrefixIsComputedOnce) {
 
 TEST(SchedulerTest, WholePromptCachedStillComputesTheLastBlock) {
   Scheduler s(make_config(256, 4, 64, 16));
-  s.add_request(make_request(1, 48, 1));
+  s.add_sequence(make_request(1, 48, 1));
   while (s.has_unfinished()) step(s);
-  s.add_request(make_request(2, 48, 1));  // the same prompt, all three blocks cached
+  s.add_sequence(make_request(2, 48, 1));  // the same prompt, all three blocks cached
   StepOutcome o = step(s);
-  ASSERT_EQ(o.plan.requests.size(), 1u);
-  EXPECT_EQ(o.plan.requests[0].start_position, 32);
-  EXPECT_EQ(o.plan.requests[0].num_new_tokens, 16);
-  EXPECT_TRUE(o.plan.requests[0].needs_sample);
+  ASSERT_EQ(o.plan.sequences.size(), 1u);
+  EXPECT_EQ(o.plan.sequences[0].start_position, 32);
+  EXPECT_EQ(o.plan.sequences[0].num_new_tokens, 16);
+  EXPECT_TRUE(o.plan.sequences[0].needs_sample);
   ASSERT_EQ(o.finished.size(), 1u);
   EXPECT_EQ(o.finished[0].output, (std::vector<TokenId>{1048}));
 }
@@ -307,36 +307,36 @@ TEST(SchedulerTest, NewestRunningRequestIsPreemptedAndResumes) {
   // 6 blocks of 4: two requests of 8 prompt tokens + 12 output need 5 blocks each at the end.
   SchedulerConfig config = make_config(64, 4, 6);
   std::vector<SequenceId> preempted_log;
-  config.on_preempt = [&](const Request& r) { preempted_log.push_back(r.id); };
+  config.on_preempt = [&](const Sequence& r) { preempted_log.push_back(r.id); };
   Scheduler s(config);
-  s.add_request(make_request(1, 8, 12));
-  s.add_request(make_request(2, 8, 12, 500));
-  std::vector<Request> done;
+  s.add_sequence(make_request(1, 8, 12));
+  s.add_sequence(make_request(2, 8, 12, 500));
+  std::vector<Sequence> done;
   bool saw_preemption = false;
   for (int i = 0; i < 100 && s.has_unfinished(); ++i) {
     StepOutcome o = step(s);
     if (!o.plan.preempted.empty() && !saw_preemption) {
       saw_preemption = true;
       EXPECT_EQ(o.plan.preempted, (std::vector<SequenceId>{2}));  // the newest
-      const Request* r = s.find(2);
+      const Sequence* r = s.find(2);
       ASSERT_NE(r, nullptr);
-      EXPECT_EQ(r->status, RequestStatus::kPreempted);
+      EXPECT_EQ(r->status, SequenceStatus::kPreempted);
       EXPECT_EQ(r->num_computed_tokens, 0);
       EXPECT_FALSE(r->output.empty());  // kept; recomputed as part of the sequence
-      ASSERT_EQ(o.plan.requests.size(), 1u);
-      EXPECT_EQ(o.plan.requests[0].seq_id, 1);
+      ASSERT_EQ(o.plan.sequences.size(), 1u);
+      EXPECT_EQ(o.plan.sequences[0].seq_id, 1);
       EXPECT_EQ(s.stats().kv.num_used_blocks,
-                static_cast<int>(o.plan.requests[0].block_table.size()));
+                static_cast<int>(o.plan.sequences[0].block_table.size()));
       EXPECT_EQ(scheduled(o.plan, 2), nullptr);
     }
-    for (Request& r : o.finished) done.push_back(std::move(r));
+    for (Sequence& r : o.finished) done.push_back(std::move(r));
   }
   EXPECT_TRUE(saw_preemption);
   EXPECT_EQ(s.stats().num_preemptions, static_cast<int64_t>(preempted_log.size()));
   EXPECT_GE(preempted_log.size(), 1u);
   ASSERT_EQ(done.size(), 2u);
-  for (const Request& r : done) {
-    EXPECT_EQ(r.status, RequestStatus::kFinishedLength);
+  for (const Sequence& r : done) {
+    EXPECT_EQ(r.status, SequenceStatus::kFinishedLength);
     EXPECT_EQ(r.num_output_tokens(), 12);
     // next_token() depends on the length only: a recomputed request continues where it was.
     for (int k = 0; k < 12; ++k) EXPECT_EQ(r.output[static_cast<size_t>(k)], 1008 + k);
@@ -347,15 +347,15 @@ TEST(SchedulerTest, NewestRunningRequestIsPreemptedAndResumes) {
 
 TEST(SchedulerTest, AbortFreesBlocksAtOnce) {
   Scheduler s(make_config(64, 4, 16));
-  s.add_request(make_request(1, 10, 5));
-  s.add_request(make_request(2, 10, 5, 300));
+  s.add_sequence(make_request(1, 10, 5));
+  s.add_sequence(make_request(2, 10, 5, 300));
   step(s);
-  s.add_request(make_request(3, 10, 5, 600));
+  s.add_sequence(make_request(3, 10, 5, 600));
   EXPECT_EQ(s.stats().kv.num_used_blocks, 6);
-  std::optional<Request> r = s.abort(1);
+  std::optional<Sequence> r = s.abort(1);
   s.check_invariants();
   ASSERT_TRUE(r.has_value());
-  EXPECT_EQ(r->status, RequestStatus::kFinishedAborted);
+  EXPECT_EQ(r->status, SequenceStatus::kFinishedAborted);
   EXPECT_EQ(s.stats().kv.num_used_blocks, 3);
   EXPECT_TRUE(s.abort(3).has_value());  // waiting: no blocks, just gone
   s.check_invariants();
@@ -363,7 +363,7 @@ TEST(SchedulerTest, AbortFreesBlocksAtOnce) {
   EXPECT_FALSE(s.abort(77).has_value());
   // Aborted between schedule() and commit(): its sampled token is dropped.
   StepPlan plan = s.schedule();
-  ASSERT_EQ(plan.requests.size(), 1u);
+  ASSERT_EQ(plan.sequences.size(), 1u);
   EXPECT_TRUE(s.abort(2).has_value());
   s.check_invariants();
   EXPECT_EQ(s.stats().kv.num_used_blocks, 0);
@@ -374,26 +374,26 @@ TEST(SchedulerTest, AbortFreesBlocksAtOnce) {
 
 TEST(SchedulerTest, StopTokenFinishesTheRequest) {
   Scheduler s(make_config(64, 4, 16));
-  s.add_request(make_request(1, 6, 50, 100, {1008}));  // next_token gives 1006, 1007, 1008
-  std::vector<Request> done;
+  s.add_sequence(make_request(1, 6, 50, 100, {1008}));  // next_token gives 1006, 1007, 1008
+  std::vector<Sequence> done;
   while (s.has_unfinished()) {
-    for (Request& r : step(s).finished) done.push_back(std::move(r));
+    for (Sequence& r : step(s).finished) done.push_back(std::move(r));
   }
   ASSERT_EQ(done.size(), 1u);
-  EXPECT_EQ(done[0].status, RequestStatus::kFinishedStopped);
+  EXPECT_EQ(done[0].status, SequenceStatus::kFinishedStopped);
   EXPECT_EQ(done[0].output, (std::vector<TokenId>{1006, 1007, 1008}));
 }
 
 TEST(SchedulerTest, ForkSharesBlocksAndPlansTheTailCopy) {
   Scheduler s(make_config(64, 4, 16));
-  s.add_request(make_request(1, 10, 4));
+  s.add_sequence(make_request(1, 10, 4));
   step(s);  // 10 computed: blocks 0 1 full, block 2 holds 2 tokens; one output token
   const std::vector<BlockId> parent = s.kv().block_table(1);
   s.fork(1, 2);
   s.check_invariants();
-  const Request* child = s.find(2);
+  const Sequence* child = s.find(2);
   ASSERT_NE(child, nullptr);
-  EXPECT_EQ(child->status, RequestStatus::kRunning);
+  EXPECT_EQ(child->status, SequenceStatus::kRunning);
   EXPECT_EQ(child->parent, std::optional<SequenceId>(1));
   EXPECT_EQ(child->output, s.find(1)->output);
   EXPECT_EQ(child->num_computed_tokens, 10);
@@ -405,9 +405,9 @@ TEST(SchedulerTest, ForkSharesBlocksAndPlansTheTailCopy) {
 
   StepOutcome o = step(s);
   EXPECT_EQ(o.plan.block_copies, (std::vector<BlockCopy>{{parent[2], table[2]}}));
-  ASSERT_EQ(o.plan.requests.size(), 2u);
-  EXPECT_EQ(o.plan.requests[1].seq_id, 2);
-  EXPECT_EQ(o.plan.requests[1].start_position, 10);
+  ASSERT_EQ(o.plan.sequences.size(), 2u);
+  EXPECT_EQ(o.plan.sequences[1].seq_id, 2);
+  EXPECT_EQ(o.plan.sequences[1].start_position, 10);
   EXPECT_TRUE(step(s).plan.block_copies.empty());  // copied once
   while (s.has_unfinished()) step(s);
   EXPECT_EQ(s.stats().kv.num_used_blocks, 0);
@@ -417,10 +417,10 @@ TEST(SchedulerTest, ForkSharesBlocksAndPlansTheTailCopy) {
 
 TEST(SchedulerTest, ForkOfAWaitingRequestWaitsToo) {
   Scheduler s(make_config(64, 4, 16));
-  s.add_request(make_request(1, 10, 4));
+  s.add_sequence(make_request(1, 10, 4));
   s.fork(1, 2);
   s.check_invariants();
-  EXPECT_EQ(s.find(2)->status, RequestStatus::kWaiting);
+  EXPECT_EQ(s.find(2)->status, SequenceStatus::kWaiting);
   EXPECT_THROW(s.fork(1, 2), Error);  // id taken
   EXPECT_THROW(s.fork(9, 3), Error);  // unknown parent
   s.schedule();
@@ -429,11 +429,11 @@ TEST(SchedulerTest, ForkOfAWaitingRequestWaitsToo) {
 
 TEST(SchedulerTest, BadRequestsAndMisuseAreRejected) {
   Scheduler s(make_config(64, 4, 4));
-  EXPECT_THROW(s.add_request(make_request(1, 0, 4)), Error);   // empty prompt
-  EXPECT_THROW(s.add_request(make_request(1, 4, 0)), Error);   // max_tokens 0
-  EXPECT_THROW(s.add_request(make_request(1, 14, 4)), Error);  // 17 slots > 4 blocks of 4
-  s.add_request(make_request(1, 13, 4));                       // 16 slots: fits exactly
-  EXPECT_THROW(s.add_request(make_request(1, 2, 2)), Error);   // duplicate id
+  EXPECT_THROW(s.add_sequence(make_request(1, 0, 4)), Error);   // empty prompt
+  EXPECT_THROW(s.add_sequence(make_request(1, 4, 0)), Error);   // max_tokens 0
+  EXPECT_THROW(s.add_sequence(make_request(1, 14, 4)), Error);  // 17 slots > 4 blocks of 4
+  s.add_sequence(make_request(1, 13, 4));                       // 16 slots: fits exactly
+  EXPECT_THROW(s.add_sequence(make_request(1, 2, 2)), Error);   // duplicate id
   s.check_invariants();
   StepPlan plan = s.schedule();
   EXPECT_THROW(s.schedule(), Error);                            // one step in flight at a time

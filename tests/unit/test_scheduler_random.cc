@@ -37,7 +37,7 @@ TokenId fake_next(std::span<const TokenId> seq) {
 }
 
 // What the request generates when nothing else runs: the reference output.
-std::vector<TokenId> alone_output(const Request& r, RequestStatus* status) {
+std::vector<TokenId> alone_output(const Sequence& r, SequenceStatus* status) {
   std::vector<TokenId> seq = r.prompt;
   std::vector<TokenId> out;
   for (;;) {
@@ -45,11 +45,11 @@ std::vector<TokenId> alone_output(const Request& r, RequestStatus* status) {
     out.push_back(t);
     seq.push_back(t);
     if (std::find(r.stop_ids.begin(), r.stop_ids.end(), t) != r.stop_ids.end()) {
-      *status = RequestStatus::kFinishedStopped;
+      *status = SequenceStatus::kFinishedStopped;
       return out;
     }
     if (static_cast<int32_t>(out.size()) >= r.max_tokens) {
-      *status = RequestStatus::kFinishedLength;
+      *status = SequenceStatus::kFinishedLength;
       return out;
     }
   }
@@ -68,12 +68,12 @@ class FakeModel {
       std::copy_n(slots_.begin() + c.src * block_size_, block_size_,
                   slots_.begin() + c.dst * block_size_);
     }
-    auto token_at = [](const ScheduledRequest& r, const TokenSequence& seq, int32_t p) {
+    auto token_at = [](const ScheduledSequence& r, const TokenSequence& seq, int32_t p) {
       const int32_t known_end = r.start_position + r.num_new_tokens - r.num_proposed;
       return p < known_end ? seq[p] : r.proposed[static_cast<size_t>(p - known_end)];
     };
-    for (const ScheduledRequest& r : plan.requests) {
-      const Request& req = *s.find(r.seq_id);
+    for (const ScheduledSequence& r : plan.sequences) {
+      const Sequence& req = *s.find(r.seq_id);
       const TokenSequence seq = req.tokens();
       for (int32_t p = r.start_position; p < r.start_position + r.num_new_tokens; ++p) {
         const BlockId b = r.block_table[static_cast<size_t>(p / block_size_)];
@@ -85,8 +85,8 @@ class FakeModel {
     }
     std::vector<std::vector<TokenId>> sampled;
     std::vector<TokenId> read;
-    for (const ScheduledRequest& r : plan.requests) {
-      const Request& req = *s.find(r.seq_id);
+    for (const ScheduledSequence& r : plan.sequences) {
+      const Sequence& req = *s.find(r.seq_id);
       const TokenSequence seq = req.tokens();
       const int32_t end = r.start_position + r.num_new_tokens;
       read.clear();
@@ -138,12 +138,12 @@ class FakeModel {
 void check_plan(const StepPlan& plan, const Scheduler& s) {
   const SchedulerConfig& config = s.config();
   EXPECT_LE(plan.num_scheduled_tokens, config.max_num_batched_tokens);
-  EXPECT_LE(static_cast<int32_t>(plan.requests.size()), config.max_num_seqs);
+  EXPECT_LE(static_cast<int32_t>(plan.sequences.size()), config.max_num_seqs);
   int32_t total = 0;
   std::unordered_set<SequenceId> ids;
-  for (const ScheduledRequest& r : plan.requests) {
+  for (const ScheduledSequence& r : plan.sequences) {
     EXPECT_TRUE(ids.insert(r.seq_id).second);
-    const Request* req = s.find(r.seq_id);
+    const Sequence* req = s.find(r.seq_id);
     ASSERT_NE(req, nullptr);
     EXPECT_EQ(r.start_position, req->num_computed_tokens);
     EXPECT_GT(r.num_new_tokens, 0);
@@ -163,7 +163,7 @@ void check_plan(const StepPlan& plan, const Scheduler& s) {
   EXPECT_EQ(total, plan.num_scheduled_tokens);
   // Liveness: with live requests something always runs (one request alone always fits).
   if (s.has_unfinished()) {
-    EXPECT_FALSE(plan.requests.empty());
+    EXPECT_FALSE(plan.sequences.empty());
   }
 }
 
@@ -183,9 +183,9 @@ struct Totals {
 // Proposals for each request the plan lets propose: the fake model's own continuation, cut
 // short and followed by random tokens one time in three, so some are accepted and some not.
 void propose(StepPlan& plan, const Scheduler& s, std::mt19937& rng) {
-  for (ScheduledRequest& r : plan.requests) {
+  for (ScheduledSequence& r : plan.sequences) {
     if (r.num_proposed == 0) continue;
-    const Request& req = *s.find(r.seq_id);
+    const Sequence& req = *s.find(r.seq_id);
     std::vector<TokenId> seq(req.prompt);
     seq.insert(seq.end(), req.output.begin(), req.output.end());
     const int32_t wrong_from = rng() % 3 == 0 ? static_cast<int32_t>(rng() % r.num_proposed) : r.num_proposed;
@@ -222,14 +222,14 @@ void run_seed(uint32_t seed, int num_steps, Totals& totals) {
     for (int i = 0; i < kMaxPrompt; ++i) base.push_back(uniform(0, 999));
   }
   std::vector<SequenceId> live;
-  std::unordered_map<SequenceId, Request> done;  // finished or aborted, by id
+  std::unordered_map<SequenceId, Sequence> done;  // finished or aborted, by id
   SequenceId next_id = 1;
   auto pick = [&](const std::vector<SequenceId>& ids) {
     return ids[static_cast<size_t>(uniform(0, static_cast<int>(ids.size()) - 1))];
   };
   auto remove_live = [&](SequenceId id) { std::erase(live, id); };
   auto add = [&] {
-    Request r;
+    Sequence r;
     r.id = next_id++;
     const std::vector<TokenId>& base = bases[static_cast<size_t>(uniform(0, 2))];
     r.prompt.assign(base.begin(), base.begin() + uniform(0, 40));
@@ -239,10 +239,10 @@ void run_seed(uint32_t seed, int num_steps, Totals& totals) {
     if (uniform(0, 1)) r.stop_ids.push_back(uniform(0, kVocab - 1));
     r.cache_key = uniform(0, 3) == 0 ? 1 : 0;
     live.push_back(r.id);
-    s.add_request(std::move(r));
+    s.add_sequence(std::move(r));
   };
   auto abort_one = [&](SequenceId id) {
-    std::optional<Request> r = s.abort(id);
+    std::optional<Sequence> r = s.abort(id);
     ASSERT_TRUE(r.has_value());
     remove_live(id);
     ++totals.num_aborted;
@@ -274,11 +274,11 @@ void run_seed(uint32_t seed, int num_steps, Totals& totals) {
     check_plan(plan, s);
     propose(plan, s, rng);
     totals.num_copies += static_cast<int64_t>(plan.block_copies.size());
-    for (const ScheduledRequest& r : plan.requests) totals.num_chunks += r.needs_sample ? 0 : 1;
+    for (const ScheduledSequence& r : plan.sequences) totals.num_chunks += r.needs_sample ? 0 : 1;
     const std::vector<std::vector<TokenId>> sampled = model.run(plan, s);
     {
       size_t k = 0;
-      for (const ScheduledRequest& r : plan.requests) {
+      for (const ScheduledSequence& r : plan.sequences) {
         if (!r.needs_sample) continue;
         totals.num_proposed += r.num_proposed;
         totals.num_accepted += static_cast<int64_t>(sampled[k++].size()) - 1;
@@ -286,13 +286,13 @@ void run_seed(uint32_t seed, int num_steps, Totals& totals) {
     }
     ASSERT_EQ(model.num_errors(), 0) << model.first_error();
     // Now and then a request is aborted while its step is in flight.
-    if (adding && uniform(0, 24) == 0 && !plan.requests.empty()) {
+    if (adding && uniform(0, 24) == 0 && !plan.sequences.empty()) {
       std::vector<SequenceId> ids;
-      for (const ScheduledRequest& r : plan.requests) ids.push_back(r.seq_id);
+      for (const ScheduledSequence& r : plan.sequences) ids.push_back(r.seq_id);
       abort_one(pick(ids));
       s.check_invariants();
     }
-    for (Request& r : s.commit(plan, sampled)) {
+    for (Sequence& r : s.commit(plan, sampled)) {
       remove_live(r.id);
       ++totals.num_finished;
       done.emplace(r.id, std::move(r));
@@ -309,9 +309,9 @@ void run_seed(uint32_t seed, int num_steps, Totals& totals) {
   totals.num_hit_tokens += stats.kv.num_hit_tokens;
 
   for (const auto& [id, r] : done) {
-    RequestStatus status;
+    SequenceStatus status;
     const std::vector<TokenId> expected = alone_output(r, &status);
-    if (r.status == RequestStatus::kFinishedAborted) {
+    if (r.status == SequenceStatus::kFinishedAborted) {
       ASSERT_LE(r.output.size(), expected.size());
       EXPECT_TRUE(std::equal(r.output.begin(), r.output.end(), expected.begin()))
           << "request " << id;
@@ -342,19 +342,19 @@ TEST(SchedulerRandomTest, RandomSequencesKeepEveryInvariant) {
 }
 
 // Runs `requests` together through `config` until all finish; returns them by id.
-std::unordered_map<SequenceId, Request> run_all(const SchedulerConfig& config,
-                                                const std::vector<Request>& requests,
+std::unordered_map<SequenceId, Sequence> run_all(const SchedulerConfig& config,
+                                                const std::vector<Sequence>& requests,
                                                 int64_t* num_preemptions) {
   Scheduler s(config);
   FakeModel model(config.kv.num_blocks, config.kv.block_size);
-  for (const Request& r : requests) s.add_request(r);
-  std::unordered_map<SequenceId, Request> out;
+  for (const Sequence& r : requests) s.add_sequence(r);
+  std::unordered_map<SequenceId, Sequence> out;
   for (int i = 0; i < 10000 && s.has_unfinished(); ++i) {
     const StepPlan plan = s.schedule();
     s.check_invariants();
     const std::vector<std::vector<TokenId>> sampled = model.run(plan, s);
     EXPECT_EQ(model.num_errors(), 0) << model.first_error();
-    for (Request& r : s.commit(plan, sampled)) out.emplace(r.id, std::move(r));
+    for (Sequence& r : s.commit(plan, sampled)) out.emplace(r.id, std::move(r));
     s.check_invariants();
   }
   EXPECT_FALSE(s.has_unfinished());
@@ -367,9 +367,9 @@ TEST(SchedulerRandomTest, OutputsAreTheSameAloneAndInACrowd) {
   std::mt19937 rng(42);
   std::vector<TokenId> base;
   for (int i = 0; i < 40; ++i) base.push_back(static_cast<TokenId>(rng() % 1000));
-  std::vector<Request> requests;
+  std::vector<Sequence> requests;
   for (SequenceId id = 1; id <= 12; ++id) {
-    Request r;
+    Sequence r;
     r.id = id;
     r.prompt.assign(base.begin(), base.begin() + static_cast<int>(rng() % 40));
     for (int n = 1 + static_cast<int>(rng() % 8); n > 0; --n) r.prompt.push_back(rng() % 1000);
@@ -388,13 +388,13 @@ TEST(SchedulerRandomTest, OutputsAreTheSameAloneAndInACrowd) {
   SchedulerConfig roomy = crowded;
   roomy.kv.num_blocks = 64;
   roomy.max_num_batched_tokens = 64;
-  for (const Request& r : requests) {
+  for (const Sequence& r : requests) {
     const auto alone = run_all(roomy, {r}, nullptr);
     ASSERT_EQ(alone.count(r.id), 1u);
     ASSERT_EQ(together.count(r.id), 1u);
     EXPECT_EQ(together.at(r.id).output, alone.at(r.id).output) << "request " << r.id;
     EXPECT_EQ(together.at(r.id).output.size(), static_cast<size_t>(r.max_tokens));
-    RequestStatus status;
+    SequenceStatus status;
     EXPECT_EQ(alone.at(r.id).output, alone_output(r, &status));
   }
 }

@@ -2,6 +2,7 @@
 // the OpenAI error shape, Prometheus histograms, and the key comparison.
 #include <gtest/gtest.h>
 
+#include "format/gguf_vocab.h"
 #include "format/gguf.h"
 #include "server/api_error.h"
 #include "server/http_server.h"

@@ -8,6 +8,7 @@
 
 #include "conformance/vocab_cases.h"
 #include "core/mapped_file.h"
+#include "format/gguf_vocab.h"
 #include "format/gguf.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"

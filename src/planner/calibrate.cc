@@ -1,4 +1,4 @@
-#include "bench/calibrate.h"
+#include "planner/calibrate.h"
 
 #include <algorithm>
 #include <array>
@@ -10,7 +10,7 @@
 #include <sstream>
 #include <tuple>
 
-#include "bench/workload.h"
+#include "planner/workload.h"
 #include "core/error.h"
 #include "kv/block_pool.h"
 #include "model/model_file.h"

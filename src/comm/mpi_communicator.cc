@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "dist/communicator.h"
+#include "comm/communicator.h"
 
 #ifdef PAGODA_WITH_MPI
 #include <mpi.h>

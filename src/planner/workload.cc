@@ -1,5 +1,5 @@
 // Benchmark workloads (see workload.h).
-#include "bench/workload.h"
+#include "planner/workload.h"
 
 #include <algorithm>
 #include <charconv>

@@ -1,4 +1,4 @@
-#include "model/convert.h"
+#include "tools/convert.h"
 
 #include <algorithm>
 #include <cstring>

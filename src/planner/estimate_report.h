@@ -6,8 +6,8 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "bench/calibrate.h"
-#include "bench/deployment.h"
+#include "planner/calibrate.h"
+#include "planner/deployment.h"
 
 namespace pagoda {
 

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "model/awq.h"
+#include "tools/awq.h"
 
 namespace pagoda {
 

@@ -1,4 +1,4 @@
-#include "bench/estimate.h"
+#include "planner/estimate.h"
 
 #include <algorithm>
 #include <cctype>
@@ -10,7 +10,7 @@
 #include "model/architecture.h"
 #include "model/model_file.h"
 #include "model/recipe.h"
-#include "model/synth.h"
+#include "tools/synth.h"
 
 namespace pagoda {
 namespace {

@@ -10,9 +10,9 @@
 #include <utility>
 #include <vector>
 
-#include "bench/hardware.h"
-#include "bench/roofline.h"
-#include "bench/serving_sim.h"
+#include "planner/hardware.h"
+#include "planner/roofline.h"
+#include "planner/serving_sim.h"
 
 namespace pagoda {
 

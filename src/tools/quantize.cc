@@ -1,5 +1,5 @@
 // Requantizing a GGUF model (see quantize.h).
-#include "model/quantize.h"
+#include "tools/quantize.h"
 
 #include <omp.h>
 
@@ -14,7 +14,7 @@
 #include "core/error.h"
 #include "format/gguf.h"
 #include "format/gguf_writer.h"
-#include "model/imatrix.h"
+#include "tools/imatrix.h"
 #include "model/recipe.h"
 #include "quant/gptq.h"
 #include "quant/reference.h"

@@ -1,4 +1,4 @@
-#include "bench/roofline.h"
+#include "planner/roofline.h"
 
 #include <algorithm>
 #include <cmath>
@@ -44,7 +44,7 @@ double attention_flops(const ModelConfig& c, int64_t num_new, int64_t context) {
   return 4.0 * c.head_dim * c.num_heads * c.num_layers * pairs;
 }
 
-void StepLoad::add_sequence(const ModelCost& cost, int64_t num_new, int64_t context, bool logits) {
+void StepLoad::add_request(const ModelCost& cost, int64_t num_new, int64_t context, bool logits) {
   num_tokens += num_new;
   num_logit_rows += logits ? 1 : 0;
   attention_flops += pagoda::attention_flops(cost.config, num_new, context);

@@ -1,8 +1,8 @@
-#include "bench/seed_table.h"
+#include "planner/example_deployments.h"
 
 #include <cmath>
 
-#include "bench/estimate_report.h"
+#include "planner/estimate_report.h"
 
 namespace pagoda {
 namespace {
@@ -22,18 +22,18 @@ std::string dollars(double usd) { return strf("$%.0f", usd); }
 
 // The notes: wherever the seed's figure, or the deployment as the seed states it, is not what
 // the arithmetic gives.
-std::vector<std::string> notes_for(const SeedRowResult& r, const SeedTableOptions& options) {
+std::vector<std::string> notes_for(const ExampleDeploymentResult& r, const ExampleDeploymentOptions& options) {
   std::vector<std::string> notes;
   const Deployment& d = r.deployment;
   const DeviceMemory& m = d.memory;
   const double price = d.profile.get("price_per_hour");
-  if (r.row.seed_usd_per_month > 0 && price > 0) {
-    const double ratio = d.usd_per_month / r.row.seed_usd_per_month;
+  if (r.row.claimed_usd_per_month > 0 && price > 0) {
+    const double ratio = d.usd_per_month / r.row.claimed_usd_per_month;
     if (ratio > 1.25 || ratio < 0.8) {
       notes.push_back(
           strf("the seed's %s/month is $%.2f/h; %s lists at $%.2f/h (%s), %s/month "
                "for %d: %.1fx the seed's",
-               dollars(r.row.seed_usd_per_month).c_str(), r.row.seed_usd_per_month / kHoursPerMonth,
+               dollars(r.row.claimed_usd_per_month).c_str(), r.row.claimed_usd_per_month / kHoursPerMonth,
                d.profile.name.c_str(), price, d.profile.source("price_per_hour").c_str(),
                dollars(d.usd_per_month).c_str(), d.num_devices, ratio));
     }
@@ -73,7 +73,7 @@ std::vector<std::string> notes_for(const SeedRowResult& r, const SeedTableOption
                static_cast<unsigned long long>(m.max_batch)));
     }
   }
-  if (d.capacity && r.row.seed_qps_high > 0) {
+  if (d.capacity && r.row.claimed_qps_high > 0) {
     const CapacityResult& c = *d.capacity;
     const double qps = c.max_qps;
     if (qps <= 0) {
@@ -81,9 +81,9 @@ std::vector<std::string> notes_for(const SeedRowResult& r, const SeedTableOption
           strf("no request rate meets the service level: a lone request already "
                "takes %.2f s to its first token and %.0f ms per token",
                c.alone_ttft_s, c.alone_tpot_s * 1e3));
-    } else if (qps < r.row.seed_qps_low * 0.8 || qps > r.row.seed_qps_high * 1.25) {
-      const double lo = std::ceil(r.row.seed_qps_low / qps - 1e-9);
-      const double hi = std::ceil(r.row.seed_qps_high / qps - 1e-9);
+    } else if (qps < r.row.claimed_qps_low * 0.8 || qps > r.row.claimed_qps_high * 1.25) {
+      const double lo = std::ceil(r.row.claimed_qps_low / qps - 1e-9);
+      const double hi = std::ceil(r.row.claimed_qps_high / qps - 1e-9);
       std::string cost;
       if (price > 0) {
         cost = strf(": %s-%s/month", dollars(lo * d.usd_per_month).c_str(),
@@ -92,8 +92,8 @@ std::vector<std::string> notes_for(const SeedRowResult& r, const SeedTableOption
       notes.push_back(
           strf("%.2g requests/s meet the service level here (%.2g at any latency), "
                "not %g-%g; %g-%g QPS takes %.0f-%.0f replicas%s",
-               qps, c.saturated_qps, r.row.seed_qps_low, r.row.seed_qps_high, r.row.seed_qps_low,
-               r.row.seed_qps_high, lo, hi, cost.c_str()));
+               qps, c.saturated_qps, r.row.claimed_qps_low, r.row.claimed_qps_high, r.row.claimed_qps_low,
+               r.row.claimed_qps_high, lo, hi, cost.c_str()));
     }
     // The seed names no lengths: what short requests would give.
     DeploymentOptions shorter = options.deployment;
@@ -111,7 +111,7 @@ std::vector<std::string> notes_for(const SeedRowResult& r, const SeedTableOption
     const HardwareProfile& here = *options.this_machine;
     const DeviceRates rates = device_rates(here, r.cost.weights.compute_type, 1);
     StepLoad one;
-    one.add_sequence(r.cost, 1, std::llround(d.mean_prompt_len + d.mean_output_len / 2), true);
+    one.add_request(r.cost, 1, std::llround(d.mean_prompt_len + d.mean_output_len / 2), true);
     const double tok_s = 1 / step_time(r.cost, rates, one).total_s;
     const double scale = d.rates.bandwidth / rates.bandwidth;
     notes.push_back(
@@ -125,9 +125,9 @@ std::vector<std::string> notes_for(const SeedRowResult& r, const SeedTableOption
 
 }  // namespace
 
-const std::vector<SeedRow>& seed_rows() {
+const std::vector<ExampleDeployment>& example_deployment_rows() {
   // The 7B and 13B rows take Llama 2's shapes (Llama 3 has no 13B), the 70B rows Llama 3's.
-  static const std::vector<SeedRow> rows = {
+  static const std::vector<ExampleDeployment> rows = {
       {"7B AWQ-4bit on one A10 24 GB", "llama-2-7b", "awq-4bit", "f16", "a10", 1,
        "10-20 QPS, about $200/month", 10, 20, 200},
       {"13B on an A100 40 GB", "llama-2-13b", "f16", "f16", "a100-40gb", 1, "", 0, 0, 0},
@@ -140,10 +140,10 @@ const std::vector<SeedRow>& seed_rows() {
   return rows;
 }
 
-std::vector<SeedRowResult> seed_table(const SeedTableOptions& options) {
-  std::vector<SeedRowResult> out;
-  for (const SeedRow& row : seed_rows()) {
-    SeedRowResult r;
+std::vector<ExampleDeploymentResult> estimate_example_deployments(const ExampleDeploymentOptions& options) {
+  std::vector<ExampleDeploymentResult> out;
+  for (const ExampleDeployment& row : example_deployment_rows()) {
+    ExampleDeploymentResult r;
     r.row = row;
     r.cost = preset_cost(row.preset, row.weights_type, row.kv_type);
     DeploymentOptions o = options.deployment;

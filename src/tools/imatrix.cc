@@ -1,4 +1,4 @@
-#include "model/imatrix.h"
+#include "tools/imatrix.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +10,7 @@
 #include "core/error.h"
 #include "format/gguf.h"
 #include "format/gguf_writer.h"
-#include "kv/kv_storage.h"
+#include "model/kv_storage.h"
 #include "model/architecture.h"
 #include "model/weights.h"
 #include "tokenizer/tokenizer.h"

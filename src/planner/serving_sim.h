@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "bench/roofline.h"
+#include "planner/roofline.h"
 
 namespace pagoda {
 

@@ -1,4 +1,4 @@
-#include "bench/deployment.h"
+#include "planner/deployment.h"
 
 #include <algorithm>
 #include <cmath>

@@ -1,4 +1,4 @@
-#include "model/synth.h"
+#include "tools/synth.h"
 
 #include <omp.h>
 
@@ -9,7 +9,7 @@
 #include "format/gguf.h"
 #include "format/gguf_writer.h"
 #include "model/architecture.h"
-#include "model/convert.h"
+#include "tools/convert.h"
 #include "model/recipe.h"
 #include "quant/reference.h"
 

@@ -1,5 +1,5 @@
 // Activation-aware scaling before quantization (see awq.h).
-#include "model/awq.h"
+#include "tools/awq.h"
 
 #include <omp.h>
 
@@ -7,9 +7,9 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "model/imatrix.h"
+#include "tools/imatrix.h"
 #include "model/model.h"
-#include "model/quantize.h"
+#include "tools/quantize.h"
 #include "quant/reference.h"
 
 namespace pagoda {

@@ -11,8 +11,8 @@
 #include <cstdint>
 #include <string>
 
-#include "bench/estimate.h"
-#include "bench/hardware.h"
+#include "planner/estimate.h"
+#include "planner/hardware.h"
 #include "model/config.h"
 
 namespace pagoda {
@@ -51,7 +51,7 @@ struct StepLoad {
   double kv_bytes = 0;  // K/V attention reads
   // A sequence that computes `num_new` tokens, reaching `context` tokens (its K/V included);
   // `logits` when the step samples it.
-  void add_sequence(const ModelCost& cost, int64_t num_new, int64_t context, bool logits);
+  void add_request(const ModelCost& cost, int64_t num_new, int64_t context, bool logits);
 };
 
 struct StepTime {

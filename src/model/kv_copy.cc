@@ -1,4 +1,4 @@
-#include "kv/kv_copy.h"
+#include "model/kv_copy.h"
 
 #include "core/error.h"
 

@@ -1,4 +1,4 @@
-#include "bench/estimate_report.h"
+#include "planner/estimate_report.h"
 
 #include <cmath>
 #include <cstdarg>

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "bench/hardware.h"
+#include "planner/hardware.h"
 #include "core/dtype.h"
 #include "core/error.h"
 #include "quant/reference.h"

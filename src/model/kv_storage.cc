@@ -1,4 +1,4 @@
-#include "kv/kv_storage.h"
+#include "model/kv_storage.h"
 
 #include "core/error.h"
 

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "bench/hardware.h"
-#include "bench/serving_sim.h"
+#include "planner/hardware.h"
+#include "planner/serving_sim.h"
 #include "tokenizer/vocab.h"
 
 namespace pagoda {

@@ -7,36 +7,36 @@
 #include <string>
 #include <vector>
 
-#include "bench/deployment.h"
+#include "planner/deployment.h"
 
 namespace pagoda {
 
-struct SeedRow {
+struct ExampleDeployment {
   std::string deployment;  // as the seed words it
   std::string preset;
   std::string weights_type;
   std::string kv_type = "f16";
   std::string hardware;
   int num_devices = 1;
-  std::string seed_figure;  // what the seed claims; empty when it gives no figure
-  double seed_qps_low = 0;
-  double seed_qps_high = 0;
-  double seed_usd_per_month = 0;
+  std::string claimed_figure;  // what the seed claims; empty when it gives no figure
+  double claimed_qps_low = 0;
+  double claimed_qps_high = 0;
+  double claimed_usd_per_month = 0;
 };
-const std::vector<SeedRow>& seed_rows();
+const std::vector<ExampleDeployment>& example_deployment_rows();
 
-struct SeedRowResult {
-  SeedRow row;
+struct ExampleDeploymentResult {
+  ExampleDeployment row;
   ModelCost cost;
   Deployment deployment;
   std::vector<std::string> notes;
 };
 
-struct SeedTableOptions {
+struct ExampleDeploymentOptions {
   DeploymentOptions deployment;  // workload, service level, engine limits (devices per row)
   // The machine it runs on (probed, maybe calibrated): the CPU row's note scales its figures.
   std::optional<HardwareProfile> this_machine;
 };
-std::vector<SeedRowResult> seed_table(const SeedTableOptions& options);
+std::vector<ExampleDeploymentResult> estimate_example_deployments(const ExampleDeploymentOptions& options);
 
 }  // namespace pagoda

@@ -10,11 +10,11 @@
 
 #include "kv/block_hash.h"
 #include "kv/kv_cache_manager.h"
-#include "tokenizer/vocab.h"
+#include "core/token.h"
 
 namespace pagoda {
 
-enum class RequestStatus {
+enum class SequenceStatus {
   kWaiting,          // queued, never run (or added by a fork of a request that was not running)
   kRunning,          // holds blocks; scheduled every step while the budget lasts
   kPreempted,        // queued again after its blocks were taken; output kept, KV recomputed
@@ -23,10 +23,10 @@ enum class RequestStatus {
   kFinishedAborted,  // abort()
 };
 
-std::string_view to_string(RequestStatus status);
-inline bool is_finished(RequestStatus s) { return s >= RequestStatus::kFinishedStopped; }
+std::string_view to_string(SequenceStatus status);
+inline bool is_finished(SequenceStatus s) { return s >= SequenceStatus::kFinishedStopped; }
 
-struct Request {
+struct Sequence {
   SequenceId id = 0;
   std::vector<TokenId> prompt;
   std::vector<TokenId> output;    // sampled so far; kept across preemption
@@ -36,7 +36,7 @@ struct Request {
 
   // Set by the scheduler.
   int32_t num_computed_tokens = 0;  // tokens whose K/V are in the cache
-  RequestStatus status = RequestStatus::kWaiting;
+  SequenceStatus status = SequenceStatus::kWaiting;
   int64_t arrival_order = -1;        // order of add_request / fork, for FCFS
   std::optional<SequenceId> parent;  // the sequence this one was forked from
   int32_t num_cached_tokens = 0;     // prefix-cache hit at its first admission

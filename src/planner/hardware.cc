@@ -1,4 +1,4 @@
-#include "bench/hardware.h"
+#include "planner/hardware.h"
 
 #include <cmath>
 #include <cstdlib>

@@ -1,4 +1,4 @@
-#include "bench/serving_sim.h"
+#include "planner/serving_sim.h"
 
 #include <algorithm>
 #include <cmath>
@@ -98,9 +98,9 @@ std::pair<double, double> price_step(const SimState& st, const std::vector<Chunk
     const int64_t prompt = requests[r.index].prompt_len;
     const int64_t context = r.num_computed + c.num_new;
     const bool samples = context >= prompt;
-    load.add_sequence(cost, c.num_new, context, samples);
+    load.add_request(cost, c.num_new, context, samples);
     (r.num_computed < prompt ? prompt_load : decode_load)
-        .add_sequence(cost, c.num_new, context, samples);
+        .add_request(cost, c.num_new, context, samples);
   }
   const double t_prompt = prompt_load.num_tokens ? step_time(cost, rates, prompt_load).total_s : 0;
   const double t_decode = decode_load.num_tokens ? step_time(cost, rates, decode_load).total_s : 0;
@@ -202,7 +202,7 @@ BatchPoint batch_point(const ModelCost& cost, const DeviceRates& rates, int64_t 
   p.batch = batch;
   StepLoad decode;
   const int64_t context = prompt_len + output_len / 2;
-  for (int64_t i = 0; i < batch; ++i) decode.add_sequence(cost, 1, context, true);
+  for (int64_t i = 0; i < batch; ++i) decode.add_request(cost, 1, context, true);
   const StepTime t = step_time(cost, rates, decode);
   p.decode_step_s = t.total_s;
   p.decode_compute_bound = t.matmul_compute_bound;

@@ -5,8 +5,8 @@
 
 #include <span>
 
-#include "kv/kv_cache_manager.h"
-#include "kv/kv_storage.h"
+#include "core/block_copy.h"
+#include "model/kv_storage.h"
 #include "model/config.h"
 
 namespace pagoda {
