@@ -236,7 +236,8 @@ Action add_serve(CLI::App& app) {
     std::fprintf(stderr,
                  "serve: %s on http://%s:%d (max model len %d, KV %.2f GiB, %d seqs, chat "
                  "template: %s%s)\n",
-                 context.name.c_str(), url_host(o->server.host).c_str(), port, config.max_model_len,
+                 context.name.c_str(), url_host(o->server.host).c_str(), port,
+                 config.max_model_len,
                  double(engine->stats().kv_cache_bytes) / double(uint64_t{1} << 30),
                  config.max_num_seqs, chat ? "yes" : "none",
                  config.speculative.num_tokens > 0

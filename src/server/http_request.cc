@@ -176,8 +176,8 @@ size_t RequestReader::feed(std::string_view data) {
       return used;
     }
     if (ec == http::error::body_limit) {
-      refuse(413,
-             "the request body is larger than " + std::to_string(limits_.max_body_bytes) + " bytes");
+      refuse(413, "the request body is larger than " + std::to_string(limits_.max_body_bytes) +
+                      " bytes");
       return used;
     }
     if (ec) {

@@ -19,9 +19,9 @@ struct HttpLimits {
   // From a request's first byte to the end of its header; on a new connection, from the accept
   // to the end of the first request's header.
   double header_timeout_s = 10;
-  double body_timeout_s = 60;  // for the whole body
-  double idle_timeout_s = 30;  // a keep-alive connection waiting for its next request
-  double write_timeout_s = 60; // any one write to the client
+  double body_timeout_s = 60;   // for the whole body
+  double idle_timeout_s = 30;   // a keep-alive connection waiting for its next request
+  double write_timeout_s = 60;  // any one write to the client
   // When every connection is taken, the one idle longest is closed to admit a new one.
   int32_t max_connections = 4096;
   int32_t max_connections_per_client = 512;  // per remote address

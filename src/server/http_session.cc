@@ -133,8 +133,7 @@ void Session::read_next() {
   // A new connection has the header timeout from its accept: one that never sends a byte holds
   // its place no longer than one that sends its header slowly.
   const bool first = first_request_;
-  stream_.expires_after(
-      seconds(first ? t_.limits.header_timeout_s : t_.limits.idle_timeout_s));
+  stream_.expires_after(seconds(first ? t_.limits.header_timeout_s : t_.limits.idle_timeout_s));
   stream_.async_read_some(
       buffer_.prepare(kReadChunk),
       [self = shared_from_this(), first](beast::error_code ec, size_t n) {

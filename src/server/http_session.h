@@ -9,9 +9,9 @@
 // bytes queued on the session and written one after the other.
 #pragma once
 
+#include <atomic>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
-#include <atomic>
 #include <chrono>
 #include <deque>
 #include <functional>
@@ -156,7 +156,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool writing_ = false;
   std::atomic<size_t> unsent_{0};
   bool closed_ = false;
-  bool draining_ = false;  // the server is going down: no request after this one
+  bool draining_ = false;               // the server is going down: no request after this one
   std::atomic<bool> answering_{false};  // an exchange is open: its answer is not all written
   std::atomic<Phase> phase_{Phase::kIdle};
   std::atomic<Clock::rep> phase_since_{0};

@@ -37,17 +37,18 @@ bool HttpTransport::Impl::admit(const std::string& client, std::shared_ptr<Sessi
 // header: neither has a request the server works on. Connections busy with a body or an answer
 // are never closed for room.
 std::shared_ptr<Session> HttpTransport::Impl::idle_longest() {
-  std::shared_ptr<Session> best;
+  // Raw pointers while searching: a reference dropped here, under the mutex, could be a
+  // session's last, and its destructor takes the mutex.
+  Session* best = nullptr;
   auto rank = [](const Session& s) { return std::pair(s.phase(), s.phase_since()); };
-  for (auto& [p, w] : sessions) {
+  for (const auto& [p, w] : sessions) {
     if (p->phase() == Session::Phase::kBusy || p->evicted()) continue;
-    if (best == nullptr || rank(*p) < rank(*best)) {
-      auto s = w.lock();
-      if (s) best = std::move(s);
-    }
+    if (best == nullptr || rank(*p) < rank(*best)) best = p;
   }
-  if (best) best->mark_evicted();
-  return best;
+  if (best == nullptr) return nullptr;
+  std::shared_ptr<Session> s = sessions[best].lock();  // null: it is ending anyway
+  if (s) s->mark_evicted();
+  return s;
 }
 
 void HttpTransport::Impl::release(Session* s, const std::string& client, bool evicted) {
