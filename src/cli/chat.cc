@@ -22,6 +22,9 @@
 namespace pagoda::cli {
 namespace {
 
+// The largest conversation /load reads (as /save writes them).
+constexpr uint64_t kMaxConversationBytes = uint64_t{64} << 20;
+
 using nlohmann::ordered_json;
 
 constexpr const char* kHelp =
@@ -229,7 +232,7 @@ class ChatSession {
       return;
     }
     try {
-      ordered_json j = ordered_json::parse(read_file(path), nullptr, /*allow_exceptions=*/false);
+      ordered_json j = ordered_json::parse(read_file(path, kMaxConversationBytes), nullptr, /*allow_exceptions=*/false);
       if (j.is_object() && j.contains("messages")) j = j["messages"];
       if (!j.is_array()) fail(path, ": not a list of messages (as /save writes)");
       ordered_json loaded = ordered_json::array();

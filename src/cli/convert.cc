@@ -1,5 +1,5 @@
 // pagoda convert FOLDER -o OUT.gguf --type f32|f16|bf16: a Hugging Face model folder written as
-// a GGUF file (see model/convert.h).
+// a GGUF file (see tools/convert.h).
 //
 // stderr gets, on a terminal, a bar redrawn in place while the tensors are written; stdout gets
 // the one-line summary.

@@ -1,5 +1,5 @@
 // pagoda imatrix -m MODEL -f TEXT -o OUT.gguf: runs calibration text through a model and writes
-// its importance matrix (model/imatrix.h) for `pagoda quantize --imatrix` (or llama-quantize).
+// its importance matrix (tools/imatrix.h) for `pagoda quantize --imatrix` (or llama-quantize).
 // The text is cut as llama-imatrix cuts it, so the two tools' files agree: tokenized once (BOS
 // first when the model wants one), split into chunks of -c tokens, each chunk's first token
 // replaced by BOS; every position of every chunk goes through every layer. Ctrl-C writes what

@@ -1,5 +1,5 @@
 // pagoda quantize -i IN.gguf -o OUT.gguf --type TYPE: the same model in another weight type, for
-// comparing types with `pagoda bench quality --ref` (see model/quantize.h).
+// comparing types with `pagoda bench quality --ref` (see tools/quantize.h).
 //
 // stderr gets one line per tensor (its name, the type change and the round-trip error) and, on
 // a terminal, a bar redrawn in place under them; stdout gets the summary. With --awq, a
@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <memory>
 #include <iostream>
 #include <string>
@@ -16,6 +17,7 @@
 #include "cli/commands.h"
 #include "cli/format_util.h"
 #include "cli/tensor_bar.h"
+#include "core/error.h"
 #include "tools/quantize.h"
 
 namespace pagoda::cli {
@@ -181,6 +183,12 @@ Action add_quantize(CLI::App& app) {
                 "print)");
   return [o] {
     QuantizeOptions& q = o->quantize;
+    // The same file by any path (a link, another spelling): writing it would destroy the input
+    // while it is read.
+    if (std::error_code ec; std::filesystem::equivalent(q.input_path, q.output_path, ec)) {
+      fail("quantize: the output ", q.output_path, " is the input ", q.input_path,
+           " (the same file); write the output to another path");
+    }
     q.awq.threads = q.num_threads;
     q.gptq.threads = q.num_threads;
     if (q.allow_requantize) {

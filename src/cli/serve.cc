@@ -46,6 +46,11 @@ struct ServeOptions {
   EngineConfig engine;
 };
 
+// An IPv6 address goes in brackets in a URL: http://[::1]:8080.
+std::string url_host(const std::string& host) {
+  return host.find(':') != std::string::npos ? "[" + host + "]" : host;
+}
+
 int32_t resolve_max_model_len(const ServeOptions& o, const Model& model) {
   if (o.max_model_len > 0) return o.max_model_len;
   const uint32_t trained = model.config().context_length;
@@ -84,6 +89,16 @@ Action add_serve(CLI::App& app) {
       ->check(CLI::Range(0, 65535));
   cmd->add_option("--api-key", o->server.api_key, "Require this key (Authorization: Bearer KEY)");
   cmd->add_flag("--insecure", o->insecure, "Allow a non-loopback address without --api-key");
+  cmd->add_flag("--public-metrics", o->server.public_metrics,
+                "With --api-key: /metrics, /stats and /openapi.json answer without the key");
+  cmd->add_option("--allowed-host", o->server.origins.allowed_hosts,
+                  "A Host name to answer besides the loopback ones (repeatable; '*': any). On a "
+                  "loopback address only loopback names are answered by default (no DNS "
+                  "rebinding); on another address any, unless some are named");
+  cmd->add_option("--cors-origin", o->server.origins.cors_origins,
+                  "An origin (e.g. http://localhost:3000) whose web pages may call the API, with "
+                  "CORS answered for it (repeatable; '*': any). Requests from other sites' pages "
+                  "are refused");
   cmd->add_option("--model-name", o->model_name,
                   "Model id clients use (default: the file's general.name, else its stem)");
   cmd->add_option("--chat-template", o->chat_template_file, "Jinja chat template file to use");
@@ -221,7 +236,8 @@ Action add_serve(CLI::App& app) {
     std::fprintf(stderr,
                  "serve: %s on http://%s:%d (max model len %d, KV %.2f GiB, %d seqs, chat "
                  "template: %s%s)\n",
-                 context.name.c_str(), o->server.host.c_str(), port, config.max_model_len,
+                 context.name.c_str(), url_host(o->server.host).c_str(), port,
+                 config.max_model_len,
                  double(engine->stats().kv_cache_bytes) / double(uint64_t{1} << 30),
                  config.max_num_seqs, chat ? "yes" : "none",
                  config.speculative.num_tokens > 0

@@ -11,6 +11,10 @@
 namespace pagoda::cli {
 namespace {
 
+// The largest text --file tokenizes: far more than any text tokenized at once, and a clear
+// error on /dev/zero or an endless pipe instead of memory filling up.
+constexpr uint64_t kMaxTokenizeFileBytes = uint64_t{256} << 20;
+
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
   auto model = ModelFile::open(path);
   return Tokenizer::create(model->vocab());
@@ -34,7 +38,7 @@ Action add_tokenize(CLI::App& app) {
   cmd->add_flag("--pieces", o->pieces, "Print each token's text instead of its id");
   return [o] {
     if (o->file.empty() && o->text.empty() && !std::cin.good()) fail("tokenize: no text given");
-    std::string input = !o->file.empty() ? read_file(o->file) : o->text;
+    std::string input = !o->file.empty() ? read_file(o->file, kMaxTokenizeFileBytes) : o->text;
     auto tok = load_tokenizer(o->model);
     auto ids = tok->encode(input, {.add_special = o->bos, .parse_special = o->special});
     for (size_t i = 0; i < ids.size(); ++i) {

@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 
 #include "core/error.h"
 
@@ -41,12 +40,22 @@ MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
-std::string read_file(const std::string& path) {
+std::string read_file(const std::string& path, uint64_t max_bytes) {
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, ": cannot open: ", std::strerror(errno));
-  std::ostringstream out;
-  out << in.rdbuf();
-  return out.str();
+  // Read in pieces: a device or a pipe has no size to check first.
+  std::string out;
+  std::string piece(size_t{1} << 20, '\0');
+  while (in) {
+    in.read(piece.data(), static_cast<std::streamsize>(piece.size()));
+    const auto n = static_cast<uint64_t>(in.gcount());
+    if (out.size() + n > max_bytes) {
+      fail(path, ": larger than ", max_bytes, " bytes, the most read from such a file");
+    }
+    out.append(piece.data(), n);
+  }
+  if (in.bad()) fail(path, ": cannot read: ", std::strerror(errno));
+  return out;
 }
 
 void release_mapped_pages(const void* p, size_t n) {

@@ -30,7 +30,12 @@ class MappedFile {
 // read-only and private, so nothing is lost). For data the process keeps in another layout.
 void release_mapped_pages(const void* p, size_t n);
 
-// Reads a whole (small) file, e.g. config.json; throws Error naming the path.
-std::string read_file(const std::string& path);
+// The most read_file takes by default: far above any configuration, tokenizer or text file it
+// is used for, and a clear error instead of a read without end on /dev/zero or a FIFO.
+inline constexpr uint64_t kMaxReadFileBytes = uint64_t{1} << 30;
+
+// Reads a whole (small) file, e.g. config.json; throws Error naming the path, also when it holds
+// more than `max_bytes`.
+std::string read_file(const std::string& path, uint64_t max_bytes = kMaxReadFileBytes);
 
 }  // namespace pagoda

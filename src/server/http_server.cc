@@ -26,10 +26,6 @@ HttpResponse json_response(int status, const json& body) {
 
 HttpResponse error_response(const ApiError& e) { return json_response(e.status(), e.to_json()); }
 
-bool needs_key(const std::string& path) {
-  return path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize";
-}
-
 // Routes whose answers are cheap enough to make on the connection's own thread.
 bool is_light(const std::string& method) { return method == "GET" || method == "HEAD"; }
 
@@ -59,6 +55,22 @@ bool is_loopback_host(const std::string& host) {
   return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
 }
 
+std::string escape_log_field(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char c : text) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u <= 0x20 || u == 0x7f || c == '\\') {
+      char hex[8];
+      std::snprintf(hex, sizeof hex, "\\x%02x", u);
+      out += hex;
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
 bool constant_time_equal(const std::string& a, const std::string& b) {
   unsigned char diff = a.size() == b.size() ? 0 : 1;
   const size_t n = std::max(a.size(), b.size());
@@ -73,6 +85,7 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
 HttpServer::HttpServer(ServerOptions options, ModelContext model, EngineThread& engine,
                        json model_info)
     : options_(std::move(options)),
+      origins_(options_.host, options_.origins),
       model_(std::move(model)),
       engine_(engine),
       model_info_(std::move(model_info)),
@@ -87,6 +100,12 @@ HttpServer::HttpServer(ServerOptions options, ModelContext model, EngineThread& 
 }
 
 HttpServer::~HttpServer() { transport_.reset(); }
+
+bool HttpServer::needs_key(const std::string& path) const {
+  if (path == "/metrics" || path == "/stats" || path == "/openapi.json")
+    return !options_.public_metrics;
+  return path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize";
+}
 
 bool HttpServer::authorized(const HttpRequest& req) const {
   if (options_.api_key.empty()) return true;
@@ -138,9 +157,14 @@ void HttpServer::log_access(const AccessRecord& r) {
     char duration[32];
     std::snprintf(duration, sizeof duration, "%.3fs", r.duration_s);
     line = utc_now() + " " + r.client + " " + (r.method.empty() ? "-" : r.method) + " " +
-           (r.path.empty() ? "-" : r.path) + " " + std::to_string(r.status) + " " + duration;
-    for (const auto& [k, v] : note.items())
-      line += " " + k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
+           (r.path.empty() ? "-" : escape_log_field(r.path)) + " " + std::to_string(r.status) +
+           " " + duration;
+    for (const auto& [k, v] : note.items()) {
+      line += ' ';
+      line += escape_log_field(k);
+      line += '=';
+      line += escape_log_field(v.is_string() ? v.get<std::string>() : v.dump());
+    }
     line += "\n";
   }
   std::lock_guard lock(log_mutex_);
@@ -148,9 +172,28 @@ void HttpServer::log_access(const AccessRecord& r) {
 }
 
 void HttpServer::handle(HttpRequest req, std::shared_ptr<Exchange> ex) {
+  try {
+    origins_.check(req);
+  } catch (const ApiError& e) {
+    return ex->respond(error_response(e));
+  }
+  if (const std::string origin = origins_.cors_origin(req); !origin.empty()) {
+    if (req.method == "OPTIONS") return ex->respond(origins_.preflight(req, origin));
+    ex = with_cors(std::move(ex), origin);
+  }
   if (needs_key(req.path) && !authorized(req)) {
     ex->respond(error_response(ApiError(401, "invalid_request_error",
                                         "Incorrect or missing API key", "", "invalid_api_key")));
+    return;
+  }
+  // A browser (it sends Origin) can post text/plain to any site without asking first; only
+  // JSON is read from it, which it cannot send across sites without a preflight.
+  if (req.method == "POST" && !req.header("Origin").empty() &&
+      !is_json_content_type(req.header("Content-Type"))) {
+    ex->respond(error_response(
+        ApiError(415, "invalid_request_error",
+                 "a request from a web page must have Content-Type: application/json", "",
+                 "unsupported_media_type")));
     return;
   }
   auto answer = [this](const HttpRequest& r, const std::shared_ptr<Exchange>& e) {

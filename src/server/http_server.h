@@ -19,6 +19,7 @@
 #include "server/http_transport.h"
 #include "server/metrics.h"
 #include "server/openai_request.h"
+#include "server/origin_policy.h"
 
 namespace pagoda::server {
 
@@ -28,6 +29,9 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;      // 0: any free port (see HttpServer::port())
   std::string api_key;  // empty: no key required
+  // With an api_key: /metrics, /stats and /openapi.json answer without it too.
+  bool public_metrics = false;
+  OriginOptions origins;
   HttpLimits http;
   // Sequences (prompts x n) of generation requests in flight at once; more get 503.
   int32_t max_pending = 256;
@@ -74,6 +78,7 @@ class HttpServer {
   HttpResponse tokenize(const HttpRequest& req);
   HttpResponse detokenize(const HttpRequest& req);
   nlohmann::json stats_json() const;
+  bool needs_key(const std::string& path) const;
   bool authorized(const HttpRequest& req) const;
   void log_access(const AccessRecord& r);
   // Live generations, for the shutdown.
@@ -81,6 +86,7 @@ class HttpServer {
   void untrack(GenerationTask* task, int32_t num_sequences);
 
   ServerOptions options_;
+  OriginPolicy origins_;
   ModelContext model_;
   EngineThread& engine_;
   nlohmann::json model_info_;
@@ -99,6 +105,10 @@ class HttpServer {
 
 // True for 127.0.0.0/8, ::1 and "localhost".
 bool is_loopback_host(const std::string& host);
+
+// `text` with control characters, spaces and backslashes written as \xNN, so that a line of the
+// text access log stays one line of fields whatever a client sent.
+std::string escape_log_field(const std::string& text);
 
 // Compares in time that depends only on the lengths, not on where the strings differ.
 bool constant_time_equal(const std::string& a, const std::string& b);

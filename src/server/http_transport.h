@@ -19,33 +19,9 @@
 #include <utility>
 #include <vector>
 
+#include "server/http_request.h"
+
 namespace pagoda::server {
-
-struct HttpLimits {
-  size_t max_header_bytes = 64u << 10;  // request line and headers together
-  int32_t max_headers = 100;
-  size_t max_body_bytes = 8u << 20;  // counted as received, chunked or not
-  double header_timeout_s = 10;      // from a request's first byte to the end of its header
-  double body_timeout_s = 60;        // for the whole body
-  double idle_timeout_s = 30;        // a keep-alive connection waiting for its next request
-  double write_timeout_s = 60;       // any one write to the client
-  int32_t max_connections = 4096;
-  int32_t max_connections_per_client = 512;  // per remote address
-  int32_t listen_backlog = 4096;
-};
-
-struct HttpRequest {
-  std::string method;  // "GET", "POST", ...
-  std::string target;  // as sent: path and query
-  std::string path;    // percent-decoded, without the query
-  int version = 11;    // 10 or 11
-  std::vector<std::pair<std::string, std::string>> headers;
-  std::string body;
-  std::string client;  // the peer's address
-
-  // The first header of that name (case-insensitive); empty when absent.
-  std::string header(std::string_view name) const;
-};
 
 struct HttpResponse {
   int status = 200;
@@ -87,37 +63,6 @@ class Exchange {
 
 using HttpHandler = std::function<void(HttpRequest, std::shared_ptr<Exchange>)>;
 
-// Parses one request from bytes as they arrive, with HttpLimits' size checks. The transport
-// reads every request through it; the fuzz target drives it directly.
-class RequestReader {
- public:
-  explicit RequestReader(const HttpLimits& limits);
-  ~RequestReader();
-  RequestReader(const RequestReader&) = delete;
-  RequestReader& operator=(const RequestReader&) = delete;
-
-  // Consumes a prefix of `data` (possibly none: more bytes are needed to go on) and returns its
-  // length. Stops at the end of one request; bytes after it belong to the next.
-  size_t feed(std::string_view data);
-  bool header_done() const;
-  bool complete() const;
-  // Non-zero when the request is refused: 400, 413, 431 or 501; error() says why.
-  int error_status() const { return error_status_; }
-  const std::string& error() const { return error_; }
-  // After header_done(): the client waits for "100 Continue" before it sends the body.
-  bool expects_continue() const;
-  // After complete(): whether the connection may carry another request.
-  bool keep_alive() const;
-  HttpRequest take();
-
- private:
-  struct Impl;
-  std::unique_ptr<Impl> impl_;
-  const HttpLimits limits_;
-  int error_status_ = 0;
-  std::string error_;
-};
-
 class HttpTransport {
  public:
   // `handler` runs on a connection's strand for each request read in full; it must not block
@@ -146,7 +91,7 @@ class HttpTransport {
 
   int32_t num_connections() const;
 
-  struct Impl;  // the connections' side (http_transport.cc)
+  struct Impl;  // the connections' side (http_session.h)
 
  private:
   std::unique_ptr<Impl> impl_;

@@ -492,6 +492,10 @@ ordered_json normalize_messages(const json& body, const ordered_json& ordered) {
     }
     ordered_json copy = ordered["messages"][i];
     if (m.contains("content")) copy["content"] = message_text(m["content"], where + ".content");
+    if (copy.contains("tool_calls") && !copy["tool_calls"].is_array() &&
+        !copy["tool_calls"].is_null()) {
+      throw bad_param(where + ".tool_calls", "'" + where + ".tool_calls' must be a list");
+    }
     // The OpenAI API sends a call's arguments as JSON text; templates print them as objects.
     if (copy.contains("tool_calls") && copy["tool_calls"].is_array()) {
       for (ordered_json& call : copy["tool_calls"]) {

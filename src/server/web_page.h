@@ -2,7 +2,7 @@
 // renderer of its own that builds DOM nodes from text, so nothing a model writes is ever read as
 // HTML), conversations kept in the browser's local storage, a system prompt, Regenerate and
 // Copy, per-reply figures, the sampling settings, and live engine figures polled from /stats.
-// Plain HTML and JavaScript inside the binary.
+// Plain HTML and JavaScript (src/server/web/), inside the binary.
 #pragma once
 
 #include <string_view>
@@ -10,8 +10,5 @@
 namespace pagoda::server {
 
 std::string_view web_page_html();
-
-// The page's script (web_page_script.cc).
-std::string_view web_page_script();
 
 }  // namespace pagoda::server

@@ -58,7 +58,7 @@ std::unique_ptr<Backend> make_imatrix_collector(Backend& inner, const ModelFile&
                                                 Imatrix& imatrix);
 
 // The same pass-through with the input handed to `sink` instead of an Imatrix (the AWQ
-// collector, model/awq.h, keeps other statistics): sink(name, expert, num_experts, x, rows,
+// collector, tools/awq.h, keeps other statistics): sink(name, expert, num_experts, x, rows,
 // cols) is called where make_imatrix_collector would call Imatrix::add, with the same rules.
 using MatmulInputSink = std::function<void(const std::string& name, int64_t expert, int64_t num_experts,
                                            const float* x, int64_t num_rows, int64_t cols)>;

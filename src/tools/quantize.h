@@ -4,7 +4,7 @@
 // each matrix gets is the weight recipe's (model/recipe.h), the table synth and estimate use.
 //
 // Rounding is plain, weighted by an importance matrix (imatrix_path), and / or preceded by
-// AWQ's activation-aware scaling (awq, model/awq.h), or GPTQ's error-compensating rounding
+// AWQ's activation-aware scaling (awq, tools/awq.h), or GPTQ's error-compensating rounding
 // (gptq, quant/gptq.h) with the same calibration pass. Requantizing an already quantized file compounds the error, so,
 // as llama.cpp does, it is refused unless asked for (allow_requantize); decoding one to F32 is
 // exact and always allowed.
@@ -42,10 +42,10 @@ struct QuantizeOptions {
   // Write tensors that are already quantized (any type but F32, F16, BF16) in another type
   // other than F32; without it quantize_model refuses such a file.
   bool allow_requantize = false;
-  // An importance matrix (model/imatrix.h): each converted matrix it has an entry for is
+  // An importance matrix (tools/imatrix.h): each converted matrix it has an entry for is
   // quantized minimising the error weighted by it (quantize_row_weighted); the others plainly.
   std::string imatrix_path;
-  // Activation-aware scaling (model/awq.h): with a calibration text, the groups of matrices that
+  // Activation-aware scaling (tools/awq.h): with a calibration text, the groups of matrices that
   // share an input are rescaled (the preceding norm or matrix rows divided back) before they
   // are quantized, and an importance matrix, if given, weighs the rescaled columns. Needs an
   // F32 / F16 / BF16 input.

@@ -1,4 +1,4 @@
-// Importance matrices (model/imatrix.h): the file format round trip, the calibration chunks, and
+// Importance matrices (tools/imatrix.h): the file format round trip, the calibration chunks, and
 // stories260K's matrix against llama-imatrix's on the same text and chunks
 // (tests/data/imatrix/stories260K.json, made by scripts/make_imatrix_vectors.py).
 #include <gtest/gtest.h>

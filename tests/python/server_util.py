@@ -47,7 +47,7 @@ class Server:
     def _read_stderr(self):
         for line in self.proc.stderr:
             self.log.append(line)
-            m = re.search(r" on http://[^:]+:(\d+) ", line)
+            m = re.search(r" on http://(?:\[[^\]]*\]|[^:/ ]+):(\d+) ", line)
             if m and self._port is None:
                 self._port = int(m.group(1))
                 self._ready.set()

@@ -1,8 +1,10 @@
 """pagoda serve against hostile clients, on loopback, each case bounded in time: deep JSON, chunked
 bodies past the limit, slow headers, many headers, pipelining, a busy port, bursts of
 connections, per-client limits, clients that leave, a shutdown with idle connections and running
-streams, an engine failure, and control tokens forged through message content. Each case checks
-the server's answer, that /health still answers, and that its memory stays bounded."""
+streams, an engine failure, control tokens forged through message content, request framing
+(Connection: close, Transfer-Encoding, Host, obs-fold), silent connections from many addresses,
+foreign Host and Origin headers and CORS, log injection, and CLI reads without a bound. Each
+case checks the server's answer, that /health still answers, and that its memory stays bounded."""
 import concurrent.futures
 import json
 import pathlib
@@ -54,6 +56,8 @@ def read_response(sock, timeout=30):
     lines = head.decode("latin-1").split("\r\n")
     status = int(lines[0].split()[1])
     headers = {k.strip().lower(): v.strip() for k, v in (l.split(":", 1) for l in lines[1:])}
+    if status == 204:
+        return status, headers, b"", rest
     if "content-length" in headers:
         n = int(headers["content-length"])
         while len(rest) < n:
@@ -77,7 +81,7 @@ def read_response(sock, timeout=30):
 
 
 def request_bytes(method, path, body=b"", headers=()):
-    lines = [f"{method} {path} HTTP/1.1", "Host: test"] + list(headers)
+    lines = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1"] + list(headers)
     if body or method == "POST":
         lines.append(f"Content-Length: {len(body)}")
         lines.append("Content-Type: application/json")
@@ -157,7 +161,7 @@ def test_chunked_body_past_the_limit_is_a_413(server):
 
     def send():
         try:
-            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: t\r\nContent-Type: "
+            sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
                          b"application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
             for _ in range(20 * MIB // len(piece)):  # 20 MiB against a 1 MiB limit
                 sock.sendall(b"%x\r\n" % len(piece) + piece + b"\r\n")
@@ -177,7 +181,7 @@ def test_chunked_body_past_the_limit_is_a_413(server):
 
 
 def test_a_content_length_past_the_limit_is_refused_before_the_body(server):
-    status, body = exchange(server, b"POST /v1/completions HTTP/1.1\r\nHost: t\r\n"
+    status, body = exchange(server, b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
                                     b"Content-Length: 20971520\r\n\r\n")
     assert status == 413
 
@@ -241,7 +245,7 @@ def test_many_and_large_headers_are_a_431(server):
 
     def send():
         try:
-            sock.sendall(b"GET /health HTTP/1.1\r\nHost: t\r\n")
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
             line = b"X-Filler: " + b"a" * 8192 + b"\r\n"
             for _ in range(20_000):  # 20,000 headers of 8 KB: 160 MB
                 sock.sendall(line)
@@ -256,7 +260,7 @@ def test_many_and_large_headers_are_a_431(server):
     sock.close()
     assert status == 431 and b"larger than 65536" in body
     many = "".join(f"X-H{i}: v\r\n" for i in range(150)).encode()
-    status, body = exchange(server, b"GET /health HTTP/1.1\r\nHost: t\r\n" + many + b"\r\n")
+    status, body = exchange(server, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n" + many + b"\r\n")
     assert status == 431 and b"151 headers" in body  # and Host
     assert health(server) == 200
     assert rss_bytes(server) < before + 64 * MIB
@@ -491,3 +495,284 @@ def test_the_access_log_has_a_line_per_request(pagoda_bin):
                 assert " POST /v1/completions 400 " in bad
         finally:
             s.stop()
+
+
+# ---- framing: Connection, Transfer-Encoding, Host, obs-fold ------------------------------------
+
+def read_to_end(sock, timeout=10):
+    """What the server still sends until it closes (b"" when it sends nothing more)."""
+    sock.settimeout(timeout)
+    data = b""
+    try:
+        while True:
+            got = sock.recv(65536)
+            if not got:
+                return data
+            data += got
+    except (ConnectionResetError, BrokenPipeError):
+        return data
+
+
+def test_connection_close_on_a_request_is_honoured(server):
+    completion = json.dumps({"prompt": "hi", "max_tokens": 1}).encode()
+    raw = (request_bytes("GET", "/health", headers=["Connection: close"])
+           + request_bytes("POST", "/v1/completions", completion))
+    with socket.create_connection(("127.0.0.1", port_of(server)), timeout=30) as sock:
+        sock.sendall(raw)
+        status, headers, _, rest = read_response(sock)
+        assert status == 200 and headers.get("connection") == "close", headers
+        # The socket closes; the pipelined request after the close is not run.
+        assert rest + read_to_end(sock) == b""
+
+
+@pytest.mark.parametrize("coding", ["xchunked", "chunked, identity", "gzip, chunked", "identity"])
+def test_transfer_encoding_not_chunked_alone_is_refused(server, coding):
+    smuggled = b"GET /nope HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+    raw = (b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
+           b"\r\nTransfer-Encoding: " + coding.encode() + b"\r\n\r\n0\r\n\r\n" + smuggled)
+    with socket.create_connection(("127.0.0.1", port_of(server)), timeout=30) as sock:
+        sock.sendall(raw)
+        status, headers, body, rest = read_response(sock)
+        assert status == 400 and b"Transfer-Encoding" in body, body
+        assert headers.get("connection") == "close"
+        assert rest + read_to_end(sock) == b""  # the smuggled request is never answered
+    assert health(server) == 200
+
+
+def test_http11_needs_one_host_and_obs_fold_is_refused(server):
+    status, body = exchange(server, b"GET /health HTTP/1.1\r\n\r\n")
+    assert status == 400 and b"Host" in body, body
+    status, body = exchange(server, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                    b"Host: 127.0.0.2\r\n\r\n")
+    assert status == 400 and b"Host" in body, body
+    # HTTP/1.0 has no Host requirement.
+    assert exchange(server, b"GET /health HTTP/1.0\r\n\r\n")[0] == 200
+    status, body = exchange(server, b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-A: one\r\n"
+                                    b" folded\r\n\r\n")
+    assert status == 400 and b"folded" in body, body
+
+
+def test_tool_calls_that_is_not_a_list_is_a_400(server):
+    for calls in ({"id": "a"}, "x", 5):
+        status, body = post(server, "/v1/chat/completions", {"max_tokens": 1, "messages": [
+            {"role": "user", "content": "hi"},
+            {"role": "assistant", "content": "", "tool_calls": calls},
+            {"role": "user", "content": "again"}]})
+        assert status == 400 and body["error"]["param"] == "messages[1].tool_calls", body
+
+
+# ---- connections under pressure ----------------------------------------------------------------
+
+def is_closed(sock):
+    sock.setblocking(False)
+    try:
+        return sock.recv(1) == b""
+    except BlockingIOError:
+        return False
+    except OSError:
+        return True
+
+
+def test_a_silent_connection_gets_the_header_timeout(pagoda_bin):
+    s = Server(pagoda_bin, need(SMOLLM), "-t", "2", "--kv-tokens", "2048",
+               "--header-timeout", 1, "--idle-timeout", 60)
+    try:
+        with socket.create_connection(("127.0.0.1", port_of(s)), timeout=10) as silent:
+            assert wait_for(lambda: is_closed(silent), 6)
+    finally:
+        s.stop()
+
+
+def test_silent_connections_from_many_addresses_do_not_lock_out_a_client(pagoda_bin):
+    # 4 addresses x 8 connections fill a cap of 32, as 8 x 512 fill the default 4096.
+    s = Server(pagoda_bin, need(SMOLLM), "-t", "2", "--kv-tokens", "2048",
+               "--max-connections", 32, "--max-connections-per-client", 8,
+               "--header-timeout", 60, "--idle-timeout", 60)
+    silent = []
+    try:
+        def connections():
+            with urllib.request.urlopen(s.url + "/stats", timeout=10) as r:
+                return json.loads(r.read())["connections"]
+
+        for host in range(2, 6):
+            for _ in range(8):
+                if len(silent) == 31:  # all but the last registered (and the /stats one)
+                    assert wait_for(lambda: connections() == 32, 10)
+                c = socket.socket()
+                c.bind((f"127.0.0.{host}", 0))
+                c.settimeout(10)
+                c.connect(("127.0.0.1", port_of(s)))
+                silent.append(c)
+        time.sleep(0.5)  # and the last
+        for _ in range(4):
+            status, body = exchange(s, request_bytes("GET", "/health"))
+            assert status == 200, body
+        # The oldest idle connections made room.
+        assert wait_for(lambda: is_closed(silent[0]), 5)
+        assert not is_closed(silent[-1])
+    finally:
+        for c in silent:
+            c.close()
+        s.stop()
+
+
+# ---- Host, Origin and CORS ---------------------------------------------------------------------
+
+def answer(server, method, path, headers=(), body=b""):
+    lines = [f"{method} {path} HTTP/1.1", *headers]
+    if body or method == "POST":
+        lines.append(f"Content-Length: {len(body)}")
+    raw = ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+    with socket.create_connection(("127.0.0.1", port_of(server)), timeout=30) as sock:
+        sock.sendall(raw)
+        return read_response(sock)[:3]
+
+
+PROMPT = json.dumps({"prompt": "hi", "max_tokens": 1}).encode()
+
+
+def test_a_foreign_host_or_origin_is_refused_on_loopback(server):
+    own = f"127.0.0.1:{port_of(server)}"
+    for host in ("evil.com", "evil.com:80", "127.0.0.1.evil.com"):
+        status, _, body = answer(server, "GET", "/v1/models", [f"Host: {host}"])
+        assert status == 403 and b"--allowed-host" in body, (host, body)
+    for host in (own, "localhost", f"localhost:{port_of(server)}", f"[::1]:{port_of(server)}"):
+        assert answer(server, "GET", "/v1/models", [f"Host: {host}"])[0] == 200, host
+    # A page on another site posting to the server: refused whatever the content type.
+    for origin in ("http://evil.com", "null", f"http://localhost:{port_of(server) + 1}"):
+        status, _, body = answer(server, "POST", "/v1/completions",
+                                 [f"Host: {own}", f"Origin: {origin}",
+                                  "Content-Type: application/json"], PROMPT)
+        assert status == 403 and b"--cors-origin" in body, (origin, body)
+    # The server's own page: JSON is required when a browser sends it.
+    ok = answer(server, "POST", "/v1/completions",
+                [f"Host: {own}", f"Origin: http://{own}", "Content-Type: application/json"], PROMPT)
+    assert ok[0] == 200, ok
+    status, _, body = answer(server, "POST", "/v1/completions",
+                             [f"Host: {own}", f"Origin: http://{own}", "Content-Type: text/plain"],
+                             PROMPT)
+    assert status == 415 and b"application/json" in body, body
+    # Without an Origin (curl -d), any content type is still read as JSON.
+    status, _, _ = answer(server, "POST", "/v1/completions",
+                          [f"Host: {own}", "Content-Type: application/x-www-form-urlencoded"],
+                          PROMPT)
+    assert status == 200
+
+
+def test_cors_for_named_origins_and_a_key_on_metrics(pagoda_bin):
+    s = Server(pagoda_bin, need(SMOLLM), "-t", "2", "--kv-tokens", "2048", "--api-key", "k3y",
+               "--allowed-host", "pagoda.test", "--cors-origin", "http://app.test",
+               "--cors-origin", "https://other.test")
+    key = "Authorization: Bearer k3y"
+    try:
+        assert answer(s, "GET", "/health", ["Host: pagoda.test"])[0] == 200
+        assert answer(s, "GET", "/health", ["Host: evil.test"])[0] == 403
+        status, headers, _ = answer(s, "OPTIONS", "/v1/chat/completions", [
+            "Host: pagoda.test", "Origin: http://app.test",
+            "Access-Control-Request-Method: POST",
+            "Access-Control-Request-Headers: authorization, content-type"])
+        assert status == 204, headers
+        assert headers["access-control-allow-origin"] == "http://app.test"
+        assert "POST" in headers["access-control-allow-methods"]
+        allowed = headers["access-control-allow-headers"].lower()
+        assert "authorization" in allowed and "content-type" in allowed
+        assert "origin" in headers.get("vary", "").lower()
+        status, headers, _ = answer(s, "OPTIONS", "/v1/completions",
+                                    ["Host: pagoda.test", "Origin: http://evil.test",
+                                     "Access-Control-Request-Method: POST"])
+        assert status == 403 and "access-control-allow-origin" not in headers
+        # Answers (whole or streamed) to a named origin carry its Access-Control-Allow-Origin.
+        cors = ["Host: pagoda.test", "Origin: https://other.test", key,
+                "Content-Type: application/json"]
+        status, headers, _ = answer(s, "POST", "/v1/completions", cors, PROMPT)
+        assert status == 200 and headers["access-control-allow-origin"] == "https://other.test"
+        stream = json.dumps({"prompt": "hi", "max_tokens": 2, "stream": True}).encode()
+        status, headers, body = answer(s, "POST", "/v1/completions", cors, stream)
+        assert status == 200 and headers["access-control-allow-origin"] == "https://other.test"
+        assert b"[DONE]" in body
+        # With --api-key, the monitoring routes need the key too.
+        for path in ("/metrics", "/stats", "/openapi.json"):
+            assert answer(s, "GET", path, ["Host: pagoda.test"])[0] == 401, path
+            assert answer(s, "GET", path, ["Host: pagoda.test", key])[0] == 200, path
+        assert answer(s, "GET", "/health", ["Host: pagoda.test"])[0] == 200
+    finally:
+        s.stop()
+    s = Server(pagoda_bin, need(SMOLLM), "-t", "2", "--kv-tokens", "2048", "--api-key", "k3y",
+               "--public-metrics")
+    try:
+        for path in ("/metrics", "/stats", "/openapi.json"):
+            assert answer(s, "GET", path, ["Host: 127.0.0.1"])[0] == 200, path
+        assert answer(s, "GET", "/v1/models", ["Host: 127.0.0.1"])[0] == 401
+    finally:
+        s.stop()
+
+
+# ---- the access log and the start-up line ------------------------------------------------------
+
+def test_the_text_log_escapes_control_characters(pagoda_bin):
+    s = Server(pagoda_bin, need(SMOLLM), "-t", "2", "--kv-tokens", "2048", "--log-format", "text")
+    try:
+        status, _ = exchange(s, request_bytes("GET", "/x%0a2026-01-01T00:00:00Z%201.2.3.4%20GET"
+                                                     "%20/forged%20200%1b[31m"))
+        assert status == 404
+        assert wait_for(lambda: any("/x" in l for l in s.log), 5), s.log
+        line = next(l for l in s.log if "/x" in l)
+        assert line.endswith("\n") and "\n" not in line[:-1] and "\x1b" not in line, repr(line)
+        assert "\\x0a" in line and "\\x1b" in line, repr(line)
+        assert not any(l.startswith("2026-01-01") for l in s.log)
+    finally:
+        s.stop()
+
+
+def test_the_start_up_line_puts_an_ipv6_address_in_brackets(pagoda_bin):
+    try:
+        socket.socket(socket.AF_INET6).bind(("::1", 0))
+    except OSError:
+        pytest.skip("*** no IPv6 loopback here; SKIPPING ***")
+    proc = subprocess.Popen([str(pagoda_bin), "serve", "-m", str(need(SMOLLM)), "--host", "::1",
+                             "--port", "0", "-t", "2", "--kv-tokens", "2048"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        line = ""
+        for line in proc.stderr:
+            if " on http://" in line:
+                break
+        assert " on http://[::1]:" in line, line
+        port = int(line.split("http://[::1]:")[1].split()[0])
+        with socket.create_connection(("::1", port), timeout=10) as sock:
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: [::1]\r\n\r\n")
+            assert read_response(sock)[0] == 200
+    finally:
+        proc.kill()
+        proc.wait(30)
+
+
+# ---- the command line reads with a bound ---------------------------------------------------------
+
+def limited_memory():
+    import resource
+    resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+
+def test_tokenize_and_chat_load_read_a_bounded_amount(pagoda_bin):
+    r = subprocess.run([str(pagoda_bin), "tokenize", "-m", str(need(SMOLLM)), "--file",
+                        "/dev/zero"], capture_output=True, text=True, timeout=120,
+                       preexec_fn=limited_memory)
+    assert r.returncode == 1 and "/dev/zero" in r.stderr and "larger than" in r.stderr, r.stderr
+    r = subprocess.run([str(pagoda_bin), "chat", "-m", str(need(SMOLLM)), "-t", "2", "-n", "4"],
+                       input="/load /dev/zero\n", capture_output=True, text=True, timeout=120,
+                       preexec_fn=limited_memory)
+    assert r.returncode == 0 and "/dev/zero" in r.stderr and "larger than" in r.stderr, r.stderr
+
+
+def test_quantize_refuses_to_write_over_its_input(pagoda_bin, shared_dir, tmp_path):
+    src = tmp_path / "in.gguf"
+    shutil.copy(shared_dir / "models" / "stories260K.gguf", src)
+    original = src.read_bytes()
+    (tmp_path / "link.gguf").hardlink_to(src)
+    (tmp_path / "sym.gguf").symlink_to(src)
+    for out in (src, tmp_path / "link.gguf", tmp_path / "sym.gguf", tmp_path / "." / "in.gguf"):
+        r = subprocess.run([str(pagoda_bin), "quantize", "-i", str(src), "-o", str(out),
+                            "--type", "q8_0", "-q"], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 1 and "is the input" in r.stderr, (out, r.stderr)
+        assert src.read_bytes() == original

@@ -299,7 +299,7 @@ def test_disconnect_frees_blocks(server):
         sock = socket.create_connection(("127.0.0.1", int(server.url.rsplit(":", 1)[1])))
         body = json.dumps({"prompt": "Tell me a very long story.", "max_tokens": 300,
                            "stream": True, "ignore_eos": True}).encode()
-        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
                      b"application/json\r\nContent-Length: " + str(len(body)).encode() +
                      b"\r\n\r\n" + body)
         got = b""

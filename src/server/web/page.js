@@ -1,15 +1,10 @@
-// The web page's script (see web_page.h).
+// The script of pagoda serve's web page (page.html; see src/server/web_page.h). The build inlines
+// it into the page (scripts/embed_web_page.py) after `node --check` where Node.js is installed.
 //
 // Markdown is rendered by a small renderer of our own rather than a library: it only ever
 // builds DOM nodes and puts model text in through text nodes, so there is no HTML parsing of
 // model output to sanitize, nothing to vendor, and it is small enough to read. Links keep only
 // http(s) and mailto targets.
-#include "server/web_page.h"
-
-namespace pagoda::server {
-
-std::string_view web_page_script() {
-  static constexpr std::string_view kScript = R"SCRIPT(
 "use strict";
 const $ = (id) => document.getElementById(id);
 const STORE = "pagoda.chats.v1";
@@ -453,7 +448,9 @@ function drawChart() {
 }
 async function poll() {
   try {
-    const s = await (await fetch("/stats")).json();
+    const res = await fetch("/stats", { headers: headers() });
+    if (!res.ok) return;  // with --api-key: until the key is typed in
+    const s = await res.json();
     if (last) {
       const dt = s.uptime_s - last.uptime_s;
       if (dt > 0) {
@@ -492,8 +489,3 @@ async function init() {
   setInterval(poll, 1000);
 }
 init();
-)SCRIPT";
-  return kScript;
-}
-
-}  // namespace pagoda::server
