@@ -101,7 +101,7 @@ void Engine::check_request(const GenerationRequest& r) const {
   if (r.n < 1 || r.n > kMaxNumSamples) {
     fail("n must be in [1, ", kMaxNumSamples, "], got ", r.n);
   }
-  r.sampling.validate();
+  validate(r.sampling, vocab_size_);
   if (r.beam.width < 0 || r.beam.width > kMaxBeamWidth) {
     fail("the beam width must be in [1, ", kMaxBeamWidth, "], got ", r.beam.width);
   }
@@ -113,11 +113,6 @@ void Engine::check_request(const GenerationRequest& r) const {
   if (r.num_speculative_tokens < -1 || r.num_speculative_tokens > kMaxSpeculativeTokens) {
     fail("num_speculative_tokens must be in [0, ", kMaxSpeculativeTokens, "], got ",
          r.num_speculative_tokens);
-  }
-  for (const auto& [id, bias] : r.sampling.logit_bias) {
-    if (id < 0 || id >= vocab_size_) {
-      fail("logit_bias token id ", id, " is outside the vocabulary [0, ", vocab_size_, ")");
-    }
   }
   const int64_t num_tokens = static_cast<int64_t>(r.prompt.size()) + r.max_tokens;
   if (config_.max_model_len > 0 && num_tokens > config_.max_model_len) {

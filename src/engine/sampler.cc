@@ -121,41 +121,7 @@ ScoredToken nucleus_boundary(std::span<const ScoredToken> c, double target,
   fail("sampler: every token is banned (all logits are -inf or NaN after logit_bias)");
 }
 
-void check_range(const char* field, float value, float lo, float hi, const char* range) {
-  if (!(value >= lo && value <= hi)) {  // written so that NaN fails too
-    fail("sampling parameter ", field, " must be in ", range, " (got ", value, ")");
-  }
-}
-
 }  // namespace
-
-void SamplingParams::validate() const {
-  if (!(temperature >= 0.0f && temperature < kInf)) {
-    fail("sampling parameter temperature must be >= 0 and finite (got ", temperature, ")");
-  }
-  if (top_k < 0) fail("sampling parameter top_k must be >= 0, 0 = off (got ", top_k, ")");
-  if (!(top_p > 0.0f && top_p <= 1.0f)) {
-    fail("sampling parameter top_p must be in (0, 1] (got ", top_p, ")");
-  }
-  check_range("min_p", min_p, 0.0f, 1.0f, "[0, 1]");
-  if (!(repetition_penalty > 0.0f && repetition_penalty < kInf)) {
-    fail("sampling parameter repetition_penalty must be > 0 and finite (got ", repetition_penalty,
-         ")");
-  }
-  check_range("presence_penalty", presence_penalty, -2.0f, 2.0f, "[-2, 2]");
-  check_range("frequency_penalty", frequency_penalty, -2.0f, 2.0f, "[-2, 2]");
-  if (num_logprobs < 0 || num_logprobs > kMaxNumLogprobs) {
-    fail("sampling parameter num_logprobs must be in [0, ", kMaxNumLogprobs, "] (got ",
-         num_logprobs, ")");
-  }
-  for (const auto& [id, bias] : logit_bias) {
-    if (id < 0) fail("sampling parameter logit_bias names a negative token id ", id);
-    if (!(bias == -kInf || (bias >= -kMaxLogitBias && bias <= kMaxLogitBias))) {
-      fail("sampling parameter logit_bias for token ", id, " must be in [-", kMaxLogitBias, ", ",
-           kMaxLogitBias, "] or -inf (got ", bias, ")");
-    }
-  }
-}
 
 void TokenHistory::set_prompt(std::span<const TokenId> prompt) {
   prompt_.assign(prompt.begin(), prompt.end());
@@ -254,14 +220,8 @@ void apply_bias_and_penalties(std::span<float> logits, const SamplingParams& par
 
 Sampler::Sampler(SamplingParams params, std::span<const TokenId> prompt, int vocab_size)
     : params_(std::move(params)), vocab_size_(vocab_size) {
-  params_.validate();
   if (vocab_size_ <= 0) fail("sampler: vocab_size must be > 0 (got ", vocab_size_, ")");
-  for (const auto& [id, bias] : params_.logit_bias) {
-    if (id >= vocab_size_) {
-      fail("sampling parameter logit_bias names token ", id, ", outside the vocabulary [0, ",
-           vocab_size_, ")");
-    }
-  }
+  validate(params_, vocab_size_);
   for (size_t i = 0; i < prompt.size(); ++i) {
     if (prompt[i] < 0 || prompt[i] >= vocab_size_) {
       fail("sampler: prompt token ", prompt[i], " at position ", i,
@@ -516,9 +476,8 @@ void Sampler::accept(TokenId token) {
 
 void Sampler::check_invariants() const {
   PAGODA_CHECK(vocab_size_ > 0);
-  params_.validate();
+  validate(params_, vocab_size_);
   history_.check_invariants();
-  for (const auto& [id, bias] : params_.logit_bias) PAGODA_CHECK(id >= 0 && id < vocab_size_);
   for (TokenId id : history_.prompt_tokens()) PAGODA_CHECK(id < vocab_size_);
   for (const auto& [id, count] : history_.output_counts()) PAGODA_CHECK(id < vocab_size_);
 }

@@ -114,7 +114,7 @@ void parse_stop(const json& body, const RequestLimits& limits, ApiRequest& r) {
   }
 }
 
-void parse_logit_bias(const json& body, const ModelContext& model, SamplingParams& s) {
+void parse_logit_bias(const json& body, SamplingParams& s) {
   const json* v = field(body, "logit_bias");
   if (v == nullptr) return;
   if (!v->is_object()) {
@@ -128,9 +128,9 @@ void parse_logit_bias(const json& body, const ModelContext& model, SamplingParam
     } catch (const std::exception&) {
       used = 0;
     }
-    if (used != key.size() || id < 0 || id >= model.vocab_size) {
-      throw bad_param("logit_bias", "'logit_bias' key '" + key + "' is not a token id in [0, " +
-                                        std::to_string(model.vocab_size) + ")");
+    // Ids outside the vocabulary are validate()'s to refuse (finish_sampling).
+    if (used != key.size() || id < 0 || id > std::numeric_limits<TokenId>::max()) {
+      throw bad_param("logit_bias", "'logit_bias' key '" + key + "' is not a token id");
     }
     if (!value.is_number() || !(std::fabs(value.get<double>()) <= kMaxLogitBias)) {
       throw bad_param("logit_bias", "'logit_bias' values must be numbers in [-100, 100]");
@@ -163,7 +163,7 @@ void parse_common(const json& body, const ModelContext& model, const RequestLimi
                                         : static_cast<uint64_t>(seed->get<int64_t>());
     s.has_seed = true;
   }
-  parse_logit_bias(body, model, s);
+  parse_logit_bias(body, s);
   r.n = static_cast<int32_t>(int_field(body, "n", 1, 1, limits.max_n));
   parse_stop(body, limits, r);
   r.stream = bool_field(body, "stream", false);
@@ -307,13 +307,13 @@ void parse_chat_logprobs(const json& body, ApiRequest& r) {
   }
 }
 
-void finish_sampling(ApiRequest& r) {
+void finish_sampling(const ModelContext& model, ApiRequest& r) {
   r.sampling.logprobs = r.logprobs;
   r.sampling.num_logprobs = r.top_logprobs;
   try {
-    r.sampling.validate();
-  } catch (const Error& e) {
-    throw ApiError(400, "invalid_request_error", e.what());
+    validate(r.sampling, model.vocab_size);
+  } catch (const SamplingParamError& e) {
+    throw bad_param(e.param(), e.what());
   }
 }
 
@@ -718,7 +718,7 @@ ApiRequest parse_completion_request(const json& body, const ModelContext& model,
                             "supported");
   }
   resolve_max_tokens(body, model, limits, 16, r);  // OpenAI's default for completions
-  finish_sampling(r);
+  finish_sampling(model, r);
   return r;
 }
 
@@ -753,7 +753,7 @@ ApiRequest parse_chat_request(const json& body, const ModelContext& model,
   r.prompt_texts.push_back(text);
   if (r.prompts.back().empty()) throw bad_param("messages", "the rendered chat is empty");
   resolve_max_tokens(body, model, limits, 0, r);  // chat: up to the context by default
-  finish_sampling(r);
+  finish_sampling(model, r);
   return r;
 }
 

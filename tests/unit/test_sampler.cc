@@ -582,7 +582,7 @@ TEST(Sampler, ValidateNamesTheBadField) {
   for (const Case& c : cases) {
     SamplingParams params;
     c.mutate(params);
-    expect_error_naming([&] { params.validate(); }, c.field);
+    expect_error_naming([&] { validate(params, 10); }, c.field);
     expect_error_naming([&] { Sampler(params, {}, 10); }, c.field);
   }
 
@@ -594,7 +594,7 @@ TEST(Sampler, ValidateNamesTheBadField) {
   edges.frequency_penalty = 2.0f;
   edges.num_logprobs = 20;
   edges.logit_bias = {{0, -100.0f}, {1, 100.0f}, {2, -kInf}};
-  EXPECT_NO_THROW(edges.validate());
+  EXPECT_NO_THROW(validate(edges, 10));
 }
 
 TEST(Sampler, RejectsInputOutsideTheVocabulary) {
