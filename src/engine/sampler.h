@@ -164,6 +164,13 @@ class Sampler {
 
  private:
   TokenId draw(const CandidateSet& candidates);
+  // verify() on proposal x where the sampler's distribution is `c`: x when accepted, else the
+  // token drawn in its place. q: x's proposal distribution; nullptr: x was deterministic.
+  struct Verdict {
+    TokenId token = kNoToken;
+    bool accepted = false;
+  };
+  Verdict judge(const CandidateSet& c, TokenId x, const ProposalDistribution* q);
   double uniform();
   // Steps 1-4 of one row into scratch.logits_.
   std::span<const float> adjust(std::span<const float> logits, SamplerScratch& scratch) const;
