@@ -597,6 +597,31 @@ TEST(Sampler, ValidateNamesTheBadField) {
   EXPECT_NO_THROW(validate(edges, 10));
 }
 
+// The server answers 400 naming param(), so it must be the field's name.
+TEST(Sampler, ValidateErrorCarriesTheFieldName) {
+  auto param_of = [](const SamplingParams& params, int32_t vocab_size) -> std::string {
+    try {
+      validate(params, vocab_size);
+    } catch (const SamplingParamError& e) {
+      return e.param();
+    }
+    return "";
+  };
+  SamplingParams p;
+  p.top_p = 0.0f;
+  EXPECT_EQ(param_of(p, 10), "top_p");
+  p = SamplingParams{};
+  p.repetition_penalty = -1.0f;
+  EXPECT_EQ(param_of(p, 10), "repetition_penalty");
+  p = SamplingParams{};
+  p.logit_bias = {{9, 1.0f}};
+  EXPECT_EQ(param_of(p, 10), "");
+  EXPECT_EQ(param_of(p, 9), "logit_bias");  // ids are held to the vocabulary given
+  EXPECT_EQ(param_of(p, 0), "");            // 0: the vocabulary is not known yet
+  p.logit_bias = {{-1, 1.0f}};
+  EXPECT_EQ(param_of(p, 0), "logit_bias");
+}
+
 TEST(Sampler, RejectsInputOutsideTheVocabulary) {
   std::vector<TokenId> bad_prompt = {1, 2, 10};
   expect_error_naming([] { Sampler(SamplingParams{}, {}, 0); }, "vocab_size");
