@@ -67,7 +67,7 @@ SamplingParams sampling_params(GenerationOptions& o) {
     s.seed = o.seed;
     s.has_seed = true;
   }
-  s.validate();
+  validate(s, /*vocab_size=*/0);  // before the model loads; the commands set no logit_bias
   return s;
 }
 

@@ -1,11 +1,18 @@
-// Many requests at once over the paged KV cache: the step loop of DESIGN.md.
+// Many requests at once over the paged KV cache: the step loop of DESIGN.md. step() runs its
+// phases in order:
 //
-//   plan   = scheduler.schedule()             one token budget; prompt chunks and decodes mixed
-//   batch  = build_forward_batch(plan, ...)   every scheduled token of every request
-//   copy_kv_blocks(plan.block_copies)         copy-on-write tails of forks, before any write
-//   model.forward(batch)                      one call: each weight matrix is read once a step
-//   sample one token per needs_sample request, each with its own Sampler
-//   scheduler.commit(plan, tokens)            append, stop, free
+//   plan_step()          speculator.plan_lookahead; plan = scheduler.schedule() (one token
+//                        budget, prompt chunks and decodes mixed); speculator.propose
+//   run_forward()        build_forward_batch; copy_kv_blocks (copy-on-write tails of forks,
+//                        before any write); model.forward: each weight matrix read once a step
+//   sample_rows()        per needs_sample sequence, by its kind: a beam holds its candidates; a
+//                        sample has its grammar mask applied, then draws one token or verifies
+//                        its proposals, and a parent with waiting children draws theirs too
+//   choose_beams()       each beam search's round over its candidates
+//   commit_and_finish()  scheduler.commit (append, roll back rejected proposals, stop, free);
+//                        speculator.observe; finished samples' last events; children fork;
+//                        dropped beams freed, new beams forked, finished searches answered
+//   start_mask_job()     grammar masks for the next step, computed beside its forward pass
 //
 // The Engine is single-threaded: call it from one thread (EngineThread runs it on its own).
 // Outputs are returned by step() and abort() as events; nothing is called back.
@@ -21,17 +28,24 @@
 // logit rows, Sampler::verify keeps the accepted ones and draws the token after them, and
 // commit() takes the lot, rolling back the slots of the rejected ones.
 //
+// Beam search: each beam is a sequence. Its row gives its best 2 * width candidates, and a
+// placeholder token goes to the commit; choose_beams() replaces the placeholders of the beams
+// that go on, and the beams dropped are freed after the commit (their placeholder with them).
+//
 // Invariants (check_invariants(), on top of the Scheduler's and the Speculator's):
-//   - every live scheduler request is a Sequence of a live Group, and every Sequence is either
-//     live in the scheduler or a child waiting for its group's first sequence to sample;
-//   - a group's num_unfinished equals its Sequence count; children wait only while the first
-//     sequence is live and has no output.
+//   - each live request is in exactly one of sample_groups_ and beam_groups_;
+//   - every live scheduler sequence has a SequenceState of a live group, and every
+//     SequenceState is either live in the scheduler or a child waiting for its group's first
+//     sequence to sample;
+//   - a sample group's num_unfinished, and a beam group's num_beams, equal its SequenceState
+//     count; children wait only while the first sequence is live and has no output.
 #pragma once
 
 #include <cstdint>
 #include <future>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -145,25 +159,30 @@ class Engine {
   const Scheduler& scheduler() const { return scheduler_; }
   const EngineConfig& config() const { return config_; }
   const KvStorage& kv() const { return *kv_; }
-  int32_t num_requests() const { return static_cast<int32_t>(groups_.size()); }
+  int32_t num_requests() const {
+    return static_cast<int32_t>(sample_groups_.size() + beam_groups_.size());
+  }
 
   void check_invariants() const;
 
  private:
-  // One sample of a request: one scheduler request (a "sequence"), under its own id.
-  struct Sequence {
+  // The engine's side of one scheduler sequence (a sample or a beam of a request), under its own
+  // SequenceId.
+  struct SequenceState {
     RequestId request_id = 0;
     int32_t index = 0;
     Sampler sampler;
     // Structured output: the grammar, the parse state after the output so far, and the mask
     // for that state when the engine computed it ahead (beside the forward pass).
-    std::shared_ptr<GrammarMasks> grammar;
-    std::shared_ptr<GrammarState> grammar_state;
-    std::shared_ptr<TokenBitmask> mask;
+    std::shared_ptr<GrammarMasks> grammar = nullptr;
+    std::shared_ptr<GrammarState> grammar_state = nullptr;
+    std::shared_ptr<TokenBitmask> mask = nullptr;
     bool mask_ready = false;
   };
-  struct Group {
-    int32_t num_unfinished = 0;
+  // A request that samples (n >= 1): its first sequence computes the prompt; the n - 1 others
+  // wait until it samples, then fork from it (the top of this file).
+  struct SampleGroup {
+    int32_t num_unfinished = 0;                // its sequences
     SequenceId parent = 0;                     // sample 0
     std::vector<SequenceId> waiting_children;  // samples to fork from the parent
     // What a child needs to start alone when the parent finished at its first token.
@@ -171,40 +190,86 @@ class Engine {
     int32_t max_tokens = 0;
     std::vector<TokenId> stop_ids;
     uint64_t cache_key = 0;
-    // Beam search: the selection, the samples to return, and the params new beams take.
-    std::unique_ptr<BeamSearch> beam;
-    int32_t num_samples = 1;
-    SamplingParams sampling;
+  };
+  // A beam search: one sequence computes the prompt; beams fork from one another as the search
+  // goes, and the n best arrive together when it is done.
+  struct BeamGroup {
+    int32_t num_beams = 0;    // its sequences
+    int32_t num_samples = 1;  // n
+    SamplingParams sampling;  // what the samplers of new beams take
+    BeamSearch search;
+  };
+  // What sampling the rows of one step produced, carried to the commit.
+  struct StepOutput {
+    std::vector<OutputEvent> events;
+    std::vector<std::vector<TokenId>> new_tokens;  // per needs_sample sequence, in plan order
+    std::vector<std::pair<SequenceId, size_t>> event_of;  // a sampled sequence -> its event
+    // Waiting children of a parent that sampled: the first token each drew from its logits.
+    std::vector<std::pair<SequenceId, std::vector<SampleResult>>> first_samples;
+    // Beam search: each group's candidates, each beam's entry in new_tokens (its best token
+    // until choose_beams() decides), then the beams dropped and forked.
+    std::unordered_map<RequestId, std::vector<BeamCandidates>> beam_present;
+    std::unordered_map<SequenceId, size_t> beam_index;
+    std::vector<SequenceId> beam_drop;
+    std::vector<std::pair<RequestId, std::vector<std::pair<SequenceId, TokenId>>>> beam_forks;
+
+    // seq's event this step, or nullptr (a beam, or a sample that ended before the commit).
+    OutputEvent* event_of_sequence(SequenceId seq);
   };
 
-  void add_group(RequestId id, GenerationRequest request);
+  bool has_request(RequestId id) const;
+  void add_sample_group(RequestId id, GenerationRequest request);
+  void add_beam_group(RequestId id, GenerationRequest request);
+  // Adds the sequence that computes a request's prompt to the scheduler.
+  void schedule_prompt(SequenceId seq_id, GenerationRequest& request);
   // Forgets a finished sequence and completes `event` (its last); closes the group at its end.
   void finish_sequence(SequenceId seq_id, FinishReason reason, OutputEvent& event);
-  OutputEvent event_for(const Sequence& seq) const;
+  OutputEvent event_for(const SequenceState& seq) const;
+
+  // The phases of step(), in order.
+  StepPlan plan_step();
+  int32_t run_forward(const StepPlan& plan);  // returns the tokens computed
+  StepOutput sample_rows(const StepPlan& plan, int32_t num_tokens);
+  void choose_beams(StepOutput& out);
+  void commit_and_finish(const StepPlan& plan, StepOutput& out);
+
+  // One sequence's rows, not a beam's: its tokens for the commit and its event.
+  void sample_sequence(const ScheduledSequence& s, std::span<float> logits, StepOutput& out);
+  // Its sampled (or verified) tokens up to the first stop id, recorded in `e`; a parent with
+  // waiting children draws their first tokens from the same logits.
+  std::vector<TokenId> draw_tokens(const ScheduledSequence& s, SequenceState& seq,
+                                   std::span<float> logits, const std::vector<TokenId>& stop_ids,
+                                   OutputEvent& e, StepOutput& out);
+  void draw_first_tokens(SampleGroup& group, std::span<const float> logits,
+                         const std::vector<TokenId>& stop_ids, StepOutput& out);
+  // A sequence that ends while its rows are sampled (its grammar is done, or an error): its
+  // waiting children end too, and the scheduler forgets it before the commit.
+  void end_before_commit(SequenceId seq_id, FinishReason reason, OutputEvent& e,
+                         std::vector<OutputEvent>& events);
+  // A sequence the commit finished (a stop id or max_tokens).
+  void finish_committed(const Sequence& r, OutputEvent& e);
   // A child of an n > 1 request starts with the first token it drew from the parent's logits.
   void start_child(SequenceId child, std::vector<SampleResult> first,
                    std::vector<OutputEvent>& events);
-  // Beam search after the forward pass: each group's round over the beams this step computed.
-  // `index_of` maps a beam to its entry in `new_tokens`; dropped beams are added to `drop`.
-  void select_beams(
-      const std::unordered_map<RequestId, std::vector<BeamCandidates>>& present,
-      const std::unordered_map<SequenceId, size_t>& index_of,
-      std::vector<std::vector<TokenId>>& new_tokens, std::vector<SequenceId>& drop,
-      std::vector<std::pair<RequestId, std::vector<std::pair<SequenceId, TokenId>>>>& forks);
-  // After the commit: forks made, dropped beams freed, finished searches answered.
-  void finish_beam_round(
-      const std::vector<SequenceId>& drop,
-      const std::vector<std::pair<RequestId, std::vector<std::pair<SequenceId, TokenId>>>>& forks,
-      std::vector<OutputEvent>& events);
-  // Ends a beam search: the n best hypotheses as the request's samples.
-  void close_beam_group(RequestId id, std::vector<OutputEvent>& events, bool aborted);
   // The first sequence of a request failed before its children started: they end too.
   void abort_children_of(SequenceId parent_seq, std::vector<OutputEvent>& events);
+
+  // Beam search. A beam's row gives its candidates, and a placeholder token in new_tokens until
+  // choose_beams() runs each group's round; after the commit finish_beam_round() frees the
+  // dropped beams (their placeholder was committed), forks the new ones and answers searches
+  // that are done.
+  void hold_beam_place(const ScheduledSequence& s, std::span<const float> logits,
+                       RequestId id, const BeamGroup& group, StepOutput& out);
+  void finish_beam_round(StepOutput& out);
+  // Ends a beam search: the n best hypotheses as the request's samples.
+  void close_beam_group(RequestId id, std::vector<OutputEvent>& events, bool aborted);
+
   // Structured output: masks `logits` ([vocab]) to what seq's grammar allows now. Returns false
   // when it allows nothing more (the grammar ended and the sample has no stop id to draw).
-  bool apply_grammar(Sequence& seq, std::span<float> logits, const std::vector<TokenId>& stop_ids);
+  bool apply_grammar(SequenceState& seq, std::span<float> logits,
+                     const std::vector<TokenId>& stop_ids);
   // Moves seq's grammar past `token`.
-  void advance_grammar(Sequence& seq, TokenId token, const std::vector<TokenId>& stop_ids);
+  void advance_grammar(SequenceState& seq, TokenId token, const std::vector<TokenId>& stop_ids);
   void start_mask_job();
   void wait_mask_job();
 
@@ -215,8 +280,10 @@ class Engine {
   std::unique_ptr<KvStorage> kv_;
   Scheduler scheduler_;
   std::unique_ptr<Speculator> speculator_;
-  std::unordered_map<RequestId, Group> groups_;         // live requests, by RequestId
-  std::unordered_map<SequenceId, Sequence> sequences_;  // by sequence (scheduler) id
+  // Live requests, by RequestId: each in one of the two maps.
+  std::unordered_map<RequestId, SampleGroup> sample_groups_;
+  std::unordered_map<RequestId, BeamGroup> beam_groups_;
+  std::unordered_map<SequenceId, SequenceState> sequences_;  // by sequence (scheduler) id
   RequestId next_request_id_ = 1;
   SequenceId next_sequence_id_ = 1;
   SamplerScratch scratch_;

@@ -121,41 +121,17 @@ ScoredToken nucleus_boundary(std::span<const ScoredToken> c, double target,
   fail("sampler: every token is banned (all logits are -inf or NaN after logit_bias)");
 }
 
-void check_range(const char* field, float value, float lo, float hi, const char* range) {
-  if (!(value >= lo && value <= hi)) {  // written so that NaN fails too
-    fail("sampling parameter ", field, " must be in ", range, " (got ", value, ")");
+// The first of the largest values: ties go to the lowest id. Throws when every token is banned.
+TokenId argmax(std::span<const float> adjusted) {
+  size_t best = 0;
+  for (size_t i = 1; i < adjusted.size(); ++i) {
+    if (adjusted[i] > adjusted[best]) best = i;  // strictly greater keeps the first maximum
   }
+  if (adjusted[best] == -kInf) fail_all_banned();
+  return static_cast<TokenId>(best);
 }
 
 }  // namespace
-
-void SamplingParams::validate() const {
-  if (!(temperature >= 0.0f && temperature < kInf)) {
-    fail("sampling parameter temperature must be >= 0 and finite (got ", temperature, ")");
-  }
-  if (top_k < 0) fail("sampling parameter top_k must be >= 0, 0 = off (got ", top_k, ")");
-  if (!(top_p > 0.0f && top_p <= 1.0f)) {
-    fail("sampling parameter top_p must be in (0, 1] (got ", top_p, ")");
-  }
-  check_range("min_p", min_p, 0.0f, 1.0f, "[0, 1]");
-  if (!(repetition_penalty > 0.0f && repetition_penalty < kInf)) {
-    fail("sampling parameter repetition_penalty must be > 0 and finite (got ", repetition_penalty,
-         ")");
-  }
-  check_range("presence_penalty", presence_penalty, -2.0f, 2.0f, "[-2, 2]");
-  check_range("frequency_penalty", frequency_penalty, -2.0f, 2.0f, "[-2, 2]");
-  if (num_logprobs < 0 || num_logprobs > kMaxNumLogprobs) {
-    fail("sampling parameter num_logprobs must be in [0, ", kMaxNumLogprobs, "] (got ",
-         num_logprobs, ")");
-  }
-  for (const auto& [id, bias] : logit_bias) {
-    if (id < 0) fail("sampling parameter logit_bias names a negative token id ", id);
-    if (!(bias == -kInf || (bias >= -kMaxLogitBias && bias <= kMaxLogitBias))) {
-      fail("sampling parameter logit_bias for token ", id, " must be in [-", kMaxLogitBias, ", ",
-           kMaxLogitBias, "] or -inf (got ", bias, ")");
-    }
-  }
-}
 
 void TokenHistory::set_prompt(std::span<const TokenId> prompt) {
   prompt_.assign(prompt.begin(), prompt.end());
@@ -254,14 +230,8 @@ void apply_bias_and_penalties(std::span<float> logits, const SamplingParams& par
 
 Sampler::Sampler(SamplingParams params, std::span<const TokenId> prompt, int vocab_size)
     : params_(std::move(params)), vocab_size_(vocab_size) {
-  params_.validate();
   if (vocab_size_ <= 0) fail("sampler: vocab_size must be > 0 (got ", vocab_size_, ")");
-  for (const auto& [id, bias] : params_.logit_bias) {
-    if (id >= vocab_size_) {
-      fail("sampling parameter logit_bias names token ", id, ", outside the vocabulary [0, ",
-           vocab_size_, ")");
-    }
-  }
+  validate(params_, vocab_size_);
   for (size_t i = 0; i < prompt.size(); ++i) {
     if (prompt[i] < 0 || prompt[i] >= vocab_size_) {
       fail("sampler: prompt token ", prompt[i], " at position ", i,
@@ -284,41 +254,22 @@ SampleResult Sampler::sample(std::span<const float> logits) {
 }
 
 SampleResult Sampler::sample(std::span<const float> logits, SamplerScratch& scratch) {
-  if (logits.size() != static_cast<size_t>(vocab_size_)) {
-    fail("sampler: got ", logits.size(), " logits for a vocabulary of ", vocab_size_);
-  }
-  std::vector<float>& adjusted = scratch.logits_;
-  adjusted.resize(logits.size());
-  for (size_t i = 0; i < logits.size(); ++i) adjusted[i] = sanitize_logit(logits[i]);
-  apply_bias_and_penalties(adjusted, params_, history_);
-
-  SampleResult result;
-  if (params_.temperature == 0.0f) {
-    // Strictly greater keeps the first of equal maxima: ties go to the lowest id.
-    size_t best = 0;
-    for (size_t i = 1; i < adjusted.size(); ++i) {
-      if (adjusted[i] > adjusted[best]) best = i;
-    }
-    if (adjusted[best] == -kInf) fail_all_banned();
-    result.token = static_cast<TokenId>(best);
-  } else {
-    result.token = draw(sampling_candidates(adjusted, params_, scratch));
-  }
-  if (params_.logprobs || params_.num_logprobs > 0) {
-    fill_logprobs(adjusted, scratch.top_logprobs_, result);
-  }
-  return result;
+  const std::span<const float> adjusted = adjust(logits, scratch);
+  const TokenId token = params_.temperature == 0.0f
+                            ? argmax(adjusted)
+                            : draw(sampling_candidates(adjusted, params_, scratch));
+  return result_for(token, adjusted, scratch);
 }
 
-CandidateSet sampling_candidates(std::span<const float> logits, const SamplingParams& params,
-                                 SamplerScratch& scratch) {
-  PAGODA_CHECK(params.temperature > 0.0f);  // greedy is an argmax, not a distribution
-  std::vector<ScoredToken>& c = scratch.candidates_;
-  // Top-k (step 7). `sorted`: c is in best-first order; otherwise it is in id order.
-  const size_t top_k = static_cast<size_t>(params.top_k);
-  const bool sorted = top_k > 0 && top_k < logits.size();
+namespace {
+
+// Top-k (step 7) into c. Returns true when k cuts the vocabulary: c holds the k best, best first;
+// otherwise c holds every token not banned, in id order.
+bool collect_candidates(std::span<const float> logits, int top_k, std::vector<ScoredToken>& c) {
+  const auto k = static_cast<size_t>(top_k);
+  const bool sorted = k > 0 && k < logits.size();
   if (sorted) {
-    select_top(logits, top_k, c);
+    select_top(logits, k, c);
   } else {
     c.clear();
     for (size_t i = 0; i < logits.size(); ++i) {
@@ -326,16 +277,18 @@ CandidateSet sampling_candidates(std::span<const float> logits, const SamplingPa
     }
   }
   if (c.empty()) fail_all_banned();
+  return sorted;
+}
 
-  // Temperature and softmax (steps 6 and 8), unnormalized: scores become exp((l - max) / T), so
-  // the best token scores exactly 1 (min-p reads that) and nothing overflows however small T is.
-  // Tokens whose probability underflows to 0 can never be drawn and are dropped here; the
-  // compaction keeps the order.
+// Temperature and softmax (steps 6 and 8), unnormalized: scores become exp((l - max) / T), so
+// the best token scores exactly 1 (min-p reads that) and nothing overflows however small T is.
+// Tokens whose probability underflows to 0 can never be drawn and are dropped here; the
+// compaction keeps the order. Returns how many are left; `total` gets their sum.
+size_t exponentiate(std::vector<ScoredToken>& c, float temperature, double& total) {
   float max_logit = c[0].score;
   for (const ScoredToken& t : c) max_logit = std::max(max_logit, t.score);
-  const float temperature = params.temperature;
   size_t n = 0;
-  double total = 0.0;
+  total = 0.0;
   for (const ScoredToken& t : c) {
     const float p = std::exp((t.score - max_logit) / temperature);
     if (p > 0.0f) {
@@ -343,42 +296,61 @@ CandidateSet sampling_candidates(std::span<const float> logits, const SamplingPa
       total += p;
     }
   }
+  return n;
+}
 
-  if (params.top_p < 1.0f) {  // step 9
-    const double target = static_cast<double>(params.top_p) * total;
-    double sum = 0.0;
-    size_t keep = 0;
-    if (sorted) {
-      while (keep < n) {
-        sum += c[keep++].score;
-        if (sum >= target) break;
-      }
-    } else {
-      const ScoredToken boundary = nucleus_boundary(std::span<const ScoredToken>(c.data(), n),
-                                                    target, scratch.work_, scratch.histogram_);
-      for (size_t i = 0; i < n; ++i) {
-        if (!better(boundary, c[i])) {
-          c[keep++] = c[i];
-          sum += c[i].score;
-        }
-      }
+// Top-p (step 9) over c[0, n): returns how many are kept, at the front in the same order.
+size_t keep_nucleus(std::vector<ScoredToken>& c, size_t n, float top_p, bool sorted,
+                    double& total, std::vector<ScoredToken>& work, std::vector<double>& histogram) {
+  const double target = static_cast<double>(top_p) * total;
+  double sum = 0.0;
+  size_t keep = 0;
+  if (sorted) {
+    while (keep < n) {
+      sum += c[keep++].score;
+      if (sum >= target) break;
     }
-    n = keep;
-    total = sum;
-  }
-
-  if (params.min_p > 0.0f) {  // step 10; p / p_max is the score itself
-    size_t keep = 0;
-    double sum = 0.0;
+  } else {
+    const ScoredToken boundary =
+        nucleus_boundary(std::span<const ScoredToken>(c.data(), n), target, work, histogram);
     for (size_t i = 0; i < n; ++i) {
-      if (c[i].score >= params.min_p) {
+      if (!better(boundary, c[i])) {
         c[keep++] = c[i];
         sum += c[i].score;
       }
     }
-    n = keep;
-    total = sum;
   }
+  total = sum;
+  return keep;
+}
+
+// Min-p (step 10) over c[0, n); p / p_max is the score itself.
+size_t keep_above_min_p(std::vector<ScoredToken>& c, size_t n, float min_p, double& total) {
+  size_t keep = 0;
+  double sum = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    if (c[i].score >= min_p) {
+      c[keep++] = c[i];
+      sum += c[i].score;
+    }
+  }
+  total = sum;
+  return keep;
+}
+
+}  // namespace
+
+CandidateSet sampling_candidates(std::span<const float> logits, const SamplingParams& params,
+                                 SamplerScratch& scratch) {
+  PAGODA_CHECK(params.temperature > 0.0f);  // greedy is an argmax, not a distribution
+  std::vector<ScoredToken>& c = scratch.candidates_;
+  const bool sorted = collect_candidates(logits, params.top_k, c);
+  double total = 0.0;
+  size_t n = exponentiate(c, params.temperature, total);
+  if (params.top_p < 1.0f) {
+    n = keep_nucleus(c, n, params.top_p, sorted, total, scratch.work_, scratch.histogram_);
+  }
+  if (params.min_p > 0.0f) n = keep_above_min_p(c, n, params.min_p, total);
   return {std::span<const ScoredToken>(c.data(), n), total};
 }
 
@@ -445,6 +417,28 @@ SampleResult Sampler::result_for(TokenId token, std::span<const float> adjusted,
   return result;
 }
 
+Sampler::Verdict Sampler::judge(const CandidateSet& c, TokenId x, const ProposalDistribution* q) {
+  double p_x = 0.0;
+  for (const ScoredToken& t : c.tokens) {
+    if (t.id == x) p_x = t.score / c.total_score;
+  }
+  const double q_x = q == nullptr ? 1.0 : q->prob(x);
+  // Accept with probability min(1, p(x) / q(x)).
+  if (uniform() * q_x < p_x) return {x, true};
+  // Rejected: draw from max(0, p - q), renormalized, in the candidates' order.
+  std::vector<ScoredToken> residual;
+  double total = 0.0;
+  for (const ScoredToken& t : c.tokens) {
+    const double p = t.score / c.total_score;
+    const double rest = p - (q == nullptr ? (t.id == x ? 1.0 : 0.0) : q->prob(t.id));
+    if (rest > 0.0) {
+      residual.push_back({static_cast<float>(rest), t.id});
+      total += static_cast<float>(rest);
+    }
+  }
+  return {residual.empty() ? draw(c) : draw({residual, total}), false};
+}
+
 std::vector<SampleResult> Sampler::verify(std::span<const float> logits,
                                           std::span<const TokenId> proposed,
                                           std::span<const ProposalDistribution> q,
@@ -459,50 +453,17 @@ std::vector<SampleResult> Sampler::verify(std::span<const float> logits,
   std::vector<SampleResult> out;
   for (size_t i = 0; i <= k; ++i) {
     const std::span<const float> adjusted = adjust(logits.subspan(i * vocab, vocab), scratch);
-    TokenId token = kNoToken;
-    bool accepted = false;
+    Verdict v;
     if (params_.temperature == 0.0f) {
-      size_t best = 0;
-      for (size_t j = 1; j < adjusted.size(); ++j) {
-        if (adjusted[j] > adjusted[best]) best = j;
-      }
-      if (adjusted[best] == -kInf) fail_all_banned();
-      token = static_cast<TokenId>(best);
-      accepted = i < k && token == proposed[i];
+      v.token = argmax(adjusted);
+      v.accepted = i < k && v.token == proposed[i];
     } else {
       const CandidateSet c = sampling_candidates(adjusted, params_, scratch);
-      if (i == k) {
-        token = draw(c);
-      } else {
-        const TokenId x = proposed[i];
-        double p_x = 0.0;
-        for (const ScoredToken& t : c.tokens) {
-          if (t.id == x) p_x = t.score / c.total_score;
-        }
-        const double q_x = q.empty() ? 1.0 : q[i].prob(x);
-        // Accept with probability min(1, p(x) / q(x)).
-        if (uniform() * q_x < p_x) {
-          token = x;
-          accepted = true;
-        } else {
-          // Rejected: draw from max(0, p - q), renormalized, in the candidates' order.
-          std::vector<ScoredToken> residual;
-          double total = 0.0;
-          for (const ScoredToken& t : c.tokens) {
-            const double p = t.score / c.total_score;
-            const double rest = p - (q.empty() ? (t.id == x ? 1.0 : 0.0) : q[i].prob(t.id));
-            if (rest > 0.0) {
-              residual.push_back({static_cast<float>(rest), t.id});
-              total += static_cast<float>(rest);
-            }
-          }
-          token = residual.empty() ? draw(c) : draw({residual, total});
-        }
-      }
+      v = i == k ? Verdict{draw(c), false} : judge(c, proposed[i], q.empty() ? nullptr : &q[i]);
     }
-    out.push_back(result_for(token, adjusted, scratch));
-    history_.add_output(token);
-    if (!accepted) break;
+    out.push_back(result_for(v.token, adjusted, scratch));
+    history_.add_output(v.token);
+    if (!v.accepted) break;
   }
   return out;
 }
@@ -516,9 +477,8 @@ void Sampler::accept(TokenId token) {
 
 void Sampler::check_invariants() const {
   PAGODA_CHECK(vocab_size_ > 0);
-  params_.validate();
+  validate(params_, vocab_size_);
   history_.check_invariants();
-  for (const auto& [id, bias] : params_.logit_bias) PAGODA_CHECK(id >= 0 && id < vocab_size_);
   for (TokenId id : history_.prompt_tokens()) PAGODA_CHECK(id < vocab_size_);
   for (const auto& [id, count] : history_.output_counts()) PAGODA_CHECK(id < vocab_size_);
 }

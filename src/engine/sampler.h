@@ -28,34 +28,10 @@
 #include <utility>
 #include <vector>
 
+#include "engine/sampling_params.h"
 #include "tokenizer/vocab.h"
 
 namespace pagoda {
-
-constexpr int kMaxNumLogprobs = 20;      // OpenAI's top_logprobs limit
-constexpr float kMaxLogitBias = 100.0f;  // OpenAI's logit_bias range is [-100, 100]
-
-// Per-request sampling settings. validate() throws Error naming the bad field and its range.
-struct SamplingParams {
-  float temperature = 1.0f;         // >= 0; 0 = greedy
-  int top_k = 0;                    // >= 0; 0 (or >= vocabulary size) = off
-  float top_p = 1.0f;               // (0, 1]; 1 = off
-  float min_p = 0.0f;               // [0, 1]; 0 = off
-  float repetition_penalty = 1.0f;  // > 0; 1 = off
-  float presence_penalty = 0.0f;    // [-2, 2]
-  float frequency_penalty = 0.0f;   // [-2, 2]
-  // Added to the logits; each value in [-100, 100], or -inf to ban a token outright. Repeated
-  // ids add up. Ids are checked against the vocabulary by Sampler's constructor.
-  std::vector<std::pair<TokenId, float>> logit_bias;
-  uint64_t seed = 0;
-  bool has_seed = false;  // false: the seed is drawn from std::random_device
-  // OpenAI "logprobs": fill SampleResult::logprob. A separate flag because computing it costs a
-  // pass of exp() over the whole vocabulary, which greedy decoding otherwise avoids.
-  bool logprobs = false;
-  int num_logprobs = 0;  // [0, 20] alternatives in SampleResult::top_logprobs; > 0 implies logprobs
-
-  void validate() const;
-};
 
 // The tokens the penalties look at: the distinct prompt ids (read by the repetition penalty only)
 // and how many times each id was generated. Sparse, because a dense count per vocabulary entry
@@ -146,12 +122,12 @@ struct ProposalDistribution {
 // The draw uses only the 64-bit output of std::mt19937_64, whose sequence the standard fixes, not
 // std::uniform_real_distribution, whose algorithm it does not; so this holds across standard
 // libraries as well (given the same libm exp()).
-// Invariants: vocab_size_ > 0; params_ validated; every id in params_.logit_bias and history_ is
+// Invariants: vocab_size_ > 0; params_ pass validate() for vocab_size_; every id in history_ is
 // < vocab_size_; history_'s own invariants.
 class Sampler {
  public:
-  // Throws Error when params are invalid, vocab_size <= 0, or a prompt / logit_bias id is
-  // outside [0, vocab_size).
+  // Throws Error when vocab_size <= 0, params fail validate() (SamplingParamError), or a prompt
+  // id is outside [0, vocab_size).
   Sampler(SamplingParams params, std::span<const TokenId> prompt, int vocab_size);
 
   // logits: [vocab_size] for one position; not modified. Throws Error when the size is wrong or
@@ -188,6 +164,13 @@ class Sampler {
 
  private:
   TokenId draw(const CandidateSet& candidates);
+  // verify() on proposal x where the sampler's distribution is `c`: x when accepted, else the
+  // token drawn in its place. q: x's proposal distribution; nullptr: x was deterministic.
+  struct Verdict {
+    TokenId token = kNoToken;
+    bool accepted = false;
+  };
+  Verdict judge(const CandidateSet& c, TokenId x, const ProposalDistribution* q);
   double uniform();
   // Steps 1-4 of one row into scratch.logits_.
   std::span<const float> adjust(std::span<const float> logits, SamplerScratch& scratch) const;

@@ -1,5 +1,6 @@
-// Request parsing: typed field readers that name the parameter on every error, then one
-// function per endpoint that assembles an ApiRequest from them.
+// Request parsing: one function per endpoint that assembles an ApiRequest from the typed field
+// readers (request_fields.h), which name the parameter on every error, and the parameters that
+// shape the output (openai_output.h).
 #include "server/openai_request.h"
 
 #include <algorithm>
@@ -13,62 +14,15 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "engine/speculator.h"
-#include "grammar/json_schema.h"
-#include "grammar/regex.h"
 #include "server/api_error.h"
+#include "server/openai_output.h"
+#include "server/request_fields.h"
 
 namespace pagoda::server {
 namespace {
 
 using nlohmann::json;
 using nlohmann::ordered_json;
-
-// The field, or nullptr when absent or null (OpenAI treats null as "not given").
-const json* field(const json& body, const char* name) {
-  auto it = body.find(name);
-  return it == body.end() || it->is_null() ? nullptr : &*it;
-}
-
-std::string range_text(double lo, double hi) {
-  std::string text = "[" + json(lo).dump() + ", " + json(hi).dump() + "]";
-  return text;
-}
-
-double number_field(const json& body, const char* name, double fallback, double lo, double hi) {
-  const json* v = field(body, name);
-  if (v == nullptr) return fallback;
-  if (!v->is_number()) throw bad_param(name, std::string("'") + name + "' must be a number");
-  const double x = v->get<double>();
-  if (!(x >= lo && x <= hi)) {
-    throw bad_param(name, std::string("'") + name + "' must be in " + range_text(lo, hi) +
-                              ", got " + v->dump());
-  }
-  return x;
-}
-
-int64_t int_field(const json& body, const char* name, int64_t fallback, int64_t lo, int64_t hi) {
-  const json* v = field(body, name);
-  if (v == nullptr) return fallback;
-  if (!v->is_number_integer()) {
-    throw bad_param(name, std::string("'") + name + "' must be an integer");
-  }
-  // An unsigned value above int64's range arrives as a huge unsigned: out of range either way.
-  const bool too_big = v->is_number_unsigned() &&
-                       v->get<uint64_t>() > static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
-  const int64_t x = too_big ? std::numeric_limits<int64_t>::max() : v->get<int64_t>();
-  if (too_big || x < lo || x > hi) {
-    throw bad_param(name, std::string("'") + name + "' must be in [" + std::to_string(lo) + ", " +
-                              std::to_string(hi) + "], got " + v->dump());
-  }
-  return x;
-}
-
-bool bool_field(const json& body, const char* name, bool fallback) {
-  const json* v = field(body, name);
-  if (v == nullptr) return fallback;
-  if (!v->is_boolean()) throw bad_param(name, std::string("'") + name + "' must be a boolean");
-  return v->get<bool>();
-}
 
 void check_object(const json& body) {
   if (!body.is_object()) {
@@ -114,7 +68,7 @@ void parse_stop(const json& body, const RequestLimits& limits, ApiRequest& r) {
   }
 }
 
-void parse_logit_bias(const json& body, const ModelContext& model, SamplingParams& s) {
+void parse_logit_bias(const json& body, SamplingParams& s) {
   const json* v = field(body, "logit_bias");
   if (v == nullptr) return;
   if (!v->is_object()) {
@@ -128,9 +82,9 @@ void parse_logit_bias(const json& body, const ModelContext& model, SamplingParam
     } catch (const std::exception&) {
       used = 0;
     }
-    if (used != key.size() || id < 0 || id >= model.vocab_size) {
-      throw bad_param("logit_bias", "'logit_bias' key '" + key + "' is not a token id in [0, " +
-                                        std::to_string(model.vocab_size) + ")");
+    // Ids outside the vocabulary are validate()'s to refuse (finish_sampling).
+    if (used != key.size() || id < 0 || id > std::numeric_limits<TokenId>::max()) {
+      throw bad_param("logit_bias", "'logit_bias' key '" + key + "' is not a token id");
     }
     if (!value.is_number() || !(std::fabs(value.get<double>()) <= kMaxLogitBias)) {
       throw bad_param("logit_bias", "'logit_bias' values must be numbers in [-100, 100]");
@@ -163,7 +117,7 @@ void parse_common(const json& body, const ModelContext& model, const RequestLimi
                                         : static_cast<uint64_t>(seed->get<int64_t>());
     s.has_seed = true;
   }
-  parse_logit_bias(body, model, s);
+  parse_logit_bias(body, s);
   r.n = static_cast<int32_t>(int_field(body, "n", 1, 1, limits.max_n));
   parse_stop(body, limits, r);
   r.stream = bool_field(body, "stream", false);
@@ -307,169 +261,13 @@ void parse_chat_logprobs(const json& body, ApiRequest& r) {
   }
 }
 
-void finish_sampling(ApiRequest& r) {
+void finish_sampling(const ModelContext& model, ApiRequest& r) {
   r.sampling.logprobs = r.logprobs;
   r.sampling.num_logprobs = r.top_logprobs;
   try {
-    r.sampling.validate();
-  } catch (const Error& e) {
-    throw ApiError(400, "invalid_request_error", e.what());
-  }
-}
-
-// response_format (json_object, json_schema), grammar (GBNF) or regex: at most one, compiled
-// (or found in the cache) into the request's grammar.
-void parse_structured_output(const json& body, const ModelContext& model,
-                             const std::string& raw_body, ApiRequest& r) {
-  std::string gbnf, param;
-  auto take = [&](const char* name) {
-    if (!param.empty()) {
-      throw bad_param(name, std::string("'") + name + "' and '" + param +
-                                "' both constrain the output; give one");
-    }
-    param = name;
-  };
-  if (const json* rf = field(body, "response_format")) {
-    const json* type = rf->is_object() ? field(*rf, "type") : nullptr;
-    if (type == nullptr || !type->is_string()) {
-      throw bad_param("response_format", "'response_format' must be an object with a 'type'");
-    }
-    const std::string t = type->get<std::string>();
-    if (t == "json_object") {
-      take("response_format");
-      gbnf = json_object_gbnf();
-    } else if (t == "json_schema") {
-      take("response_format");
-      const json* js = field(*rf, "json_schema");
-      if (js == nullptr || !js->is_object() || field(*js, "schema") == nullptr) {
-        throw bad_param("response_format",
-                        "'response_format.json_schema' must be an object with a 'schema'");
-      }
-      // The schema again, in key order: properties are generated in the order written.
-      const ordered_json ordered = raw_body.empty() ? ordered_json::parse(body.dump())
-                                                    : ordered_json::parse(raw_body);
-      try {
-        gbnf = json_schema_to_gbnf(ordered["response_format"]["json_schema"]["schema"]);
-      } catch (const Error& e) {
-        throw bad_param("response_format", e.what());
-      }
-    } else if (t != "text") {
-      throw bad_param("response_format", "'response_format.type' must be text, json_object or "
-                                         "json_schema, got '" + t + "'");
-    }
-  }
-  if (const json* g = field(body, "grammar")) {
-    take("grammar");
-    if (!g->is_string()) throw bad_param("grammar", "'grammar' must be GBNF text");
-    gbnf = g->get<std::string>();
-  }
-  if (const json* re = field(body, "regex")) {
-    take("regex");
-    if (!re->is_string()) throw bad_param("regex", "'regex' must be a string");
-    try {
-      gbnf = regex_to_gbnf(re->get<std::string>(), "root");
-    } catch (const Error& e) {
-      throw bad_param("regex", e.what());
-    }
-  }
-  if (param.empty()) return;
-  if (!model.compile_grammar) {
-    throw bad_param(param, "this server cannot constrain output (the model has no vocabulary)");
-  }
-  try {
-    r.grammar = model.compile_grammar(gbnf);
-  } catch (const Error& e) {
-    throw bad_param(param, e.what());
-  }
-}
-
-// tools, tool_choice, parallel_tool_calls: the tools the output is parsed for, what the template
-// gets (the tools, or a system message describing them), and for tool_choice "required" or a
-// named function, the grammar that makes the output a call.
-void parse_tools(const json& body, const ordered_json& ordered, const ModelContext& model,
-                 ApiRequest& r, ordered_json& extra, ordered_json& messages) {
-  const json* tools = field(body, "tools");
-  const json* choice = field(body, "tool_choice");
-  if (tools == nullptr) {
-    if (choice != nullptr && !(choice->is_string() && *choice == "none")) {
-      throw bad_param("tool_choice", "'tool_choice' needs 'tools'");
-    }
-    return;
-  }
-  if (!tools->is_array()) throw bad_param("tools", "'tools' must be a list");
-  std::vector<ToolSpec> specs;
-  for (size_t i = 0; i < tools->size(); ++i) {
-    const json& t = (*tools)[i];
-    const std::string where = "tools[" + std::to_string(i) + "]";
-    const json* fn = t.is_object() ? field(t, "function") : nullptr;
-    const json* name = fn != nullptr && fn->is_object() ? field(*fn, "name") : nullptr;
-    if (!t.is_object() || t.value("type", "function") != "function" || name == nullptr ||
-        !name->is_string() || name->get<std::string>().empty()) {
-      throw bad_param("tools", "'" + where + "' must be {\"type\": \"function\", \"function\": "
-                               "{\"name\", \"description\", \"parameters\"}}");
-    }
-    ToolSpec spec;
-    spec.name = name->get<std::string>();
-    if (const json* d = field(*fn, "description"); d != nullptr && d->is_string()) {
-      spec.description = d->get<std::string>();
-    }
-    const ordered_json& ofn = ordered["tools"][i]["function"];
-    if (ofn.contains("parameters") && !ofn["parameters"].is_null()) {
-      if (!ofn["parameters"].is_object()) {
-        throw bad_param("tools", "'" + where + ".function.parameters' must be a JSON schema");
-      }
-      spec.parameters = ofn["parameters"];
-    }
-    specs.push_back(std::move(spec));
-  }
-  std::string mode = "auto", only;
-  if (choice != nullptr) {
-    if (choice->is_string()) {
-      mode = choice->get<std::string>();
-      if (mode != "none" && mode != "auto" && mode != "required") {
-        throw bad_param("tool_choice", "'tool_choice' must be none, auto, required or "
-                                       "{\"type\": \"function\", \"function\": {\"name\"}}");
-      }
-    } else {
-      const json* fn = choice->is_object() ? field(*choice, "function") : nullptr;
-      const json* n = fn != nullptr && fn->is_object() ? field(*fn, "name") : nullptr;
-      if (n == nullptr || !n->is_string()) {
-        throw bad_param("tool_choice", "'tool_choice' must be none, auto, required or "
-                                       "{\"type\": \"function\", \"function\": {\"name\"}}");
-      }
-      only = n->get<std::string>();
-      bool found = false;
-      for (const ToolSpec& s : specs) found = found || s.name == only;
-      if (!found) throw bad_param("tool_choice", "'tool_choice' names '" + only + "', which is not in 'tools'");
-      mode = "required";
-    }
-  }
-  if (mode == "none") return;
-  const bool parallel = bool_field(body, "parallel_tool_calls", true);
-  if (model.template_renders_tools) {
-    extra["tools"] = ordered["tools"];
-  } else {
-    // The template knows nothing of tools: a system message tells the model about them.
-    const std::string prompt = tools_system_prompt(specs);
-    if (!messages.empty() && messages[0].value("role", "") == "system") {
-      messages[0]["content"] = messages[0].value("content", "") + "\n\n" + prompt;
-    } else {
-      messages.insert(messages.begin(), ordered_json{{"role", "system"}, {"content", prompt}});
-    }
-  }
-  r.tools = std::move(specs);
-  r.tool_format = model.tool_format;
-  if (mode == "required") {
-    if (r.grammar) {
-      throw bad_param("tool_choice", "'tool_choice' " + (only.empty() ? std::string("required") : "naming a function") +
-                                         " and a response_format, grammar or regex both constrain the output");
-    }
-    if (!model.compile_grammar) throw bad_param("tool_choice", "this server cannot constrain output");
-    try {
-      r.grammar = model.compile_grammar(tool_call_gbnf(r.tool_format, r.tools, only, parallel));
-    } catch (const Error& e) {
-      throw bad_param("tools", e.what());
-    }
+    validate(r.sampling, model.vocab_size);
+  } catch (const SamplingParamError& e) {
+    throw bad_param(e.param(), e.what());
   }
 }
 
@@ -722,7 +520,7 @@ ApiRequest parse_completion_request(const json& body, const ModelContext& model,
                             "supported");
   }
   resolve_max_tokens(body, model, limits, 16, r);  // OpenAI's default for completions
-  finish_sampling(r);
+  finish_sampling(model, r);
   return r;
 }
 
@@ -757,7 +555,7 @@ ApiRequest parse_chat_request(const json& body, const ModelContext& model,
   r.prompt_texts.push_back(text);
   if (r.prompts.back().empty()) throw bad_param("messages", "the rendered chat is empty");
   resolve_max_tokens(body, model, limits, 0, r);  // chat: up to the context by default
-  finish_sampling(r);
+  finish_sampling(model, r);
   return r;
 }
 

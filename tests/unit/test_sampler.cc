@@ -582,7 +582,7 @@ TEST(Sampler, ValidateNamesTheBadField) {
   for (const Case& c : cases) {
     SamplingParams params;
     c.mutate(params);
-    expect_error_naming([&] { params.validate(); }, c.field);
+    expect_error_naming([&] { validate(params, 10); }, c.field);
     expect_error_naming([&] { Sampler(params, {}, 10); }, c.field);
   }
 
@@ -594,7 +594,32 @@ TEST(Sampler, ValidateNamesTheBadField) {
   edges.frequency_penalty = 2.0f;
   edges.num_logprobs = 20;
   edges.logit_bias = {{0, -100.0f}, {1, 100.0f}, {2, -kInf}};
-  EXPECT_NO_THROW(edges.validate());
+  EXPECT_NO_THROW(validate(edges, 10));
+}
+
+// The server answers 400 naming param(), so it must be the field's name.
+TEST(Sampler, ValidateErrorCarriesTheFieldName) {
+  auto param_of = [](const SamplingParams& params, int32_t vocab_size) -> std::string {
+    try {
+      validate(params, vocab_size);
+    } catch (const SamplingParamError& e) {
+      return e.param();
+    }
+    return "";
+  };
+  SamplingParams p;
+  p.top_p = 0.0f;
+  EXPECT_EQ(param_of(p, 10), "top_p");
+  p = SamplingParams{};
+  p.repetition_penalty = -1.0f;
+  EXPECT_EQ(param_of(p, 10), "repetition_penalty");
+  p = SamplingParams{};
+  p.logit_bias = {{9, 1.0f}};
+  EXPECT_EQ(param_of(p, 10), "");
+  EXPECT_EQ(param_of(p, 9), "logit_bias");  // ids are held to the vocabulary given
+  EXPECT_EQ(param_of(p, 0), "");            // 0: the vocabulary is not known yet
+  p.logit_bias = {{-1, 1.0f}};
+  EXPECT_EQ(param_of(p, 0), "logit_bias");
 }
 
 TEST(Sampler, RejectsInputOutsideTheVocabulary) {

@@ -132,6 +132,8 @@ TEST_F(ServerWithVocab, ErrorsNameTheParameter) {
       {{{"prompt", "x"}, {"stop", {""}}}, 400, "stop"},
       {{{"prompt", "x"}, {"logit_bias", {{"-1", 1}}}}, 400, "logit_bias"},
       {{{"prompt", "x"}, {"logit_bias", {{"1", 500}}}}, 400, "logit_bias"},
+      {{{"prompt", "x"}, {"logit_bias", {{"999999", 1}}}}, 400, "logit_bias"},
+      {{{"prompt", "x"}, {"logit_bias", {{"4294967297", 1}}}}, 400, "logit_bias"},
       {{{"prompt", "x"}, {"logprobs", 50}}, 400, "logprobs"},
       {{{"prompt", "x"}, {"stream_options", {{"include_usage", true}}}}, 400, "stream_options"},
       {{{"prompt", {1, -2}}}, 400, "prompt"},
