@@ -370,7 +370,7 @@ int run_table(const EstimateArgs& a, const CLI::App& cmd, const HardwareProfile*
     row["weights_type"] = r.row.weights_type;
     row["kv_type"] = r.row.kv_type;
     row["hardware"] = hardware_json(d.profile, d.num_devices, d.rates);
-    row["claimed_figure"] =
+    row["seed_figure"] =
         r.row.claimed_figure.empty() ? EstimateJson(nullptr) : EstimateJson(r.row.claimed_figure);
     row["weight_bytes"] = r.cost.weights.num_bytes;
     row["notes"] = r.notes;
