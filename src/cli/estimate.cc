@@ -405,7 +405,7 @@ Action add_estimate(CLI::App& app) {
       "estimate",
       "Memory of a model and, with --hardware, its speed, capacity and cost on that hardware");
   std::vector<std::string> presets;
-  for (const auto& p : estimate_presets()) presets.push_back(p.name);
+  for (const auto& p : model_shapes()) presets.push_back(p.name);
   auto* model = cmd->add_option("-m,--model", a->model_path,
                                 "GGUF file, .safetensors file or Hugging Face model folder "
                                 "(weights: the exact tensor bytes)");
@@ -504,7 +504,7 @@ Action add_estimate(CLI::App& app) {
     std::unique_ptr<ModelFile> file;
     const bool is_preset = !a->preset.empty();
     if (is_preset) {
-      const EstimatePreset& p = find_estimate_preset(a->preset);
+      const ModelShape& p = find_estimate_preset(a->preset);
       config = p.config;
       weights = estimate_weights(config, a->weights_type.empty() ? "f16" : a->weights_type);
       name = p.name;
