@@ -30,7 +30,6 @@ constexpr int kRefineSteps = 4;
 constexpr int kNumDeltas = 10;
 constexpr float kDeltaStep = 0.1f;
 
-
 // ---- group fitting ----
 
 // Quant of x under x ~= scale * q - offset, q in 0..max_q.
