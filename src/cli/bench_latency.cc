@@ -54,7 +54,8 @@ struct LatencySummaries {
 std::vector<TokenId> latency_prompt(const LatencyOptions& o, const bench::BenchModel& m) {
   if (!o.prompt_text.empty()) {
     auto ids =
-        m.need_tokenizer().encode(o.prompt_text, {.add_special = true, .parse_special = true});
+        m.need_tokenizer().encode(o.prompt_text,
+                                  {.add_special = true, .parse_special = true, .plain_ranges = {}});
     if (ids.empty()) fail("-p: the prompt encodes to no tokens");
     return ids;
   }

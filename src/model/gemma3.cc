@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "model/kv_storage.h"
 #include "model/architecture.h"
+#include "model/attention.h"
 #include "model/model.h"
 #include "model/model_file.h"
 #include "model/weights.h"

@@ -8,6 +8,7 @@
 #include "comm/communicator.h"
 #include "model/kv_storage.h"
 #include "model/architecture.h"
+#include "model/attention.h"
 #include "model/model.h"
 #include "model/model_file.h"
 #include "model/moe.h"
