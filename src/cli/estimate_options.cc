@@ -109,5 +109,4 @@ void check_estimate_args(const EstimateArgs& a) {
   if (a.max_batched_tokens < 1) fail("--max-batched-tokens must be at least 1");
 }
 
-
 }  // namespace pagoda::cli
