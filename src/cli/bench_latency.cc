@@ -54,8 +54,7 @@ struct LatencySummaries {
 std::vector<TokenId> latency_prompt(const LatencyOptions& o, const bench::BenchModel& m) {
   if (!o.prompt_text.empty()) {
     auto ids =
-        m.need_tokenizer().encode(o.prompt_text,
-                                  {.add_special = true, .parse_special = true, .plain_ranges = {}});
+        m.need_tokenizer().encode(o.prompt_text, {.add_special = true, .parse_special = true});
     if (ids.empty()) fail("-p: the prompt encodes to no tokens");
     return ids;
   }

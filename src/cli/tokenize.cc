@@ -40,8 +40,7 @@ Action add_tokenize(CLI::App& app) {
     if (o->file.empty() && o->text.empty() && !std::cin.good()) fail("tokenize: no text given");
     std::string input = !o->file.empty() ? read_file(o->file, kMaxTokenizeFileBytes) : o->text;
     auto tok = load_tokenizer(o->model);
-    auto ids = tok->encode(
-        input, {.add_special = o->bos, .parse_special = o->special, .plain_ranges = {}});
+    auto ids = tok->encode(input, {.add_special = o->bos, .parse_special = o->special});
     for (size_t i = 0; i < ids.size(); ++i) {
       if (i) std::cout << ' ';
       if (o->pieces) {

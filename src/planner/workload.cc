@@ -107,7 +107,7 @@ DatasetRequests sharegpt_requests(const std::string& path, const Tokenizer& toke
   }
   if (!data.is_array()) fail(path, ": expected a list of conversations");
   DatasetRequests out;
-  const EncodeOptions with_bos{.add_special = true, .plain_ranges = {}};
+  const EncodeOptions with_bos{.add_special = true};
   for (size_t i = 0; i < data.size() && out.requests.size() < static_cast<size_t>(count); ++i) {
     ++out.num_read;
     const auto turns = data[i].is_object() ? data[i].find("conversations") : data[i].end();
