@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "bench/report.h"
+#include "core/markup.h"
 
 namespace pagoda::bench {
 namespace {
@@ -31,32 +32,6 @@ std::string num(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f", v);
   return buf;
-}
-
-std::string escape_xml(const std::string& text) {
-  std::string out;
-  for (char c : text) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&apos;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
 }
 
 // An axis range widened to round ticks: lo and hi are multiples of step.
@@ -113,7 +88,7 @@ std::string tick_label(double v, double step) {
 
 std::string text(double x, double y, const std::string& content, const std::string& attrs) {
   return "<text x=\"" + num(x) + "\" y=\"" + num(y) + "\"" + (attrs.empty() ? "" : " " + attrs) +
-         ">" + escape_xml(content) + "</text>\n";
+         ">" + escape_markup(content) + "</text>\n";
 }
 
 std::string line(double x1, double y1, double x2, double y2, const std::string& attrs) {
@@ -126,7 +101,7 @@ std::string document_open(const std::string& title) {
   out += "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"" + num(kWidth) +
          "\" height=\"" + num(kHeight) + "\" viewBox=\"0 0 " + num(kWidth) + " " + num(kHeight) +
          "\" font-family=\"sans-serif\" font-size=\"12\">\n";
-  out += "<title>" + escape_xml(title) + "</title>\n";
+  out += "<title>" + escape_markup(title) + "</title>\n";
   out += "<rect x=\"0\" y=\"0\" width=\"" + num(kWidth) + "\" height=\"" + num(kHeight) +
          "\" fill=\"white\"/>\n";
   out +=
@@ -231,7 +206,7 @@ std::string bar(double x, double w, double y0, double y1, size_t index, double v
   const double top = std::min(y0, y1);
   std::string out = "<rect x=\"" + num(x) + "\" y=\"" + num(top) + "\" width=\"" + num(w) +
                     "\" height=\"" + num(std::abs(y1 - y0)) + "\" fill=\"" + colour(index) +
-                    "\"><title>" + escape_xml(cell(value, 3)) + "</title></rect>\n";
+                    "\"><title>" + escape_markup(cell(value, 3)) + "</title></rect>\n";
   const double label_y = value >= 0 ? top - 4 : std::max(y0, y1) + 12;
   const int digits = std::abs(value) >= 100 ? 0 : std::abs(value) >= 10 ? 1 : 2;
   return out + text(x + w / 2, label_y, cell(value, digits),

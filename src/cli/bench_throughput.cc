@@ -45,7 +45,7 @@ struct Workload {
 struct ThroughputRun {
   std::string mode;  // "batched" or "sequential"
   bench::OfflineResult result;
-  SpeculativeStats speculative;  // of the timed run
+  SpeculativeStats speculative = {};  // of the timed run
 };
 
 struct Measured {

@@ -18,45 +18,15 @@
 #include "planner/example_deployments.h"
 #include "planner/workload.h"
 #include "cli/commands.h"
+#include "cli/estimate_options.h"
 #include "cli/format_util.h"
 #include "core/error.h"
 #include "model/model_file.h"
+#include "model/shapes.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagoda::cli {
 namespace {
-
-struct EstimateArgs {
-  std::string model_path;
-  std::string preset;
-  std::string weights_type;
-  std::string kv_type = "f16";
-  uint64_t context = 0;
-  uint64_t batch = 1;
-  double memory_gib = 0;
-  double overhead_gib = -1;
-  std::string json_path;
-  // The deployment.
-  std::string hardware;
-  std::vector<std::string> hw;
-  int gpus = 1;
-  int tp = 1;  // ranks splitting the model (mpirun -np N pagoda serve)
-  std::string prompt_len = "512";
-  std::string output_len = "256";
-  std::string dataset;
-  std::string tokenizer;
-  int num_requests = 1000;
-  uint64_t seed = 0;
-  double slo_ttft_ms = 2000;
-  double slo_tpot_ms = 100;
-  double slo_percentile = 90;
-  double qps = 0;
-  int64_t max_seqs = 256;
-  int64_t max_batched_tokens = 2048;
-  std::vector<std::string> calibrate;
-  std::vector<std::string> check;
-  bool table = false;
-};
 
 uint64_t gib_to_bytes(double gib, const char* option) {
   if (!std::isfinite(gib) || gib < 0 || gib > 1e9) fail(option, " ", gib, " is not a size in GiB");
@@ -210,12 +180,6 @@ EstimateJson to_json(const Estimate& e, const std::string& model_name, bool is_p
   };
 }
 
-std::string joined(const std::vector<std::string>& names) {
-  std::string s;
-  for (const auto& n : names) s += (s.empty() ? "" : " ") + n;
-  return s;
-}
-
 std::string read_text(const std::string& path, const char* option) {
   std::ifstream in(path);
   if (!in) fail(option, " ", path, ": cannot read");
@@ -310,6 +274,55 @@ DeploymentOptions deployment_options(const EstimateArgs& a, const CLI::App& cmd,
   return d;
 }
 
+// One row of --table: the seed's figure, pagoda's, and the notes.
+std::string example_row_text(const ExampleDeploymentResult& r, int index) {
+  const Deployment& d = r.deployment;
+  std::string text = strf("%d. %s  (%s, %s, %s x %d, K/V %s)\n", index, r.row.deployment.c_str(),
+                          r.row.preset.c_str(), r.row.weights_type.c_str(),
+                          r.row.hardware.c_str(), r.row.num_devices, r.row.kv_type.c_str());
+  const std::string& claimed = r.row.claimed_figure;
+  text += "   seed:    " + (claimed.empty() ? std::string("(no figure quoted)") : claimed) + "\n";
+  std::string ours;
+  if (!d.memory.fits) {
+    ours = strf("does NOT fit (weights %.1f GiB per device of %.1f GiB usable)",
+                d.memory.weight_bytes / 1073741824.0, d.memory.usable_bytes / 1073741824.0);
+  } else {
+    const BatchPoint& b1 = d.batches.front();
+    ours = strf(
+        "fits: weights %.1f GiB per device, %llu sequences of %llu tokens; batch 1: "
+        "%.0f tokens/s, TTFT %.0f ms",
+        d.memory.weight_bytes / 1073741824.0, static_cast<unsigned long long>(d.memory.max_batch),
+        static_cast<unsigned long long>(d.seq_len), b1.decode_tokens_per_s, b1.ttft_mean_s * 1e3);
+    if (d.capacity) {
+      ours += strf("\n            %.3g QPS within the SLO (%.3g at any latency)",
+                   d.capacity->max_qps, d.capacity->saturated_qps);
+      if (d.capacity->max_qps > 0 && d.profile.get("price_per_hour") > 0) {
+        ours += strf(", $%.0f/month, $%.3g per million output tokens", d.usd_per_month,
+                     d.cost.usd_per_million_output);
+      }
+    }
+  }
+  text += "   pagoda:  " + ours + "\n";
+  for (const std::string& n : r.notes) text += "   note:    " + n + "\n";
+  return text + "\n";
+}
+
+EstimateJson example_row_json(const ExampleDeploymentResult& r,
+                              const DeploymentOptions& options) {
+  const Deployment& d = r.deployment;
+  EstimateJson row = deployment_json(d, options);
+  row["deployment"] = r.row.deployment;
+  row["preset"] = r.row.preset;
+  row["weights_type"] = r.row.weights_type;
+  row["kv_type"] = r.row.kv_type;
+  row["hardware"] = hardware_json(d.profile, d.num_devices, d.rates);
+  row["seed_figure"] =
+      r.row.claimed_figure.empty() ? EstimateJson(nullptr) : EstimateJson(r.row.claimed_figure);
+  row["weight_bytes"] = r.cost.weights.num_bytes;
+  row["notes"] = r.notes;
+  return row;
+}
+
 int run_table(const EstimateArgs& a, const CLI::App& cmd, const HardwareProfile* calibrated_this) {
   for (const char* option : {"--model", "--preset", "--hardware", "--hw", "--gpus",
                              "--weights-type", "--kv-type", "--memory-gb", "--batch"}) {
@@ -334,47 +347,8 @@ int run_table(const EstimateArgs& a, const CLI::App& cmd, const HardwareProfile*
                           a.slo_ttft_ms, a.slo_percentile, a.slo_tpot_ms);
   int index = 1;
   for (const ExampleDeploymentResult& r : rows) {
-    const Deployment& d = r.deployment;
-    text += strf("%d. %s  (%s, %s, %s x %d, K/V %s)\n", index++, r.row.deployment.c_str(),
-                 r.row.preset.c_str(), r.row.weights_type.c_str(), r.row.hardware.c_str(),
-                 r.row.num_devices, r.row.kv_type.c_str());
-    text += "   seed:    " +
-            (r.row.claimed_figure.empty() ? std::string("(no figure quoted)") : r.row.claimed_figure) +
-            "\n";
-    std::string ours;
-    if (!d.memory.fits) {
-      ours = strf("does NOT fit (weights %.1f GiB per device of %.1f GiB usable)",
-                  d.memory.weight_bytes / 1073741824.0, d.memory.usable_bytes / 1073741824.0);
-    } else {
-      const BatchPoint& b1 = d.batches.front();
-      ours = strf(
-          "fits: weights %.1f GiB per device, %llu sequences of %llu tokens; batch 1: "
-          "%.0f tokens/s, TTFT %.0f ms",
-          d.memory.weight_bytes / 1073741824.0, static_cast<unsigned long long>(d.memory.max_batch),
-          static_cast<unsigned long long>(d.seq_len), b1.decode_tokens_per_s, b1.ttft_mean_s * 1e3);
-      if (d.capacity) {
-        ours += strf("\n            %.3g QPS within the SLO (%.3g at any latency)",
-                     d.capacity->max_qps, d.capacity->saturated_qps);
-        if (d.capacity->max_qps > 0 && d.profile.get("price_per_hour") > 0) {
-          ours += strf(", $%.0f/month, $%.3g per million output tokens", d.usd_per_month,
-                       d.cost.usd_per_million_output);
-        }
-      }
-    }
-    text += "   pagoda:  " + ours + "\n";
-    for (const std::string& n : r.notes) text += "   note:    " + n + "\n";
-    text += "\n";
-    EstimateJson row = deployment_json(d, o.deployment);
-    row["deployment"] = r.row.deployment;
-    row["preset"] = r.row.preset;
-    row["weights_type"] = r.row.weights_type;
-    row["kv_type"] = r.row.kv_type;
-    row["hardware"] = hardware_json(d.profile, d.num_devices, d.rates);
-    row["seed_figure"] =
-        r.row.claimed_figure.empty() ? EstimateJson(nullptr) : EstimateJson(r.row.claimed_figure);
-    row["weight_bytes"] = r.cost.weights.num_bytes;
-    row["notes"] = r.notes;
-    json_rows.push_back(std::move(row));
+    text += example_row_text(r, index++);
+    json_rows.push_back(example_row_json(r, o.deployment));
   }
   const EstimateJson json = {{"table", json_rows}};
   if (a.json_path == "-") {
@@ -386,15 +360,171 @@ int run_table(const EstimateArgs& a, const CLI::App& cmd, const HardwareProfile*
   return 0;
 }
 
-void check_args(const EstimateArgs& a) {
-  if (a.gpus < 1 || a.gpus > 1024) fail("--gpus must be 1 to 1024");
-  if (a.num_requests < 1 || a.num_requests > 100000) fail("--num-requests must be 1 to 100000");
-  if (!(a.slo_ttft_ms > 0)) fail("--slo-ttft-ms must be more than 0");
-  if (!(a.slo_tpot_ms > 0)) fail("--slo-tpot-ms must be more than 0");
-  if (!(a.slo_percentile >= 0 && a.slo_percentile <= 100)) fail("--slo-percentile must be 0-100");
-  if (!(a.qps >= 0) || !std::isfinite(a.qps)) fail("--qps must be a rate of 0 or more");
-  if (a.max_seqs < 1) fail("--max-seqs must be at least 1");
-  if (a.max_batched_tokens < 1) fail("--max-batched-tokens must be at least 1");
+// --table with --calibrate: the CPU row on this machine fitted to the reports first.
+int run_table_calibrated(const EstimateArgs& a, const CLI::App& cmd) {
+  if (a.calibrate.empty()) return run_table(a, cmd, nullptr);
+  std::vector<CalibrationRun> runs;
+  for (const auto& path : a.calibrate) runs.push_back(read_calibration_run(path));
+  ProbeOptions p;
+  p.weight_type = probe_type_for(runs[0].cost.weights.compute_type);
+  p.rows = runs[0].cost.config.intermediate_size;
+  p.cols = runs[0].cost.config.hidden_size;
+  const HardwareProfile here = probe_this_machine(p);
+  const HardwareProfile calibrated = apply_calibration(here, calibrate(runs, here));
+  return run_table(a, cmd, &calibrated);
+}
+
+// The model estimated: a preset's shape at --weights-type, or a file's tensors as stored.
+struct EstimatedModel {
+  ModelConfig config;
+  WeightEstimate weights;
+  std::string name;
+  bool is_preset = false;
+  std::unique_ptr<ModelFile> file;  // null for a preset
+};
+
+EstimatedModel estimated_model(const EstimateArgs& a) {
+  if (a.model_path.empty() && a.preset.empty()) fail("estimate: give -m FILE or --preset NAME");
+  EstimatedModel m;
+  m.is_preset = !a.preset.empty();
+  if (m.is_preset) {
+    const ModelShape& p = find_estimate_preset(a.preset);
+    m.config = p.config;
+    m.weights = estimate_weights(m.config, a.weights_type.empty() ? "f16" : a.weights_type);
+    m.name = p.name;
+    return m;
+  }
+  if (!a.weights_type.empty()) {
+    fail("estimate: --weights-type is for presets; a file's weights are counted as stored");
+  }
+  m.file = ModelFile::open(a.model_path);
+  m.config = m.file->config();
+  m.weights = file_weights(*m.file);
+  m.name = a.model_path;
+  return m;
+}
+
+// Whether the options ask for a deployment (speed and cost on hardware), not memory alone;
+// refuses the deployment's options without one.
+bool wants_deployment(const EstimateArgs& a, const CLI::App& cmd) {
+  const bool deployment =
+      !a.hardware.empty() || !a.calibrate.empty() || !a.hw.empty() || !a.check.empty();
+  for (const char* option : {"--gpus", "--prompt-len", "--output-len", "--dataset", "--qps",
+                             "--slo-ttft-ms", "--slo-tpot-ms", "--max-seqs"}) {
+    if (!deployment && cmd.get_option(option)->count()) {
+      fail(option, ": give --hardware NAME (or --calibrate FILE) to estimate speed and cost");
+    }
+  }
+  return deployment;
+}
+
+EstimateOptions memory_options(const EstimateArgs& a, const CLI::App& cmd,
+                               const ModelConfig& config, bool deployment) {
+  EstimateOptions o;
+  o.kv_type = a.kv_type;
+  o.context = a.context;
+  o.batch = a.batch;
+  if (cmd.count("--overhead-gb")) {
+    o.overhead_bytes = gib_to_bytes(a.overhead_gib, "--overhead-gb");
+  }
+  if (cmd.count("--memory-gb")) {
+    if (!(a.memory_gib > 0)) fail("--memory-gb must be more than 0");
+    if (!deployment) o.memory_bytes = gib_to_bytes(a.memory_gib, "--memory-gb");
+  }
+  if (a.tp > 1 && config.num_kv_heads % static_cast<uint32_t>(a.tp) != 0) {
+    fail("--tp ", a.tp, " does not divide the model's ", config.num_kv_heads,
+         " KV heads (each rank holds whole KV heads)");
+  }
+  if (deployment && cmd.count("--tp")) fail("--tp: give it without --hardware (memory only)");
+  return o;
+}
+
+// Memory alone: the table (and --tp's split), or the JSON.
+int run_memory(const EstimateArgs& a, const CLI::App& cmd, const EstimatedModel& m,
+               const EstimateOptions& o) {
+  const Estimate e = estimate_memory(m.config, m.weights, o);
+  EstimateJson json = to_json(e, m.name, m.is_preset);
+  if (cmd.count("--tp")) json["tensor_parallel"] = tensor_parallel_json(e, a.tp);
+  if (a.json_path == "-") {
+    std::cout << json.dump(2) << "\n";
+    return 0;
+  }
+  print_table(e, m.name, m.is_preset, false);
+  if (cmd.count("--tp")) print_tensor_parallel(e, a.tp);
+  write_json(json, a.json_path);
+  return 0;
+}
+
+// The hardware the deployment runs on: the profile, with --memory-gb and --hw applied, fitted
+// to --calibrate's reports when there are any (`calibration` says how).
+HardwareProfile deployment_hardware(const EstimateArgs& a, const CLI::App& cmd,
+                                    const ModelCost& cost,
+                                    std::optional<Calibration>& calibration) {
+  std::vector<CalibrationRun> runs;
+  for (const auto& path : a.calibrate) runs.push_back(read_calibration_run(path));
+  // The probe times the products the fit will see: the calibration runs' model, else this one.
+  const ModelCost& probed = runs.empty() ? cost : runs[0].cost;
+  HardwareProfile profile =
+      resolve_hardware(a, probe_type_for(probed.weights.compute_type), probed.config);
+  if (cmd.count("--memory-gb")) profile.set("memory_gib", a.memory_gib, "--memory-gb");
+  for (const auto& assignment : a.hw) apply_hardware_override(profile, assignment);
+  if (!runs.empty()) {
+    calibration = calibrate(runs, profile);
+    profile = apply_calibration(profile, *calibration);
+  }
+  return profile;
+}
+
+// The deployment: workload, hardware (calibrated), per-device fit, speed, capacity, cost.
+int run_deployment(const EstimateArgs& a, const CLI::App& cmd, const EstimatedModel& m,
+                   EstimateOptions o) {
+  auto [lengths, workload] = workload_lengths(a, cmd, m.file.get());
+  int64_t longest = 0;
+  for (const auto& [p, q] : lengths) longest = std::max(longest, p + q);
+  if (!a.context) o.context = static_cast<uint64_t>(longest);
+  Estimate e = estimate_memory(m.config, m.weights, o);
+  ModelCost cost{m.config, m.weights, e.kv_bytes_per_token};
+
+  std::optional<Calibration> calibration;
+  const HardwareProfile profile = deployment_hardware(a, cmd, cost, calibration);
+  std::vector<CalibrationRun> check_reports;
+  for (const auto& path : a.check) check_reports.push_back(read_calibration_run(path));
+  const std::vector<CalibrationFigure> checks = check_runs(check_reports, profile);
+  DeploymentOptions d_opts = deployment_options(a, cmd, lengths, o.overhead_bytes);
+  d_opts.seq_len = e.context;
+  const Deployment d = estimate_deployment(cost, profile, d_opts);
+  e.memory_bytes = d.memory.usable_bytes;
+  e.max_batch = d.memory.max_batch;
+  e.fits = d.memory.fits && e.batch <= d.memory.max_batch;
+
+  EstimateJson json = to_json(e, m.name, m.is_preset);
+  json["hardware"] = hardware_json(profile, d.num_devices, d.rates);
+  json["workload"] = workload;
+  const EstimateJson deployment_part = deployment_json(d, d_opts);
+  for (const auto& [key, value] : deployment_part.items()) json[key] = value;
+  json["calibration"] =
+      calibration ? calibration_json(*calibration, profile) : EstimateJson(nullptr);
+  json["checks"] = checks_json(checks);
+  if (a.json_path == "-") {
+    std::cout << json.dump(2) << "\n";
+    return 0;
+  }
+  print_table(e, m.name, m.is_preset, true);
+  std::fputs(hardware_text(profile, d.num_devices, m.weights.compute_type).c_str(), stdout);
+  if (calibration) std::fputs(calibration_text(*calibration, profile).c_str(), stdout);
+  if (!checks.empty()) std::fputs(checks_text(checks).c_str(), stdout);
+  std::fputs(deployment_text(d, d_opts, workload).c_str(), stdout);
+  write_json(json, a.json_path);
+  return 0;
+}
+
+int run_estimate(const EstimateArgs& a, const CLI::App& cmd) {
+  check_estimate_args(a);
+  if (a.table) return run_table_calibrated(a, cmd);
+  const EstimatedModel m = estimated_model(a);
+  const bool deployment = wants_deployment(a, cmd);
+  const EstimateOptions o = memory_options(a, cmd, m.config, deployment);
+  return deployment ? run_deployment(a, cmd, m, o) : run_memory(a, cmd, m, o);
 }
 
 }  // namespace
@@ -404,208 +534,8 @@ Action add_estimate(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "estimate",
       "Memory of a model and, with --hardware, its speed, capacity and cost on that hardware");
-  std::vector<std::string> presets;
-  for (const auto& p : estimate_presets()) presets.push_back(p.name);
-  auto* model = cmd->add_option("-m,--model", a->model_path,
-                                "GGUF file, .safetensors file or Hugging Face model folder "
-                                "(weights: the exact tensor bytes)");
-  auto* preset = cmd->add_option("--preset", a->preset, "Model shape: " + joined(presets));
-  model->excludes(preset);
-  cmd->add_option("--weights-type", a->weights_type,
-                  "Weight type of a preset (default f16): " + joined(estimate_weight_types()) +
-                      ". K mixes (q4_k_m, q5_k_m) follow llama.cpp's per-tensor rule as pagoda "
-                      "synth writes it: within a few percent of llama.cpp's files");
-  cmd->add_option(
-         "--kv-type", a->kv_type,
-         "KV cache element type: " + joined(estimate_kv_types()) +
-             ". q8_0 is 34 bytes a block of 32, as pagoda's q8_0 cache and llama.cpp's; fp8 counts "
-             "1 byte a value (a scale per tensor, as GPU engines keep it; pagoda's CPU fp8 cache "
-             "keeps one per 32 values, 1.06 bytes)")
-      ->default_val("f16");
-  cmd->add_option("--context", a->context,
-                  "Tokens per sequence (default: the model's context; with --hardware the "
-                  "workload's longest request)");
-  cmd->add_option("--batch", a->batch, "Sequences held at once")->default_val(1);
-  cmd->add_option("--memory-gb", a->memory_gib,
-                  "Device memory in GiB (2^30 bytes): says whether it fits and the largest batch; "
-                  "with --hardware it replaces the profile's memory");
-  cmd->add_option("--overhead-gb", a->overhead_gib,
-                  "Memory that is neither weights nor KV, in GiB (default: F32 activations of a " +
-                      std::to_string(kStepTokens) + "-token step + logits of " +
-                      std::to_string(kLogitRows) + " sequences)");
-  cmd->add_option("--json", a->json_path,
-                  "Also write the numbers as JSON to PATH ('-': stdout only)");
-  cmd->add_option("--hardware", a->hardware,
-                  "Hardware profile: " + joined(hardware_preset_names()) +
-                      " (measured now), or a JSON file of figures (docs/BENCHMARKS.md)");
-  cmd->add_option("--hw", a->hw,
-                  "Override one figure of the profile, KEY=VALUE (repeatable): memory_gib, "
-                  "bandwidth_gbs, bandwidth_efficiency, f16_tflops, int8_tops, fp8_tflops, "
-                  "f32_tflops, compute_efficiency, link_gbs, link_latency_us, step_overhead_ms, "
-                  "price_per_hour, memory_utilization");
-  cmd->add_option("--gpus", a->gpus, "Devices splitting the model (tensor parallel)")
-      ->default_val(1);
-  cmd->add_option("--tp", a->tp,
-                  "Ranks splitting the model (mpirun -np N pagoda serve): memory per rank, and "
-                  "with --memory-gb the ranks needed")
-      ->check(CLI::Range(1, 1024));
-  cmd->add_option("--prompt-len", a->prompt_len, "Workload prompt tokens: N or MIN:MAX (uniform)")
-      ->default_val("512");
-  cmd->add_option("--output-len", a->output_len,
-                  "Workload output tokens: N or MIN:MAX (with --dataset: N replaces the replies)")
-      ->default_val("256");
-  cmd->add_option("--dataset", a->dataset,
-                  "ShareGPT-style JSON file for the workload (tokens counted with -m's tokenizer "
-                  "or --tokenizer's)");
-  cmd->add_option("--tokenizer", a->tokenizer, "Model file whose tokenizer counts --dataset");
-  cmd->add_option("--num-requests", a->num_requests, "Requests in the simulated workload")
-      ->default_val(1000);
-  cmd->add_option("--seed", a->seed, "Seed of the random lengths")->default_val(0);
-  cmd->add_option("--slo-ttft-ms", a->slo_ttft_ms, "Service level: time to first token, ms")
-      ->default_val(2000);
-  cmd->add_option("--slo-tpot-ms", a->slo_tpot_ms, "Service level: time per output token, ms")
-      ->default_val(100);
-  cmd->add_option("--slo-percentile", a->slo_percentile,
-                  "Percentile of requests the service level holds for")
-      ->default_val(90);
-  cmd->add_option("--qps", a->qps, "Target requests/s: replicas and monthly cost to serve it");
-  cmd->add_option("--max-seqs", a->max_seqs, "Sequences a step may hold")->default_val(256);
-  cmd->add_option("--max-batched-tokens", a->max_batched_tokens, "Token budget of a step")
-      ->default_val(2048);
-  cmd->add_option("--calibrate", a->calibrate,
-                  "`pagoda bench latency|throughput --json` report measured on the hardware "
-                  "(repeatable): fit its bandwidth, compute and step overhead (default hardware: "
-                  "this)");
-  cmd->add_option("--check", a->check,
-                  "`pagoda bench latency|throughput --json` report (repeatable): replay it on the "
-                  "(calibrated) hardware and print predicted beside measured");
-  cmd->add_flag("--table", a->table,
-                "The seed's five deployments with pagoda's figures beside the seed's");
-  return [a, cmd] {
-    check_args(*a);
-    if (a->table) {
-      std::optional<HardwareProfile> calibrated;
-      if (!a->calibrate.empty()) {
-        std::vector<CalibrationRun> runs;
-        for (const auto& path : a->calibrate) runs.push_back(read_calibration_run(path));
-        ProbeOptions p;
-        p.weight_type = probe_type_for(runs[0].cost.weights.compute_type);
-        p.rows = runs[0].cost.config.intermediate_size;
-        p.cols = runs[0].cost.config.hidden_size;
-        const HardwareProfile here = probe_this_machine(p);
-        calibrated = apply_calibration(here, calibrate(runs, here));
-      }
-      return run_table(*a, *cmd, calibrated ? &*calibrated : nullptr);
-    }
-    if (a->model_path.empty() && a->preset.empty()) fail("estimate: give -m FILE or --preset NAME");
-    ModelConfig config;
-    WeightEstimate weights;
-    std::string name;
-    std::unique_ptr<ModelFile> file;
-    const bool is_preset = !a->preset.empty();
-    if (is_preset) {
-      const EstimatePreset& p = find_estimate_preset(a->preset);
-      config = p.config;
-      weights = estimate_weights(config, a->weights_type.empty() ? "f16" : a->weights_type);
-      name = p.name;
-    } else {
-      if (!a->weights_type.empty()) {
-        fail("estimate: --weights-type is for presets; a file's weights are counted as stored");
-      }
-      file = ModelFile::open(a->model_path);
-      config = file->config();
-      weights = file_weights(*file);
-      name = a->model_path;
-    }
-    const bool deployment =
-        !a->hardware.empty() || !a->calibrate.empty() || !a->hw.empty() || !a->check.empty();
-    for (const char* option : {"--gpus", "--prompt-len", "--output-len", "--dataset", "--qps",
-                               "--slo-ttft-ms", "--slo-tpot-ms", "--max-seqs"}) {
-      if (!deployment && cmd->get_option(option)->count()) {
-        fail(option, ": give --hardware NAME (or --calibrate FILE) to estimate speed and cost");
-      }
-    }
-    EstimateOptions o;
-    o.kv_type = a->kv_type;
-    o.context = a->context;
-    o.batch = a->batch;
-    if (cmd->count("--overhead-gb")) {
-      o.overhead_bytes = gib_to_bytes(a->overhead_gib, "--overhead-gb");
-    }
-    if (cmd->count("--memory-gb")) {
-      if (!(a->memory_gib > 0)) fail("--memory-gb must be more than 0");
-      if (!deployment) o.memory_bytes = gib_to_bytes(a->memory_gib, "--memory-gb");
-    }
-    if (a->tp > 1 && config.num_kv_heads % static_cast<uint32_t>(a->tp) != 0) {
-      fail("--tp ", a->tp, " does not divide the model's ", config.num_kv_heads,
-           " KV heads (each rank holds whole KV heads)");
-    }
-    if (deployment && cmd->count("--tp")) fail("--tp: give it without --hardware (memory only)");
-    if (!deployment) {
-      const Estimate e = estimate_memory(config, weights, o);
-      EstimateJson json = to_json(e, name, is_preset);
-      if (cmd->count("--tp")) json["tensor_parallel"] = tensor_parallel_json(e, a->tp);
-      if (a->json_path == "-") {
-        std::cout << json.dump(2) << "\n";
-        return 0;
-      }
-      print_table(e, name, is_preset, false);
-      if (cmd->count("--tp")) print_tensor_parallel(e, a->tp);
-      write_json(json, a->json_path);
-      return 0;
-    }
-
-    // The deployment: workload, hardware (calibrated), per-device fit, speed, capacity, cost.
-    auto [lengths, workload] = workload_lengths(*a, *cmd, file.get());
-    int64_t longest = 0;
-    for (const auto& [p, q] : lengths) longest = std::max(longest, p + q);
-    if (!a->context) o.context = static_cast<uint64_t>(longest);
-    Estimate e = estimate_memory(config, weights, o);
-    ModelCost cost{config, weights, e.kv_bytes_per_token};
-
-    std::optional<Calibration> calibration;
-    std::vector<CalibrationRun> runs;
-    for (const auto& path : a->calibrate) runs.push_back(read_calibration_run(path));
-    // The probe times the products the fit will see: the calibration runs' model, else this one.
-    const ModelCost& probed = runs.empty() ? cost : runs[0].cost;
-    HardwareProfile profile =
-        resolve_hardware(*a, probe_type_for(probed.weights.compute_type), probed.config);
-    if (cmd->count("--memory-gb")) profile.set("memory_gib", a->memory_gib, "--memory-gb");
-    for (const auto& assignment : a->hw) apply_hardware_override(profile, assignment);
-    if (!runs.empty()) {
-      calibration = calibrate(runs, profile);
-      profile = apply_calibration(profile, *calibration);
-    }
-    std::vector<CalibrationRun> check_reports;
-    for (const auto& path : a->check) check_reports.push_back(read_calibration_run(path));
-    const std::vector<CalibrationFigure> checks = check_runs(check_reports, profile);
-    DeploymentOptions d_opts = deployment_options(*a, *cmd, lengths, o.overhead_bytes);
-    d_opts.seq_len = e.context;
-    const Deployment d = estimate_deployment(cost, profile, d_opts);
-    e.memory_bytes = d.memory.usable_bytes;
-    e.max_batch = d.memory.max_batch;
-    e.fits = d.memory.fits && e.batch <= d.memory.max_batch;
-
-    EstimateJson json = to_json(e, name, is_preset);
-    json["hardware"] = hardware_json(profile, d.num_devices, d.rates);
-    json["workload"] = workload;
-    const EstimateJson deployment_part = deployment_json(d, d_opts);
-    for (const auto& [key, value] : deployment_part.items()) json[key] = value;
-    json["calibration"] =
-        calibration ? calibration_json(*calibration, profile) : EstimateJson(nullptr);
-    json["checks"] = checks_json(checks);
-    if (a->json_path == "-") {
-      std::cout << json.dump(2) << "\n";
-      return 0;
-    }
-    print_table(e, name, is_preset, true);
-    std::fputs(hardware_text(profile, d.num_devices, weights.compute_type).c_str(), stdout);
-    if (calibration) std::fputs(calibration_text(*calibration, profile).c_str(), stdout);
-    if (!checks.empty()) std::fputs(checks_text(checks).c_str(), stdout);
-    std::fputs(deployment_text(d, d_opts, workload).c_str(), stdout);
-    write_json(json, a->json_path);
-    return 0;
-  };
+  add_estimate_options(cmd, *a);
+  return [a, cmd] { return run_estimate(*a, *cmd); };
 }
 
 }  // namespace pagoda::cli

@@ -16,7 +16,7 @@ Action add_synth(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "synth", "Write a random-weight GGUF with a real model's shapes, for benchmarks");
   std::string names;
-  for (const auto& p : synth_presets()) names += (names.empty() ? "" : ", ") + p.name;
+  for (const auto& p : model_shapes()) names += (names.empty() ? "" : ", ") + p.name;
   cmd->add_option("--like", o->preset, "Model shape: " + names)->required();
   cmd->add_option("--type", o->type, "Weight type: " + weight_recipe_names())
       ->default_val("q4_0");

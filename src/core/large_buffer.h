@@ -4,8 +4,8 @@
 // 2 MiB instead of per 4 KiB. Decode streams every weight once per token and attention reads KV
 // blocks scattered over the whole cache, so with small pages both keep missing the TLB.
 // Elsewhere, and for small buffers, it is plain aligned memory. The price is paid once, at first
-// touch: the kernel zeroes each huge page, so a model takes longer to load (figures:
-// docs/BENCHMARKS.md, "Figures moved from code comments").
+// touch: the kernel zeroes each huge page, so a model takes longer to load
+// (docs/BENCHMARKS.md, "CPU kernel choices, measured").
 #pragma once
 
 #include <cstddef>

@@ -196,7 +196,13 @@ class RegexParser {
     std::vector<std::string> alts;
     if (!set.empty()) {
       std::string cls = "[";
-      for (auto [lo, hi] : set) cls += hex_char(lo) + (hi > lo ? "-" + hex_char(hi) : "");
+      for (auto [lo, hi] : set) {
+        cls += hex_char(lo);
+        if (hi > lo) {
+          cls += '-';
+          cls += hex_char(hi);
+        }
+      }
       alts.push_back(cls + "]");
     }
     if (quote) alts.push_back("\"\\\\\\\"\"");      // the two characters \"
@@ -211,7 +217,9 @@ class RegexParser {
   std::string literal(uint32_t cp) {
     if (o_.json_string && (cp < 0x20 || cp == '"' || cp == '\\'))
       return emit_set({{cp, cp}}, false);
-    return "\"" + hex_char(cp) + "\"";
+    std::string quoted = "\"";
+    quoted += hex_char(cp);
+    return quoted + '"';
   }
 
   std::string atom() {

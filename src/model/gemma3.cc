@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "model/kv_storage.h"
 #include "model/architecture.h"
+#include "model/attention.h"
 #include "model/model.h"
 #include "model/model_file.h"
 #include "model/weights.h"
@@ -16,9 +17,8 @@ namespace pagoda {
 namespace {
 
 struct GemmaLayer {
-  std::vector<float> attn_norm, post_attn_norm;  // [hidden]
-  std::vector<float> q_norm, k_norm;             // [head_dim]
-  WeightMatrix wq, wk, wv, wo;
+  AttentionWeights attn;                         // with per-head Q/K norms, no biases
+  std::vector<float> post_attn_norm;             // [hidden]
   std::vector<float> ffn_norm, post_ffn_norm;    // [hidden]
   WeightMatrix w_gate, w_up, w_down;
   bool global = false;
@@ -53,13 +53,13 @@ Gemma3Model::Gemma3Model(const ModelFile& file) {
   for (uint32_t l = 0; l < c.num_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     GemmaLayer L;
-    L.attn_norm = w.vector(p + "attn_norm.weight", hidden);
-    L.wq = w.matrix(p + "attn_q.weight", q_dim, hidden);
-    L.wk = w.matrix(p + "attn_k.weight", kv_dim, hidden);
-    L.wv = w.matrix(p + "attn_v.weight", kv_dim, hidden);
-    L.q_norm = w.vector(p + "attn_q_norm.weight", c.head_dim);
-    L.k_norm = w.vector(p + "attn_k_norm.weight", c.head_dim);
-    L.wo = w.matrix(p + "attn_output.weight", hidden, q_dim);
+    L.attn.norm = w.vector(p + "attn_norm.weight", hidden);
+    L.attn.wq = w.matrix(p + "attn_q.weight", q_dim, hidden);
+    L.attn.wk = w.matrix(p + "attn_k.weight", kv_dim, hidden);
+    L.attn.wv = w.matrix(p + "attn_v.weight", kv_dim, hidden);
+    L.attn.q_norm = w.vector(p + "attn_q_norm.weight", c.head_dim);
+    L.attn.k_norm = w.vector(p + "attn_k_norm.weight", c.head_dim);
+    L.attn.wo = w.matrix(p + "attn_output.weight", hidden, q_dim);
     L.post_attn_norm = w.vector(p + "post_attention_norm.weight", hidden);
     L.ffn_norm = w.vector(p + "ffn_norm.weight", hidden);
     L.w_gate = w.matrix(p + "ffn_gate.weight", ff, hidden);
@@ -90,14 +90,12 @@ Gemma3Model::Gemma3Model(const ModelFile& file) {
 void Gemma3Model::forward_local(Backend& be, const ForwardBatch& batch, KvStorage& kv,
                           std::vector<float>& logits) {
   const ModelConfig& c = config_;
-  const int64_t n = batch.num_tokens(), hidden = c.hidden_size, hd = c.head_dim;
-  const int64_t ff = c.intermediate_size;
+  const int64_t n = batch.num_tokens(), hidden = c.hidden_size, ff = c.intermediate_size;
   act_.resize(be, n, c);
 
-  const AttentionBatch ab = batch.attention_batch();
   AttentionParams ap = attention_params(c);
   const OutputRows out(batch);
-  const int64_t q_dim = int64_t{c.num_heads} * hd;
+  const LayerStep step{be, c, batch, out, kv, act_};
 
   be.embed(token_embd_, batch.token_ids.data(), n, act_.x.data());
   be.scale(act_.x.data(), std::sqrt(static_cast<float>(hidden)), n * hidden);
@@ -106,20 +104,8 @@ void Gemma3Model::forward_local(Backend& be, const ForwardBatch& batch, KvStorag
     const RopeParams& rope = L.global ? rope_global_ : rope_local_;
     ap.window = L.global ? 0 : static_cast<int32_t>(c.sliding_window);
 
-    be.rms_norm(act_.x.data(), L.attn_norm.data(), n, hidden, c.rms_norm_eps, act_.h.data());
-    be.matmul_many({{&L.wq, act_.q.data()}, {&L.wk, act_.k.data()}, {&L.wv, act_.v.data()}}, act_.h.data(), n);
-    be.rms_norm(act_.q.data(), L.q_norm.data(), n * c.num_heads, hd, c.rms_norm_eps, act_.q.data());
-    be.rms_norm(act_.k.data(), L.k_norm.data(), n * c.num_kv_heads, hd, c.rms_norm_eps, act_.k.data());
-    be.rope(act_.q.data(), batch.positions.data(), n, c.num_heads, hd, rope);
-    be.rope(act_.k.data(), batch.positions.data(), n, c.num_kv_heads, hd, rope);
-    const auto layer = static_cast<int32_t>(l);
-    be.write_kv(act_.k.data(), act_.v.data(), ab, ap, kv.layer(layer));
-    // From here on, the last layer runs only the rows whose logits are wanted.
-    const bool narrow = l + 1 == layers_.size() && out.gather_front(be, act_, q_dim, hidden);
-    const int64_t m = narrow ? out.count() : n;
-    be.attention(act_.q.data(), kv.layer(layer), narrow ? out.attention_batch() : ab, ap,
-                 act_.attn.data());
-    be.matmul(L.wo, act_.attn.data(), m, act_.h.data());
+    const int64_t m = attention_block(step, L.attn, static_cast<int32_t>(l),
+                                      l + 1 == layers_.size(), rope, ap);
     be.rms_norm(act_.h.data(), L.post_attn_norm.data(), m, hidden, c.rms_norm_eps, act_.h.data());
     be.add(act_.x.data(), act_.h.data(), m * hidden);
 

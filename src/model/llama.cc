@@ -8,6 +8,7 @@
 #include "comm/communicator.h"
 #include "model/kv_storage.h"
 #include "model/architecture.h"
+#include "model/attention.h"
 #include "model/model.h"
 #include "model/model_file.h"
 #include "model/moe.h"
@@ -18,10 +19,7 @@ namespace pagoda {
 namespace {
 
 struct LayerWeights {
-  std::vector<float> attn_norm;                 // [hidden]
-  WeightMatrix wq, wk, wv, wo;                  // [heads*hd, hidden] ... [hidden, heads*hd]
-  std::vector<float> bq, bk, bv;                // Qwen2: [heads*hd], [kv*hd], [kv*hd]; else empty
-  std::vector<float> q_norm, k_norm;            // Qwen3: [hd]; else empty
+  AttentionWeights attn;                        // Qwen2's biases, Qwen3's per-head norms
   std::vector<float> ffn_norm;                  // [hidden]
   WeightMatrix w_gate, w_up, w_down;            // [ff, hidden], [ff, hidden], [hidden, ff]
   MoeWeights moe;                               // mixture of experts instead: Mixtral, Qwen3-MoE
@@ -98,27 +96,27 @@ LlamaModel::LlamaModel(const ModelFile& file, Communicator* tp) {
   for (uint32_t l = 0; l < c.num_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     LayerWeights L;
-    L.attn_norm = w.vector(p + "attn_norm.weight", hidden);
+    L.attn.norm = w.vector(p + "attn_norm.weight", hidden);
     if (w.has(p + "attn_qkv.weight")) {  // fused, Q then K then V (Phi-3)
       const std::string qkv = p + "attn_qkv.weight";
       const int64_t rows = q_dim + 2 * kv_dim;
-      L.wq = w.matrix_rows(qkv, q_first, q_rows, rows, hidden);
-      L.wk = w.matrix_rows(qkv, q_dim + kv_first, kv_rows, rows, hidden);
-      L.wv = w.matrix_rows(qkv, q_dim + kv_dim + kv_first, kv_rows, rows, hidden);
+      L.attn.wq = w.matrix_rows(qkv, q_first, q_rows, rows, hidden);
+      L.attn.wk = w.matrix_rows(qkv, q_dim + kv_first, kv_rows, rows, hidden);
+      L.attn.wv = w.matrix_rows(qkv, q_dim + kv_dim + kv_first, kv_rows, rows, hidden);
     } else {
-      L.wq = w.matrix_rows(p + "attn_q.weight", q_first, q_rows, q_dim, hidden);
-      L.wk = w.matrix_rows(p + "attn_k.weight", kv_first, kv_rows, kv_dim, hidden);
-      L.wv = w.matrix_rows(p + "attn_v.weight", kv_first, kv_rows, kv_dim, hidden);
+      L.attn.wq = w.matrix_rows(p + "attn_q.weight", q_first, q_rows, q_dim, hidden);
+      L.attn.wk = w.matrix_rows(p + "attn_k.weight", kv_first, kv_rows, kv_dim, hidden);
+      L.attn.wv = w.matrix_rows(p + "attn_v.weight", kv_first, kv_rows, kv_dim, hidden);
     }
-    L.wo = columns(p + "attn_output.weight", hidden, q_dim, q_first, q_rows);
+    L.attn.wo = columns(p + "attn_output.weight", hidden, q_dim, q_first, q_rows);
     if (w.has(p + "attn_q.bias")) {
-      L.bq = part(w.vector(p + "attn_q.bias", q_dim), q_first, q_rows);
-      L.bk = part(w.vector(p + "attn_k.bias", kv_dim), kv_first, kv_rows);
-      L.bv = part(w.vector(p + "attn_v.bias", kv_dim), kv_first, kv_rows);
+      L.attn.bq = part(w.vector(p + "attn_q.bias", q_dim), q_first, q_rows);
+      L.attn.bk = part(w.vector(p + "attn_k.bias", kv_dim), kv_first, kv_rows);
+      L.attn.bv = part(w.vector(p + "attn_v.bias", kv_dim), kv_first, kv_rows);
     }
     if (w.has(p + "attn_q_norm.weight")) {
-      L.q_norm = w.vector(p + "attn_q_norm.weight", c.head_dim);
-      L.k_norm = w.vector(p + "attn_k_norm.weight", c.head_dim);
+      L.attn.q_norm = w.vector(p + "attn_q_norm.weight", c.head_dim);
+      L.attn.k_norm = w.vector(p + "attn_k_norm.weight", c.head_dim);
     }
     L.ffn_norm = w.vector(p + "ffn_norm.weight", hidden);
     if (c.num_experts) {
@@ -171,17 +169,15 @@ LlamaModel::LlamaModel(const ModelFile& file, Communicator* tp) {
 void LlamaModel::forward_local(Backend& be, const ForwardBatch& batch, KvStorage& kv,
                                std::vector<float>& logits) {
   const ModelConfig& c = config_;
-  const int64_t n = batch.num_tokens(), hidden = c.hidden_size, hd = c.head_dim;
-  const int64_t q_dim = int64_t{c.num_heads} * hd, kv_dim = int64_t{c.num_kv_heads} * hd;
-  const int64_t ff = c.intermediate_size;
+  const int64_t n = batch.num_tokens(), hidden = c.hidden_size, ff = c.intermediate_size;
   // The sums across ranks read and write the activations on the host.
   if (tp_ != nullptr && !be.host_visible()) fail("tensor parallelism runs on the cpu backend only");
   act_.resize(be, n, c);
 
-  const AttentionBatch ab = batch.attention_batch();
   AttentionParams ap = attention_params(c);
   ap.window = static_cast<int32_t>(c.sliding_window);
   const OutputRows out(batch);
+  const LayerStep step{be, c, batch, out, kv, act_};
 
   if (tp_ == nullptr) {
     be.embed(token_embd_, batch.token_ids.data(), n, act_.x.data());
@@ -191,27 +187,8 @@ void LlamaModel::forward_local(Backend& be, const ForwardBatch& batch, KvStorage
   }
   for (size_t l = 0; l < layers_.size(); ++l) {
     const LayerWeights& L = layers_[l];
-    be.rms_norm(act_.x.data(), L.attn_norm.data(), n, hidden, c.rms_norm_eps, act_.h.data());
-    be.matmul_many({{&L.wq, act_.q.data()}, {&L.wk, act_.k.data()}, {&L.wv, act_.v.data()}}, act_.h.data(), n);
-    if (!L.bq.empty()) {
-      be.add_bias(act_.q.data(), L.bq.data(), n, q_dim);
-      be.add_bias(act_.k.data(), L.bk.data(), n, kv_dim);
-      be.add_bias(act_.v.data(), L.bv.data(), n, kv_dim);
-    }
-    if (!L.q_norm.empty()) {
-      be.rms_norm(act_.q.data(), L.q_norm.data(), n * c.num_heads, hd, c.rms_norm_eps, act_.q.data());
-      be.rms_norm(act_.k.data(), L.k_norm.data(), n * c.num_kv_heads, hd, c.rms_norm_eps, act_.k.data());
-    }
-    be.rope(act_.q.data(), batch.positions.data(), n, c.num_heads, hd, rope_);
-    be.rope(act_.k.data(), batch.positions.data(), n, c.num_kv_heads, hd, rope_);
-    const auto layer = static_cast<int32_t>(l);
-    be.write_kv(act_.k.data(), act_.v.data(), ab, ap, kv.layer(layer));
-    // From here on, the last layer runs only the rows whose logits are wanted.
-    const bool narrow = l + 1 == layers_.size() && out.gather_front(be, act_, q_dim, hidden);
-    const int64_t m = narrow ? out.count() : n;
-    be.attention(act_.q.data(), kv.layer(layer), narrow ? out.attention_batch() : ab, ap,
-                 act_.attn.data());
-    be.matmul(L.wo, act_.attn.data(), m, act_.h.data());
+    const int64_t m = attention_block(step, L.attn, static_cast<int32_t>(l),
+                                      l + 1 == layers_.size(), rope_, ap);
     sum_ranks(act_.h.data(), m * hidden);
     be.add(act_.x.data(), act_.h.data(), m * hidden);
 

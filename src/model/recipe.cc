@@ -55,7 +55,10 @@ const WeightRecipe* find_weight_recipe(std::string_view name) {
 
 std::string weight_recipe_names() {
   std::string names;
-  for (const WeightRecipe& r : kRecipes) names += (names.empty() ? "" : " ") + std::string(r.name);
+  for (const WeightRecipe& r : kRecipes) {
+    if (!names.empty()) names += ' ';
+    names += r.name;
+  }
   return names;
 }
 

@@ -10,46 +10,10 @@
 #include "model/architecture.h"
 #include "model/model_file.h"
 #include "model/recipe.h"
-#include "tools/synth.h"
+#include "model/shapes.h"
 
 namespace pagoda {
 namespace {
-
-ModelConfig shape(const char* arch, uint32_t layers, uint32_t hidden, uint32_t ffn, uint32_t heads,
-                  uint32_t kv_heads, uint32_t head_dim, uint32_t vocab, uint32_t context,
-                  float theta) {
-  ModelConfig c;
-  c.architecture = arch;
-  c.num_layers = layers;
-  c.hidden_size = hidden;
-  c.intermediate_size = ffn;
-  c.num_heads = heads;
-  c.num_kv_heads = kv_heads;
-  c.head_dim = head_dim;
-  c.vocab_size = vocab;
-  c.context_length = context;
-  c.rope_theta = theta;
-  return c;
-}
-
-std::vector<EstimatePreset> make_presets() {
-  std::vector<EstimatePreset> presets;
-  for (const auto& p : synth_presets()) presets.push_back({p.name, p.config});
-  // From each model's published config.json; none ties its embeddings. Qwen2's context is the
-  // instruct models' max_position_embeddings (32K native; longer only with YaRN).
-  presets.push_back(
-      {"llama-2-13b", shape("llama", 40, 5120, 13824, 40, 40, 128, 32000, 4096, 1e4f)});
-  presets.push_back(
-      {"llama-2-70b", shape("llama", 80, 8192, 28672, 64, 8, 128, 32000, 4096, 1e4f)});
-  presets.push_back(
-      {"llama-3-8b", shape("llama", 32, 4096, 14336, 32, 8, 128, 128256, 8192, 5e5f)});
-  presets.push_back(
-      {"llama-3-70b", shape("llama", 80, 8192, 28672, 64, 8, 128, 128256, 8192, 5e5f)});
-  presets.push_back({"qwen2-7b", shape("qwen2", 28, 3584, 18944, 28, 4, 128, 152064, 32768, 1e6f)});
-  presets.push_back(
-      {"qwen2-72b", shape("qwen2", 80, 8192, 29568, 64, 8, 128, 152064, 32768, 1e6f)});
-  return presets;
-}
 
 // How a type stores the layers' matrices: GGUF blocks, or one of the GPU checkpoint formats.
 enum class Packing { kGguf, kAwq4, kFp8, kInt8 };
@@ -179,17 +143,10 @@ struct Tally {
 
 }  // namespace
 
-const std::vector<EstimatePreset>& estimate_presets() {
-  static const std::vector<EstimatePreset> presets = make_presets();
-  return presets;
-}
-
-const EstimatePreset& find_estimate_preset(const std::string& name) {
+const ModelShape& find_estimate_preset(const std::string& name) {
+  if (const ModelShape* shape = find_model_shape(name)) return *shape;
   std::vector<std::string> names;
-  for (const auto& p : estimate_presets()) {
-    if (p.name == name) return p;
-    names.push_back(p.name);
-  }
+  for (const auto& p : model_shapes()) names.push_back(p.name);
   fail("estimate: unknown preset '", name, "' (known: ", join(names), ")");
 }
 

@@ -10,20 +10,15 @@
 
 #include "core/dtype.h"
 #include "model/config.h"
+#include "model/shapes.h"
 
 namespace pagoda {
 
 class ModelFile;
 
-struct EstimatePreset {
-  std::string name;
-  ModelConfig config;
-};
-// pagoda synth's shapes plus larger models nobody synthesizes on a CPU (Llama 2 13B / 70B,
-// Llama 3 8B / 70B, Qwen2 7B / 72B), all from the published config.json files.
-const std::vector<EstimatePreset>& estimate_presets();
-// Throws Error listing the known names when `name` is not one.
-const EstimatePreset& find_estimate_preset(const std::string& name);
+// One of model_shapes() (model/shapes.h); throws Error listing the known names when `name` is
+// not one.
+const ModelShape& find_estimate_preset(const std::string& name);
 
 // Weight types a preset can be estimated at: the types `pagoda synth` writes, plus the GPU
 // formats awq-4bit (4-bit, groups of 128 with an F16 scale and a 4-bit zero), fp8 and int8

@@ -22,6 +22,9 @@ void store_block(const Block& block, uint8_t* dst, int64_t i) {
   std::memcpy(dst + i * static_cast<int64_t>(sizeof(Block)), &block, sizeof(Block));
 }
 
+// Round half to even, as ggml's nearest_int; inputs are bounded quant levels.
+inline int nearest_int(float x) { return static_cast<int>(std::nearbyint(x)); }
+
 // The element of largest magnitude with its sign; the first one on ties, as ggml picks it.
 inline float signed_absmax(const float* x, int n) {
   float amax = 0.0f;

@@ -351,7 +351,8 @@ void Scheduler::check_invariants() const {
     auto it = in_flight_.find(id);
     const InFlight scheduled = it == in_flight_.end() ? InFlight{} : it->second;
     PAGODA_CHECK(r->num_computed_tokens >= 0 && r->num_computed_tokens < r->num_tokens());
-    PAGODA_CHECK(scheduled.num_proposed >= 0 && scheduled.num_proposed < scheduled.num_new_tokens ||
+    PAGODA_CHECK((scheduled.num_proposed >= 0 &&
+                  scheduled.num_proposed < scheduled.num_new_tokens) ||
                  scheduled.num_new_tokens == 0);
     // Proposals only after every known token.
     const int32_t num_known = scheduled.num_new_tokens - scheduled.num_proposed;

@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "core/markup.h"
 #include "template/filter_util.h"
 #include "template/text.h"
 
@@ -62,43 +63,17 @@ Value f_default(Evaluator&, const Value& v, CallArgs& a) {
   return v;
 }
 
-std::string html_escape(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&#34;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        out.push_back(c);
-    }
-  }
-  return out;
-}
-
 Value f_escape(Evaluator& ev, const Value& v, CallArgs& a) {
   Params p("escape", a, {}, 0);
   if (v.is_markup()) return v;
-  std::string s = html_escape(to_str(v));
+  std::string s = escape_markup(to_str(v));
   ev.check_size(s.size());
   return Value::markup(std::move(s));
 }
 
 Value f_forceescape(Evaluator& ev, const Value& v, CallArgs& a) {
   Params p("forceescape", a, {}, 0);
-  std::string s = html_escape(to_str(v));
+  std::string s = escape_markup(to_str(v));
   ev.check_size(s.size());
   return Value::markup(std::move(s));
 }

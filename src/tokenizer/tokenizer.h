@@ -21,7 +21,7 @@ struct EncodeOptions {
   bool parse_special = false;  // recognise control tokens written in the text ("<|im_start|>")
   // Sorted, disjoint ranges where control tokens are not recognised even with parse_special:
   // what a client wrote inside a rendered chat, so it cannot forge a turn of the conversation.
-  std::span<const TextRange> plain_ranges;
+  std::span<const TextRange> plain_ranges = {};
 };
 
 class Tokenizer {

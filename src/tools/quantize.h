@@ -44,20 +44,20 @@ struct QuantizeOptions {
   bool allow_requantize = false;
   // An importance matrix (tools/imatrix.h): each converted matrix it has an entry for is
   // quantized minimising the error weighted by it (quantize_row_weighted); the others plainly.
-  std::string imatrix_path;
+  std::string imatrix_path = {};
   // Activation-aware scaling (tools/awq.h): with a calibration text, the groups of matrices that
   // share an input are rescaled (the preceding norm or matrix rows divided back) before they
   // are quantized, and an importance matrix, if given, weighs the rescaled columns. Needs an
   // F32 / F16 / BF16 input.
-  AwqOptions awq;
-  std::function<void(const AwqProgress&)> awq_progress;
+  AwqOptions awq = {};
+  std::function<void(const AwqProgress&)> awq_progress = {};
   // Scales to fold as they are, instead of searching them (tests); ignored with awq.text_path.
   const AwqScaling* awq_scaling = nullptr;
   // GPTQ (above). With awq it rounds the scaled matrices, with their inputs' second moments
   // divided by the scales. With an importance matrix, each block's scale fit is weighted by it.
   // progress(done, total) through the calibration chunks.
-  GptqOptions gptq;
-  std::function<void(int64_t, int64_t)> gptq_progress;
+  GptqOptions gptq = {};
+  std::function<void(int64_t, int64_t)> gptq_progress = {};
 };
 
 // The names QuantizeOptions::type accepts, in the order above.

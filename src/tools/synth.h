@@ -10,17 +10,13 @@
 
 #include "core/dtype.h"
 #include "model/config.h"
+#include "model/shapes.h"
 
 namespace pagoda {
 
-struct SynthPreset {
-  std::string name;  // "llama-3.2-1b", ...
-  ModelConfig config;
-};
-
-const std::vector<SynthPreset>& synth_presets();
-// Throws Error listing the known names when `name` is not one.
-const SynthPreset& find_synth_preset(const std::string& name);
+// One of model_shapes() (model/shapes.h); throws Error listing the known names when `name` is
+// not one.
+const ModelShape& find_synth_preset(const std::string& name);
 
 struct SynthOptions {
   std::string preset;

@@ -78,7 +78,9 @@ TEST(EngineBeamSearch, TheBestBeamIsAtLeastAsLikelyAsGreedy) {
     for (int k = 0; k < 3; ++k) {
       EXPECT_EQ(beam.samples[0][k].ids.size(), 8u);
       const double lp = sequence_logprob(*m.model, *backend, prompt, beam.samples[0][k].ids);
-      if (k > 0) EXPECT_LE(lp, last + 1e-4);
+      if (k > 0) {
+        EXPECT_LE(lp, last + 1e-4);
+      }
       last = lp;
     }
   }

@@ -78,8 +78,8 @@ TEST(Architecture, HuggingFaceTensorNamesPerFamily) {
   EXPECT_EQ(llama->hf_norm_offset, 0.0f);
 }
 
-TEST(Architecture, EverySynthShapeIsARunnableFamily) {
-  for (const SynthPreset& p : synth_presets()) {
+TEST(Architecture, EveryModelShapeIsARunnableFamily) {
+  for (const ModelShape& p : model_shapes()) {
     EXPECT_NE(find_architecture(p.config.architecture), nullptr) << p.name;
   }
 }

@@ -27,7 +27,7 @@ TEST(Estimate, KvBytesPerTokenOfKnownModels) {
   EXPECT_EQ(kv_bytes_per_token(preset("llama-3-8b"), DType::kF32), 262144u);
   EXPECT_EQ(kv_bytes_per_token(preset("llama-3-8b"), DType::kQ8_0), 69632u);  // 64 x 1024/32 x 34
   // The same number the model config computes for F16.
-  for (const auto& p : estimate_presets()) {
+  for (const auto& p : model_shapes()) {
     EXPECT_EQ(kv_bytes_per_token(p.config, DType::kF16), p.config.kv_bytes_per_token(2)) << p.name;
   }
 }
@@ -121,7 +121,7 @@ TEST(Estimate, Llama3On24GiB) {
 }
 
 TEST(Estimate, FitsExactlyUpToMaxBatch) {
-  for (const auto& p : estimate_presets()) {
+  for (const auto& p : model_shapes()) {
     EstimateOptions o;
     o.context = 4096;
     o.memory_bytes = 80ull << 30;

@@ -276,7 +276,9 @@ void check_masks(const std::string& vocab_path, size_t stride) {
             << "token " << t << " '" << bytes << "' after '" << text.substr(0, i) << "'";
         allowed += expected;
       }
-      if (i < text.size()) EXPECT_GT(allowed, 0);
+      if (i < text.size()) {
+        EXPECT_GT(allowed, 0);
+      }
       if (i == text.size()) break;
       s = advance(*g, s, static_cast<uint8_t>(text[i]));
       if (s.dead()) break;  // the any-object grammar takes the text; the schema too

@@ -27,8 +27,12 @@ TEST(WeightTypes, RowsAreUniqueAndIndexed) {
     EXPECT_GT(t.traits.type_size, 0u);
     // An encoder comes with its decoder (the 2- and 3-bit i-quants are decoded only); a search
     // only with an encoder; a fallback has smaller blocks.
-    if (t.quantize != nullptr) EXPECT_NE(t.dequantize, nullptr) << t.traits.name;
-    if (t.quantize_weighted != nullptr) EXPECT_NE(t.quantize, nullptr) << t.traits.name;
+    if (t.quantize != nullptr) {
+      EXPECT_NE(t.dequantize, nullptr) << t.traits.name;
+    }
+    if (t.quantize_weighted != nullptr) {
+      EXPECT_NE(t.quantize, nullptr) << t.traits.name;
+    }
     if (t.fallback) {
       EXPECT_LT(dtype_traits(*t.fallback).block_size, t.traits.block_size) << t.traits.name;
       EXPECT_TRUE(can_quantize(*t.fallback)) << t.traits.name;

@@ -119,8 +119,8 @@ void fill_avx2_kernels(Kernels& k) {
   fill_vector_ops(k);
   // 16 registers: 4 x 2 accumulators for the legacy and float tiles; the K-quant tiles also
   // keep integer sums per (row, token) but spill well, so they take 2 x 4: each unpacked weight
-  // vector serves four tokens instead of two (figures: docs/BENCHMARKS.md, "Figures moved from
-  // code comments").
+  // vector serves four tokens instead of two (docs/BENCHMARKS.md, "CPU kernel choices,
+  // measured").
   fill_matmul<4, 2, 2, 4>(k);
   fill_attention(k);
 }

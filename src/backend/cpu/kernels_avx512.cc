@@ -91,8 +91,8 @@ void fill_avx512_kernels(Kernels& k) {
   fill_vector_ops512(k);
   // 32 registers: 4 x 4 tiles for the legacy and float types; K-quants 2 x 4: their integer
   // sums per (row, token) sit beside the float accumulators, which at 4 x 4 fill all 32
-  // registers, and 4 x 2 unpacks each weight vector for half as many tokens (figures:
-  // docs/BENCHMARKS.md, "Figures moved from code comments").
+  // registers, and 4 x 2 unpacks each weight vector for half as many tokens
+  // (docs/BENCHMARKS.md, "CPU kernel choices, measured").
   fill_matmul<4, 4, 2, 4>(k);
   fill_packed(k);
   fill_attention(k);

@@ -54,7 +54,7 @@ void attention(const Kernels& k, const float* q, KvLayer cache,
 
 // Whether spreading `work` multiply-adds over threads pays for handing them out: a smaller
 // product is so short on one core that waking the workers and waiting for them would eat what
-// they save (figures: docs/BENCHMARKS.md, "Figures moved from code comments").
+// they save (docs/BENCHMARKS.md, "CPU kernel choices, measured").
 inline bool worth_threads(int64_t work) { return work >= (int64_t{1} << 19); }
 
 }  // namespace pagoda::cpu

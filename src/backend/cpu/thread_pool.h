@@ -3,10 +3,9 @@
 // Why not an OpenMP parallel region: its closing barrier waits for every thread of the team,
 // even one that found no work left. When another process holds a core, the descheduled thread
 // stalls each op for a scheduler time slice, far longer than the op itself, and decode on a
-// shared machine slows many times over (docs/BENCHMARKS.md, "Figures moved from code
-// comments"). Here a job is a count of chunks that threads claim from one atomic counter; the
-// caller claims chunks too and returns once every chunk is done, so a worker that never woke
-// costs nothing.
+// shared machine slows many times over (docs/BENCHMARKS.md, "CPU kernel choices, measured").
+// Here a job is a count of chunks that threads claim from one atomic counter; the caller claims
+// chunks too and returns once every chunk is done, so a worker that never woke costs nothing.
 //
 // Invariants: only the owning thread calls run(), never concurrently; state_ packs the job's
 // generation (16 bits), its chunk count (24 bits) and the next unclaimed chunk (24 bits), so a

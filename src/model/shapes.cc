@@ -1,0 +1,81 @@
+#include "model/shapes.h"
+
+namespace pagoda {
+namespace {
+
+ModelConfig make_config(const char* arch, uint32_t layers, uint32_t hidden, uint32_t ff,
+                        uint32_t heads, uint32_t kv_heads, uint32_t head_dim, uint32_t vocab,
+                        uint32_t context, float theta, bool tied, uint32_t window = 0) {
+  ModelConfig c;
+  c.architecture = arch;
+  c.num_layers = layers;
+  c.hidden_size = hidden;
+  c.intermediate_size = ff;
+  c.num_heads = heads;
+  c.num_kv_heads = kv_heads;
+  c.head_dim = head_dim;
+  c.vocab_size = vocab;
+  c.context_length = context;
+  c.rope_theta = theta;
+  c.tie_embeddings = tied;
+  c.sliding_window = window;
+  c.rms_norm_eps = 1e-5f;
+  return c;
+}
+
+ModelShape moe_config(const char* name, ModelConfig c, uint32_t experts, uint32_t used,
+                      uint32_t expert_ff) {
+  c.num_experts = experts;
+  c.num_experts_used = used;
+  c.expert_intermediate = expert_ff;
+  return {name, c};
+}
+
+// Shapes from each model's published config.json.
+const std::vector<ModelShape> kShapes = {
+    {"llama-3.2-1b", make_config("llama", 16, 2048, 8192, 32, 8, 64, 128256, 131072, 500000, true)},
+    {"llama-3.2-3b", make_config("llama", 28, 3072, 8192, 24, 8, 128, 128256, 131072, 500000, true)},
+    {"llama-3.1-8b", make_config("llama", 32, 4096, 14336, 32, 8, 128, 128256, 131072, 500000, false)},
+    {"llama-2-7b", make_config("llama", 32, 4096, 11008, 32, 32, 128, 32000, 4096, 10000, false)},
+    {"tinyllama-1.1b", make_config("llama", 22, 2048, 5632, 32, 4, 64, 32000, 2048, 10000, false)},
+    {"smollm2-135m", make_config("llama", 30, 576, 1536, 9, 3, 64, 49152, 8192, 100000, true)},
+    {"mistral-7b", make_config("llama", 32, 4096, 14336, 32, 8, 128, 32768, 32768, 1000000, false)},
+    {"qwen2.5-0.5b", make_config("qwen2", 24, 896, 4864, 14, 2, 64, 151936, 32768, 1000000, true)},
+    {"qwen2.5-1.5b", make_config("qwen2", 28, 1536, 8960, 12, 2, 128, 151936, 32768, 1000000, true)},
+    {"qwen3-0.6b", make_config("qwen3", 28, 1024, 3072, 16, 8, 128, 151936, 40960, 1000000, true)},
+    {"gemma3-270m", make_config("gemma3", 18, 640, 2048, 4, 1, 256, 262144, 32768, 1000000, true, 512)},
+    // Test shapes: each family's quirks at a size a test writes in a second. Qwen3's heads are
+    // wider than the hidden size (4 x 128 > 256) and normed per head; Gemma 3's six layers hold
+    // five sliding-window ones and a global one, with a window shorter than the test sequences.
+    {"phi-3-mini", make_config("phi3", 32, 3072, 8192, 32, 32, 96, 32064, 4096, 10000, false)},
+    {"qwen3-tiny", make_config("qwen3", 3, 256, 768, 4, 2, 128, 151936, 4096, 1000000, true)},
+    {"gemma3-tiny", make_config("gemma3", 6, 256, 768, 4, 1, 128, 262144, 4096, 1000000, true, 32)},
+    moe_config("mixtral-8x7b", make_config("llama", 32, 4096, 14336, 32, 8, 128, 32000, 32768, 1000000, false), 8, 2, 0),
+    moe_config("qwen3-moe-30b-a3b", make_config("qwen3moe", 48, 2048, 6144, 32, 4, 128, 151936, 40960, 1000000, false), 128, 8, 768),
+    // Mixtral's and Qwen3-MoE's routing at test size: 8 experts, 2 used per token.
+    moe_config("mixtral-tiny", make_config("llama", 3, 256, 512, 4, 2, 64, 32000, 4096, 1000000, false), 8, 2, 0),
+    moe_config("qwen3-moe-tiny", make_config("qwen3moe", 3, 256, 768, 4, 2, 128, 151936, 4096, 1000000, true), 8, 2, 256),
+    // Phi-3's fused Q/K/V and gate/up tensors, here with grouped K/V heads (Phi-3-medium's).
+    {"phi-3-tiny", make_config("phi3", 3, 256, 768, 4, 2, 64, 32064, 4096, 10000, false)},
+    // Larger models, for estimates (none ties its embeddings). Qwen2's context is the instruct
+    // models' max_position_embeddings (32K native; longer only with YaRN).
+    {"llama-2-13b", make_config("llama", 40, 5120, 13824, 40, 40, 128, 32000, 4096, 1e4f, false)},
+    {"llama-2-70b", make_config("llama", 80, 8192, 28672, 64, 8, 128, 32000, 4096, 1e4f, false)},
+    {"llama-3-8b", make_config("llama", 32, 4096, 14336, 32, 8, 128, 128256, 8192, 5e5f, false)},
+    {"llama-3-70b", make_config("llama", 80, 8192, 28672, 64, 8, 128, 128256, 8192, 5e5f, false)},
+    {"qwen2-7b", make_config("qwen2", 28, 3584, 18944, 28, 4, 128, 152064, 32768, 1e6f, false)},
+    {"qwen2-72b", make_config("qwen2", 80, 8192, 29568, 64, 8, 128, 152064, 32768, 1e6f, false)},
+};
+
+}  // namespace
+
+const std::vector<ModelShape>& model_shapes() { return kShapes; }
+
+const ModelShape* find_model_shape(std::string_view name) {
+  for (const auto& s : kShapes) {
+    if (s.name == name) return &s;
+  }
+  return nullptr;
+}
+
+}  // namespace pagoda
