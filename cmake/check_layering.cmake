@@ -19,7 +19,7 @@ set(allowed_grammar "core;tokenizer")
 set(allowed_template "core")
 set(allowed_engine "core;tokenizer;backend;model;kv;sched;grammar")
 set(allowed_server "core;tokenizer;grammar;engine")
-set(allowed_planner "core;quant;tokenizer;backend;model;kv;tools")
+set(allowed_planner "core;quant;tokenizer;backend;model;kv")
 set(allowed_bench "core;quant;tokenizer;backend;model;kv;engine;planner")
 set(allowed_cli "*")
 
