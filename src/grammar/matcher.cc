@@ -9,57 +9,70 @@ void sort_unique(std::vector<GrammarStack>& stacks) {
   stacks.erase(std::unique(stacks.begin(), stacks.end()), stacks.end());
 }
 
+// Iterative: a branch waits in `work` rather than on the thread's stack, so a long chain of
+// rules with alternatives cannot overflow it.
 void expand_stack(const Grammar& g, GrammarStack stack, std::vector<GrammarStack>& out,
-                  bool* emptied) {
-  for (;;) {
-    if (stack.empty()) {
-      *emptied = true;
-      return;
-    }
-    const uint32_t pos = stack.back();
-    const GrammarElement& e = g.at(pos);
-    switch (e.kind) {
-      case GrammarElement::Kind::kEnd:
-        stack.pop_back();  // the rule is done: go on where its caller goes on
-        continue;
-      case GrammarElement::Kind::kBytes:
-        out.push_back(std::move(stack));
-        return;
-      case GrammarElement::Kind::kRule: {
-        // The caller goes on after the reference; a reference that ends its alternative needs no
-        // frame to come back to.
-        if (g.at(pos + 1).kind == GrammarElement::Kind::kEnd) {
-          stack.pop_back();
-        } else {
-          stack.back() = pos + 1;
+                  bool* emptied, ExpandBudget& budget) {
+  std::vector<GrammarStack> work;
+  work.push_back(std::move(stack));
+  while (!work.empty()) {
+    stack = std::move(work.back());
+    work.pop_back();
+    for (bool going = true; going;) {
+      if (stack.empty()) {
+        *emptied = true;
+        break;
+      }
+      const uint32_t pos = stack.back();
+      const GrammarElement& e = g.at(pos);
+      switch (e.kind) {
+        case GrammarElement::Kind::kEnd:
+          stack.pop_back();  // the rule is done: go on where its caller goes on
+          continue;
+        case GrammarElement::Kind::kBytes:
+          budget.spend();
+          out.push_back(std::move(stack));
+          going = false;
+          break;
+        case GrammarElement::Kind::kRule: {
+          budget.spend();
+          // The caller goes on after the reference; a reference that ends its alternative needs
+          // no frame to come back to.
+          if (g.at(pos + 1).kind == GrammarElement::Kind::kEnd) {
+            stack.pop_back();
+          } else {
+            stack.back() = pos + 1;
+          }
+          const std::vector<uint32_t>& alts = g.alternatives(e.rule);
+          for (size_t i = 0; i + 1 < alts.size(); ++i) {
+            GrammarStack branch = stack;
+            branch.push_back(alts[i]);
+            work.push_back(std::move(branch));
+          }
+          stack.push_back(alts.back());
+          continue;
         }
-        const std::vector<uint32_t>& alts = g.alternatives(e.rule);
-        for (size_t i = 0; i + 1 < alts.size(); ++i) {
-          GrammarStack branch = stack;
-          branch.push_back(alts[i]);
-          expand_stack(g, std::move(branch), out, emptied);
-        }
-        stack.push_back(alts.back());
-        continue;
       }
     }
   }
 }
 
-GrammarState initial_state(const Grammar& g) {
+GrammarState initial_state(const Grammar& g, GrammarBudget* budget) {
   GrammarState s;
-  for (uint32_t alt : g.alternatives(0)) expand_stack(g, {alt}, s.stacks, &s.complete);
+  ExpandBudget steps(g, budget);
+  for (uint32_t alt : g.alternatives(0)) expand_stack(g, {alt}, s.stacks, &s.complete, steps);
   sort_unique(s.stacks);
   return s;
 }
 
 GrammarState advance(const Grammar& g, const GrammarState& state, uint8_t byte) {
   GrammarState next;
+  ExpandBudget steps(g);
   for (const GrammarStack& stack : state.stacks) {
     if (!g.at(stack.back()).bytes.test(byte)) continue;
     GrammarStack moved = stack;
     ++moved.back();
-    expand_stack(g, std::move(moved), next.stacks, &next.complete);
+    expand_stack(g, std::move(moved), next.stacks, &next.complete, steps);
   }
   sort_unique(next.stacks);
   return next;
