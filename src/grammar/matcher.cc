@@ -10,14 +10,22 @@ void sort_unique(std::vector<GrammarStack>& stacks) {
 }
 
 // Iterative: a branch waits in `work` rather than on the thread's stack, so a long chain of
-// rules with alternatives cannot overflow it.
+// rules with alternatives cannot overflow it. `work` is the thread's, kept between calls (a
+// trie walk expands once per node); this call uses what lies above `base`.
 void expand_stack(const Grammar& g, GrammarStack stack, std::vector<GrammarStack>& out,
                   bool* emptied, ExpandBudget& budget) {
-  std::vector<GrammarStack> work;
-  work.push_back(std::move(stack));
-  while (!work.empty()) {
-    stack = std::move(work.back());
-    work.pop_back();
+  thread_local std::vector<GrammarStack> work;
+  const size_t base = work.size();
+  // A limit error leaves this call's branches behind: drop them.
+  struct Restore {
+    size_t base;
+    ~Restore() { work.resize(base); }
+  } restore{base};
+  for (bool first = true; first || work.size() > base; first = false) {
+    if (!first) {
+      stack = std::move(work.back());
+      work.pop_back();
+    }
     for (bool going = true; going;) {
       if (stack.empty()) {
         *emptied = true;
