@@ -73,6 +73,17 @@ GrammarState initial_state(const Grammar& g, GrammarBudget* budget) {
   return s;
 }
 
+void check_expansions(const Grammar& g, GrammarBudget* budget) {
+  std::vector<GrammarStack> out;
+  for (uint32_t pos = 0; pos < g.num_elements(); ++pos) {
+    if (g.at(pos).kind != GrammarElement::Kind::kRule) continue;
+    ExpandBudget steps(g, budget);
+    bool emptied = false;
+    out.clear();
+    expand_stack(g, {pos}, out, &emptied, steps);
+  }
+}
+
 GrammarState advance(const Grammar& g, const GrammarState& state, uint8_t byte) {
   GrammarState next;
   ExpandBudget steps(g);

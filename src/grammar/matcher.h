@@ -61,6 +61,12 @@ void expand_stack(const Grammar& g, GrammarStack stack, std::vector<GrammarStack
 // The state at the start of the root rule.
 GrammarState initial_state(const Grammar& g, GrammarBudget* budget = nullptr);
 
+// Expands every rule reference of `g` on its own, each within the stack limit, so a rule whose
+// expansion explodes (anyOf over $refs doubling at each level) is refused when compiled even
+// where the first state does not reach it (a tool's arguments, a nested property). Throws
+// GrammarLimitError, or the budget's own errors.
+void check_expansions(const Grammar& g, GrammarBudget* budget);
+
 // The state after `byte`: each stack whose top matches it advances. Dead when none does.
 GrammarState advance(const Grammar& g, const GrammarState& state, uint8_t byte);
 

@@ -46,6 +46,7 @@ void compile(const std::string& kind, const std::string& source, GrammarBudget& 
   if (kind == "schema") gbnf = json_schema_to_gbnf(json::parse(source), &budget);
   if (kind == "regex") gbnf = regex_to_gbnf(source, "root");
   const Grammar g = parse_gbnf(gbnf, "root", &budget);
+  check_expansions(g, &budget);
   (void)initial_state(g, &budget);
 }
 
@@ -83,7 +84,12 @@ struct Hostile {
 };
 
 std::vector<Hostile> hostile_inputs() {
+  json nested = json::parse(anyof_ref_chain(40));  // the bomb past the first state
+  nested["type"] = "object";
+  nested["properties"] = {{"a", {{"$ref", "#/$defs/d0"}}}};
+  nested.erase("$ref");
   return {{"schema", anyof_ref_chain(40)},
+          {"schema", nested.dump()},
           {"regex", ".{0,65535}"},
           {"gbnf", "root ::= \"a\"{0,100000}"},
           {"schema", R"({"type":"string","maxLength":65535})"},
