@@ -125,7 +125,9 @@ uint32_t Grammar::nonempty(uint32_t rule, const std::vector<char>& nullable,
     for (size_t i = 0; i < alt.size(); ++i) {
       std::vector<GrammarElement> seq(alt.begin() + static_cast<ptrdiff_t>(i), alt.end());
       const GrammarElement& e = alt[i];
-      const bool skippable = e.kind == GrammarElement::Kind::kRule && nullable[e.rule];
+      // Rules made here (a repetition's item rewritten before) never match nothing.
+      const bool skippable = e.kind == GrammarElement::Kind::kRule &&
+                             e.rule < nullable.size() && nullable[e.rule];
       if (skippable) seq[0] = ref(nonempty(e.rule, nullable, made));
       add_alternative(out, seq);
       any = true;
