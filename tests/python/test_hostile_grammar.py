@@ -205,7 +205,7 @@ def test_a_client_that_leaves_cancels_its_compile(pagoda_bin):
     try:
         sock = send_slow_compile(s)
         time.sleep(1.0)
-        assert cpu_seconds(s) > 0.5  # it is compiling
+        assert cpu_seconds(s) > 0.2  # it is compiling
         sock.close()
 
         def idle():
