@@ -5,6 +5,7 @@
 // type lists, large enums and counts, groups inside groups). Then the grammar's first mask and
 // a walk of bytes through it. Every input either compiles or throws pagoda::Error (a
 // GrammarLimitError past the budget): never a crash, a hang, unbounded memory or UB.
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -103,7 +104,9 @@ json gen_schema(Choices& c, int depth, int num_defs) {
     case 1: {
       json props = json::object();
       json required = json::array();
-      for (int i = 0, n = c.below(2) ? c.below(6) : c.count(); i < n; ++i) {
+      // At most 2,040 members: nlohmann's ordered_map finds keys by a linear search, so the
+      // generator itself would be quadratic past that.
+      for (int i = 0, n = c.below(2) ? c.below(6) : std::min(c.count(), 2040); i < n; ++i) {
         props["p" + std::to_string(i)] = gen_schema(c, depth + 1, num_defs);
         if (c.below(2)) required.push_back("p" + std::to_string(i));
       }
