@@ -157,11 +157,13 @@ Action add_serve(CLI::App& app) {
   cmd->add_option("--max-grammar-states", o->grammar_limits.max_states,
                   "States one structured-output grammar may take: positions, repetitions "
                   "unrolled, parse stacks of a state (HTTP 400 above)")
-      ->default_val(GrammarLimits{}.max_states)->check(CLI::Range(size_t{1000}, size_t{1} << 28));
+      ->default_val(GrammarLimits{}.max_states)
+      ->check(CLI::Range(size_t{1000}, size_t{1} << 28));
   cmd->add_option("--max-grammar-ms", o->grammar_limits.max_ms,
                   "Milliseconds one structured-output grammar may take to compile (HTTP 400 "
                   "above)")
-      ->default_val(GrammarLimits{}.max_ms)->check(CLI::Range(1.0, 600'000.0));
+      ->default_val(GrammarLimits{}.max_ms)
+      ->check(CLI::Range(1.0, 600'000.0));
   cmd->add_option("--max-json-depth", o->server.limits.max_json_depth,
                   "Deepest nesting of arrays and objects in a request body")->default_val(64)
       ->check(CLI::Range(1, 10000));
@@ -230,8 +232,8 @@ Action add_serve(CLI::App& app) {
       context.tool_format = server::tool_format_for_template(source);
       context.template_renders_tools = server::template_renders_tools(source);
     }
-    context.grammars = std::make_shared<GrammarCompiler>(
-        std::make_shared<GrammarCache>(*tokenizer), o->grammar_limits, kGrammarThreads);
+    context.grammars = std::make_shared<GrammarCompiler>(std::make_shared<GrammarCache>(*tokenizer),
+                                                         o->grammar_limits, kGrammarThreads);
     if (chat) set_chat_renderer(context, chat, vocab);
     nlohmann::json info = {{"id", context.name},
                            {"object", "model"},

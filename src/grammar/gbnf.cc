@@ -283,9 +283,9 @@ class Parser {
       g_.add_alternative(r, x);
       one = Grammar::ref(r);
     }
-    const RepeatKey key{one.kind == GrammarElement::Kind::kRule, one.rule,
-                        one.kind == GrammarElement::Kind::kRule ? std::string() : one.bytes.to_string(),
-                        min, max};
+    const RepeatKey key{
+        one.kind == GrammarElement::Kind::kRule, one.rule,
+        one.kind == GrammarElement::Kind::kRule ? std::string() : one.bytes.to_string(), min, max};
     if (x.size() == 1) {
       if (auto it = repeats_.find(key); it != repeats_.end()) return Grammar::ref(it->second);
     }

@@ -49,7 +49,8 @@ void Grammar::set_budget(GrammarBudget* budget) {
 
 size_t Grammar::memory_bytes() const {
   size_t n = sizeof(*this) + elements_.capacity() * sizeof(GrammarElement);
-  for (const auto& alts : rule_alternatives_) n += sizeof(alts) + alts.capacity() * sizeof(uint32_t);
+  for (const auto& alts : rule_alternatives_)
+    n += sizeof(alts) + alts.capacity() * sizeof(uint32_t);
   for (const auto& name : names_) n += sizeof(name) + name.capacity();
   return n;
 }
@@ -79,7 +80,7 @@ GrammarElement Grammar::ref(uint32_t rule) {
 std::vector<char> Grammar::nullable_rules() const {
   const size_t n = names_.size();
   std::vector<char> nullable(n, 0);
-  std::vector<uint32_t> owner, left;            // per candidate alternative
+  std::vector<uint32_t> owner, left;           // per candidate alternative
   std::vector<std::vector<uint32_t>> uses(n);  // rule -> candidate alternatives naming it
   std::vector<uint32_t> ready;
   for (uint32_t r = 0; r < n; ++r) {
@@ -126,8 +127,8 @@ uint32_t Grammar::nonempty(uint32_t rule, const std::vector<char>& nullable,
       std::vector<GrammarElement> seq(alt.begin() + static_cast<ptrdiff_t>(i), alt.end());
       const GrammarElement& e = alt[i];
       // Rules made here (a repetition's item rewritten before) never match nothing.
-      const bool skippable = e.kind == GrammarElement::Kind::kRule &&
-                             e.rule < nullable.size() && nullable[e.rule];
+      const bool skippable =
+          e.kind == GrammarElement::Kind::kRule && e.rule < nullable.size() && nullable[e.rule];
       if (skippable) seq[0] = ref(nonempty(e.rule, nullable, made));
       add_alternative(out, seq);
       any = true;

@@ -71,7 +71,7 @@ class Grammar {
  private:
   std::vector<std::string> names_;
   std::unordered_map<std::string, uint32_t> index_;
-  std::unordered_map<std::string, uint32_t> next_suffix_;  // new_rule's, by hint
+  std::unordered_map<std::string, uint32_t> next_suffix_;          // new_rule's, by hint
   std::vector<std::vector<std::vector<GrammarElement>>> pending_;  // per rule, before compile()
   std::vector<GrammarElement> elements_;
   std::vector<std::vector<uint32_t>> rule_alternatives_;  // per rule: start positions
@@ -82,8 +82,7 @@ class Grammar {
 
   std::vector<char> nullable_rules() const;
   void repeat_nonempty_items(const std::vector<char>& nullable);
-  uint32_t nonempty(uint32_t rule, const std::vector<char>& nullable,
-                    std::vector<uint32_t>& made);
+  uint32_t nonempty(uint32_t rule, const std::vector<char>& nullable, std::vector<uint32_t>& made);
   void check_left_recursion(const std::vector<char>& nullable) const;
 };
 

@@ -28,8 +28,7 @@ std::shared_ptr<GrammarMasks> GrammarCache::get(const std::string& gbnf, Grammar
   // Outside the lock: compiling takes a while.
   auto grammar = std::make_shared<const Grammar>(parse_gbnf(gbnf, "root", &budget));
   check_expansions(*grammar, &budget);
-  auto masks =
-      std::make_shared<GrammarMasks>(grammar, trie_, budget.limits().max_mask_bytes);
+  auto masks = std::make_shared<GrammarMasks>(grammar, trie_, budget.limits().max_mask_bytes);
   TokenBitmask first(trie_->vocab_size());
   masks->allowed(initial_state(*grammar, &budget), first, &budget);
   budget.check_now();

@@ -87,8 +87,9 @@ std::string uint_range(uint64_t lo, std::optional<uint64_t> hi) {
 
 // Whether `v` is a JSON value of schema type `t`.
 bool has_type(const json& v, const std::string& t) {
-  if (t == "integer") return v.is_number_integer() || (v.is_number_float() &&
-                                                       v.get<double>() == std::floor(v.get<double>()));
+  if (t == "integer")
+    return v.is_number_integer() ||
+           (v.is_number_float() && v.get<double>() == std::floor(v.get<double>()));
   if (t == "number") return v.is_number();
   if (t == "string") return v.is_string();
   if (t == "boolean") return v.is_boolean();
@@ -108,8 +109,10 @@ std::string percent_decoded(const std::string& s) {
     }
     auto hex = [&](size_t k) {
       const char c = k < s.size() ? s[k] : '\0';
-      return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-                                          : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+      return c >= '0' && c <= '9'   ? c - '0'
+             : c >= 'a' && c <= 'f' ? c - 'a' + 10
+             : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                    : -1;
     };
     if (hex(i + 1) < 0 || hex(i + 2) < 0) fail("JSON schema: $ref '", s, "' has a bad % escape");
     out.push_back(static_cast<char>(hex(i + 1) * 16 + hex(i + 2)));
@@ -286,7 +289,9 @@ class Converter {
     }
     const json& type = s["type"];
     if (type.is_array()) {
-      if (type.empty()) fail("JSON schema: 'type' at ", where(path), " is an empty list: no value has none of the types");
+      if (type.empty())
+        fail("JSON schema: 'type' at ", where(path),
+             " is an empty list: no value has none of the types");
       std::string out = "(";
       for (size_t i = 0; i < type.size(); ++i)
         out += (i ? " | " : "") + typed(s, type[i], path, hint);
@@ -304,7 +309,8 @@ class Converter {
     if (s.contains("type")) {
       const json& t = s["type"];
       for (const json& one : t.is_array() ? t : json::array({t})) {
-        if (!one.is_string()) fail("JSON schema: 'type' at ", where(path), " must be a string or a list");
+        if (!one.is_string())
+          fail("JSON schema: 'type' at ", where(path), " must be a string or a list");
         types.push_back(one.get<std::string>());
       }
     }
@@ -395,7 +401,8 @@ class Converter {
     if (s.contains("items") && s["items"].is_boolean() && !s["items"].get<bool>()) {
       // No item is valid: only the empty array.
       if (s.value("minItems", int64_t{0}) > 0)
-        fail("JSON schema: 'items': false with minItems above 0 at ", where(path), " matches nothing");
+        fail("JSON schema: 'items': false with minItems above 0 at ", where(path),
+             " matches nothing");
       return "\"[\" ws \"]\"";
     }
     const std::string item =

@@ -10,11 +10,11 @@
 // maximum / exclusiveMinimum / exclusiveMaximum, number minimum 0. $ref is a JSON pointer in
 // a URI fragment: percent escapes and ~0 / ~1 are decoded. enum and const beside 'type' keep
 // the values of that type; an empty 'type' list, or an enum with no value of the type, matches
-// nothing and is an Error, as is "items": false with minItems (alone it allows only []). Annotations (title,
-// description, default, examples, $schema, $id, $comment, deprecated, readOnly, writeOnly) are
-// ignored. Any other keyword, or a bound the grammar cannot express, is an Error naming the
-// keyword and where it is ("unsupported keyword 'uniqueItems' at /properties/tags"): never
-// silently ignored.
+// nothing and is an Error, as is "items": false with minItems (alone it allows only []).
+// Annotations (title, description, default, examples, $schema, $id, $comment, deprecated, readOnly,
+// writeOnly) are ignored. Any other keyword, or a bound the grammar cannot express, is an Error
+// naming the keyword and where it is ("unsupported keyword 'uniqueItems' at /properties/tags"):
+// never silently ignored.
 #pragma once
 
 #include <nlohmann/json.hpp>

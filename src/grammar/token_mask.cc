@@ -169,8 +169,7 @@ std::shared_ptr<GrammarMasks::Entry> GrammarMasks::walk(const GrammarStack& top,
 }
 
 // The tokens `stack` allows, into `out`.
-void GrammarMasks::add_stack(const GrammarStack& stack, TokenBitmask& out,
-                             GrammarBudget* budget) {
+void GrammarMasks::add_stack(const GrammarStack& stack, TokenBitmask& out, GrammarBudget* budget) {
   const Grammar& g = *grammar_;
   const size_t cut = stack.size() > kSuffixFrames ? stack.size() - kSuffixFrames : 0;
   const GrammarStack top(stack.begin() + static_cast<ptrdiff_t>(cut), stack.end());

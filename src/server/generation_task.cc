@@ -67,7 +67,7 @@ void HttpServer::start_generation(const HttpRequest& req, const std::shared_ptr<
   auto cancelled = std::make_shared<std::atomic<bool>>(false);
   ex->on_closed([cancelled] { cancelled->store(true); });
   auto done = [this, ex, request, num_sequences, launch](std::shared_ptr<GrammarMasks> masks,
-                                                          std::exception_ptr error) {
+                                                         std::exception_ptr error) {
     auto answer = [&ex](const ApiError& e) {
       ex->respond({e.status(), "application/json", dump(e.to_json()), {}});
     };

@@ -54,8 +54,7 @@ ParsedToolCalls parse_tool_calls(std::string_view text, ToolFormat format,
 // `only` when not empty), its arguments following the function's schema. Throws Error on a
 // schema the grammar cannot express; the schemas' text counts against `budget` (nullptr: none).
 std::string tool_call_gbnf(ToolFormat format, const std::vector<ToolSpec>& tools,
-                           const std::string& only, bool parallel,
-                           GrammarBudget* budget = nullptr);
+                           const std::string& only, bool parallel, GrammarBudget* budget = nullptr);
 
 // The system text telling a model whose template knows nothing of tools what it may call and
 // how (the kJson format).

@@ -9,9 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "core/error.h"
 #include "grammar/gbnf.h"

@@ -8,10 +8,9 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
-
-#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "format/gguf.h"
@@ -204,7 +203,8 @@ TEST(GrammarBudget, TheCacheStaysWithinItsBytes) {
   const double rss_before = peak_rss_mib();
   for (int i = 0; i < 12; ++i) {  // twelve distinct 5,000-value enums
     json values = json::array();
-    for (int v = 0; v < 5000; ++v) values.push_back("v" + std::to_string(i) + "-" + std::to_string(v));
+    for (int v = 0; v < 5000; ++v)
+      values.push_back("v" + std::to_string(i) + "-" + std::to_string(v));
     GrammarBudget budget;
     auto masks = cache.get(json_schema_to_gbnf(json{{"enum", values}}, &budget), budget);
     EXPECT_LE(masks->memory_bytes(), GrammarLimits{}.max_mask_bytes + (size_t{16} << 20));
@@ -272,8 +272,9 @@ TEST(GrammarFixes, RepetitionsOfWhatMayMatchNothing) {
   // Real left recursion is still refused.
   EXPECT_NE(error_of([] { parse_gbnf("root ::= root \"a\" | \"b\""); }).find("left-recursive"),
             std::string::npos);
-  EXPECT_NE(error_of([] { parse_gbnf("root ::= x root \"a\" | \"b\"\nx ::= \"\""); })
-                .find("left-recursive"),
+  EXPECT_NE(error_of([] {
+              parse_gbnf("root ::= x root \"a\" | \"b\"\nx ::= \"\"");
+            }).find("left-recursive"),
             std::string::npos);
 }
 
@@ -285,8 +286,9 @@ TEST(GrammarFixes, CodePointsMustBeUnicodeScalarValues) {
   EXPECT_NE(error_of([] { regex_to_gbnf(R"(\uDFFF)", "root"); }).find("surrogate"),
             std::string::npos);
   EXPECT_TRUE(matches(parse_gbnf(R"(root ::= [\U00000000-\U0010FFFF]+)"), "a\xF4\x8F\xBF\xBF"));
-  EXPECT_NE(error_of([] { parse_gbnf("root ::= " + std::string(300, '(') + std::string(300, ')')); })
-                .find("nest deeper"),
+  EXPECT_NE(error_of([] {
+              parse_gbnf("root ::= " + std::string(300, '(') + std::string(300, ')'));
+            }).find("nest deeper"),
             std::string::npos);
 }
 
@@ -297,8 +299,9 @@ Grammar schema_grammar(const std::string& schema) {
 TEST(GrammarFixes, SchemaTypesEnumsItemsAndRefs) {
   EXPECT_NE(error_of([] { json_schema_to_gbnf(json::parse(R"({"type":[]})")); }).find("empty list"),
             std::string::npos);
-  EXPECT_NE(error_of([] { json_schema_to_gbnf(json::parse(R"({"type":"integer","enum":["a","b"]})")); })
-                .find("nothing matches"),
+  EXPECT_NE(error_of([] {
+              json_schema_to_gbnf(json::parse(R"({"type":"integer","enum":["a","b"]})"));
+            }).find("nothing matches"),
             std::string::npos);
   const Grammar ints = schema_grammar(R"({"type":"integer","enum":[1,"b",2.0,2.5]})");
   EXPECT_TRUE(matches(ints, "1"));
@@ -308,16 +311,18 @@ TEST(GrammarFixes, SchemaTypesEnumsItemsAndRefs) {
   const Grammar none = schema_grammar(R"({"type":"array","items":false})");
   EXPECT_TRUE(matches(none, "[]"));
   EXPECT_FALSE(matches(none, "[1]"));
-  EXPECT_NE(error_of([] { json_schema_to_gbnf(json::parse(R"({"items":false,"minItems":1})")); })
-                .find("matches nothing"),
+  EXPECT_NE(error_of([] {
+              json_schema_to_gbnf(json::parse(R"({"items":false,"minItems":1})"));
+            }).find("matches nothing"),
             std::string::npos);
   const Grammar encoded = schema_grammar(
       R"({"$defs":{"a b":{"const":1},"c/d~e":{"const":2}},"anyOf":[{"$ref":"#/$defs/a%20b"},)"
       R"({"$ref":"#/$defs/c~1d~0e"},{"$ref":"#/%24defs/c~1d~0e"}]})");
   EXPECT_TRUE(matches(encoded, "1"));
   EXPECT_TRUE(matches(encoded, "2"));
-  EXPECT_NE(error_of([] { json_schema_to_gbnf(json::parse(R"({"$ref":"#/$defs/%zz"})")); })
-                .find("bad % escape"),
+  EXPECT_NE(error_of([] {
+              json_schema_to_gbnf(json::parse(R"({"$ref":"#/$defs/%zz"})"));
+            }).find("bad % escape"),
             std::string::npos);
 }
 
