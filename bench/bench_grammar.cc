@@ -18,12 +18,12 @@
 #include <sstream>
 
 #include "format/gguf.h"
+#include "format/gguf_vocab.h"
 #include "grammar/grammar_cache.h"
 #include "grammar/json_schema.h"
 #include "grammar/regex.h"
 #include "server/tool_calls.h"
 #include "tokenizer/tokenizer.h"
-#include "tokenizer/vocab.h"
 
 namespace {
 

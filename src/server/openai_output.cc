@@ -154,8 +154,8 @@ void parse_tools(const json& body, const ordered_json& ordered, const ModelConte
                                          " and a response_format, grammar or regex both constrain the output");
     }
     if (!model.grammars) throw bad_param("tool_choice", "this server cannot constrain output");
-    r.grammar_source = [format = r.tool_format, tools = r.tools, only, parallel](
-                           GrammarBudget& budget) {
+    r.grammar_source = [format = r.tool_format, tools = r.tools, only,
+                        parallel](GrammarBudget& budget) {
       return tool_call_gbnf(format, tools, only, parallel, &budget);
     };
     r.grammar_param = "tools";

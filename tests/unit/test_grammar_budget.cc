@@ -14,13 +14,13 @@
 
 #include "core/error.h"
 #include "format/gguf.h"
+#include "format/gguf_vocab.h"
 #include "grammar/gbnf.h"
 #include "grammar/grammar_compiler.h"
 #include "grammar/json_schema.h"
 #include "grammar/regex.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
-#include "tokenizer/vocab.h"
 
 namespace pagoda {
 namespace {
