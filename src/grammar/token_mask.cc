@@ -168,8 +168,15 @@ std::shared_ptr<GrammarMasks::Entry> GrammarMasks::walk(const GrammarStack& top,
   return e;
 }
 
+// The work of the mask being computed on this thread: the remainders checked times the
+// stacks below their tops (see compute()).
+namespace {
+thread_local size_t mask_work = 0;
+}  // namespace
+
 // The tokens `stack` allows, into `out`.
 void GrammarMasks::add_stack(const GrammarStack& stack, TokenBitmask& out, GrammarBudget* budget) {
+  ++mask_work;
   const Grammar& g = *grammar_;
   const size_t cut = stack.size() > kSuffixFrames ? stack.size() - kSuffixFrames : 0;
   const GrammarStack top(stack.begin() + static_cast<ptrdiff_t>(cut), stack.end());
@@ -191,11 +198,22 @@ void GrammarMasks::add_stack(const GrammarStack& stack, TokenBitmask& out, Gramm
     if (advance(g, below, r.bytes).dead()) continue;
     for (TokenId t : r.tokens) out.set(t);
   }
+  mask_work += e->remainders.size() * std::max<size_t>(1, below.stacks.size());
 }
 
 void GrammarMasks::compute(const GrammarState& state, TokenBitmask& out, GrammarBudget* budget) {
   out.clear();
+  // One mask does at most the work of one parse state: past that (thousands of stacks, each
+  // checking its remainders), the stacks left allow nothing, as past the stack limit.
+  mask_work = 0;
   for (const GrammarStack& stack : state.stacks) {
+    if (mask_work > grammar_->max_stacks()) {
+      if (budget != nullptr) {
+        throw GrammarLimitError(str_cat("grammar: a token mask needs more than ",
+                                        grammar_->max_stacks(), " steps (--max-grammar-states)"));
+      }
+      break;
+    }
     try {
       add_stack(stack, out, budget);
     } catch (const GrammarLimitError&) {

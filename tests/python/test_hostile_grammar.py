@@ -176,7 +176,7 @@ def test_the_grammar_cache_is_bounded_in_bytes(server):
 def send_slow_compile(server, timeout=60):
     body = json.dumps({**chat(), "grammar": SLOW_GBNF}).encode()
     sock = socket.create_connection(("127.0.0.1", port_of(server)), timeout=timeout)
-    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: t\r\nContent-Type: "
+    sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
                  b"application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
     return sock
 
