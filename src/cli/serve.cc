@@ -19,6 +19,7 @@
 #include "core/mapped_file.h"
 #include "engine/engine_thread.h"
 #include "grammar/grammar_cache.h"
+#include "grammar/grammar_compiler.h"
 #include "model/kv_storage.h"
 #include "model/model.h"
 #include "model/model_check.h"
@@ -30,6 +31,9 @@
 namespace pagoda::cli {
 namespace {
 
+// Grammars compiled at once, each on a thread of its own beside the request threads.
+constexpr int kGrammarThreads = 2;
+
 struct ServeOptions {
   std::string model, model_name, chat_template_file;
   std::string kv_type = "f16";
@@ -37,6 +41,7 @@ struct ServeOptions {
   bool allow_special_in_content = false;
   SpeculativeOptions speculative;
   server::ServerOptions server;
+  GrammarLimits grammar_limits;
   bool insecure = false;
   int threads = 0;
   std::string backend = "cpu";
@@ -149,6 +154,16 @@ Action add_serve(CLI::App& app) {
   cmd->add_option("--max-connections-per-client", h.max_connections_per_client,
                   "Open connections from one client address at most")->default_val(512)
       ->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-grammar-states", o->grammar_limits.max_states,
+                  "States one structured-output grammar may take: positions, repetitions "
+                  "unrolled, parse stacks of a state (HTTP 400 above)")
+      ->default_val(GrammarLimits{}.max_states)
+      ->check(CLI::Range(size_t{1000}, size_t{1} << 28));
+  cmd->add_option("--max-grammar-ms", o->grammar_limits.max_ms,
+                  "Milliseconds one structured-output grammar may take to compile (HTTP 400 "
+                  "above)")
+      ->default_val(GrammarLimits{}.max_ms)
+      ->check(CLI::Range(1.0, 600'000.0));
   cmd->add_option("--max-json-depth", o->server.limits.max_json_depth,
                   "Deepest nesting of arrays and objects in a request body")->default_val(64)
       ->check(CLI::Range(1, 10000));
@@ -217,8 +232,8 @@ Action add_serve(CLI::App& app) {
       context.tool_format = server::tool_format_for_template(source);
       context.template_renders_tools = server::template_renders_tools(source);
     }
-    auto grammars = std::make_shared<GrammarCache>(*tokenizer);
-    context.compile_grammar = [grammars](const std::string& gbnf) { return grammars->get(gbnf); };
+    context.grammars = std::make_shared<GrammarCompiler>(std::make_shared<GrammarCache>(*tokenizer),
+                                                         o->grammar_limits, kGrammarThreads);
     if (chat) set_chat_renderer(context, chat, vocab);
     nlohmann::json info = {{"id", context.name},
                            {"object", "model"},

@@ -3,6 +3,8 @@
 
 #include <cctype>
 #include <cstdio>
+#include <map>
+#include <tuple>
 
 #include "core/error.h"
 
@@ -109,6 +111,13 @@ class Parser {
     return v;
   }
 
+  // A code point written as \u or \U: a Unicode scalar value, which UTF-8 can encode.
+  uint32_t checked_codepoint(uint32_t cp) {
+    if (cp >= 0xD800 && cp <= 0xDFFF) error("a surrogate code point has no UTF-8 encoding");
+    if (cp > 0x10FFFF) error("a code point beyond U+10FFFF");
+    return cp;
+  }
+
   // One code point of a literal or class, escapes decoded.
   uint32_t parse_char() {
     if (at_end()) error("unexpected end of the grammar");
@@ -121,9 +130,9 @@ class Parser {
         case 'x':
           return parse_hex(2);
         case 'u':
-          return parse_hex(4);
+          return checked_codepoint(parse_hex(4));
         case 'U':
-          return parse_hex(8);
+          return checked_codepoint(parse_hex(8));
         case 't':
           return '\t';
         case 'r':
@@ -234,6 +243,7 @@ class Parser {
     } else if (c == '[' || c == '.') {
       out.push_back(parse_class());
     } else if (c == '(') {
+      if (++depth_ > kMaxDepth) error("groups nest deeper than " + std::to_string(kMaxDepth));
       ++pos_;
       skip_space(true);
       const uint32_t group = g_.new_rule("group");
@@ -241,6 +251,7 @@ class Parser {
       skip_space(true);
       if (peek() != ')') error("expected ')'");
       ++pos_;
+      --depth_;
       out.push_back(Grammar::ref(group));
     } else if (name_char(c)) {
       const size_t start = pos_;
@@ -259,7 +270,9 @@ class Parser {
     return out;
   }
 
-  // X repeated [min, max] times (max < 0: unbounded), as a reference to a new rule.
+  // X repeated [min, max] times (max < 0: unbounded), as a reference to a rule. The same
+  // one-element X with the same bounds shares the rule made the first time: a schema's fifty
+  // strings of maxLength 100 unroll json-char{0,100} once, not fifty times.
   GrammarElement repeat(const std::vector<GrammarElement>& x, int min, int max) {
     // One element standing for X.
     GrammarElement one;
@@ -270,14 +283,17 @@ class Parser {
       g_.add_alternative(r, x);
       one = Grammar::ref(r);
     }
+    const RepeatKey key{
+        one.kind == GrammarElement::Kind::kRule, one.rule,
+        one.kind == GrammarElement::Kind::kRule ? std::string() : one.bytes.to_string(), min, max};
+    if (x.size() == 1) {
+      if (auto it = repeats_.find(key); it != repeats_.end()) return Grammar::ref(it->second);
+    }
     const uint32_t rule = g_.new_rule("repeat");
+    if (x.size() == 1) repeats_.emplace(key, rule);
     std::vector<GrammarElement> seq(static_cast<size_t>(min), one);
     if (max < 0) {
-      // star ::= X star | (empty)
-      const uint32_t star = g_.new_rule("star");
-      g_.add_alternative(star, {one, Grammar::ref(star)});
-      g_.add_alternative(star, {});
-      seq.push_back(Grammar::ref(star));
+      seq.push_back(Grammar::ref(g_.add_star(one, "star")));  // star ::= X star | (empty)
     } else if (max > min) {
       // opt_k ::= X opt_{k-1} | (empty), nested so at most max - min more.
       uint32_t tail = g_.new_rule("opt");
@@ -344,16 +360,25 @@ class Parser {
     return seq;
   }
 
+  // Parentheses inside parentheses, at most (the parser recurses on them).
+  static constexpr int kMaxDepth = 256;
+
+  // A repetition's element (a rule reference, or a byte set as text) and bounds.
+  using RepeatKey = std::tuple<bool, uint32_t, std::string, int, int>;
+
   std::string_view s_;
   Grammar& g_;
   size_t pos_ = 0;
+  int depth_ = 0;
+  std::map<RepeatKey, uint32_t> repeats_;
   std::vector<bool> defined_;
 };
 
 }  // namespace
 
-Grammar parse_gbnf(std::string_view text, const std::string& root) {
+Grammar parse_gbnf(std::string_view text, const std::string& root, GrammarBudget* budget) {
   Grammar g;
+  g.set_budget(budget);
   Parser(text, g).parse();
   g.compile(root);
   return g;

@@ -1,6 +1,8 @@
 // GBNF, the grammar format of llama.cpp, which its users already have grammars written in:
 //   root ::= "yes" | "no"            rules: name ::= alternatives separated by |
-//   "literal"  [a-z0-9_] [^"\\]  .   strings and classes (\n \t \r \\ \" \xHH \uHHHH \UHHHHHHHH)
+//   "literal"  [a-z0-9_] [^"\\]  .   strings and classes (\n \t \r \\ \" \xHH \uHHHH \UHHHHHHHH;
+//                                    \u and \U name Unicode scalar values: no surrogates, at
+//                                    most U+10FFFF)
 //   ( group )  x*  x+  x?  x{m}  x{m,}  x{m,n}
 //   # comment to the end of the line
 // A rule's alternatives may continue on lines that start with '|', and anything inside
@@ -14,8 +16,10 @@
 
 namespace pagoda {
 
-// Parses and compiles `text`; throws Error "grammar LINE:COL: problem".
-Grammar parse_gbnf(std::string_view text, const std::string& root = "root");
+// Parses and compiles `text`; throws Error "grammar LINE:COL: problem", or GrammarLimitError
+// past `budget`'s limits (nullptr: none).
+Grammar parse_gbnf(std::string_view text, const std::string& root = "root",
+                   GrammarBudget* budget = nullptr);
 
 // A GBNF string literal matching exactly `text` (quotes, backslashes and control bytes as \xHH),
 // for grammars written by code.

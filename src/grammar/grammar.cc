@@ -11,21 +11,48 @@ uint32_t Grammar::rule(const std::string& name) {
   PAGODA_CHECK(!compiled_);
   auto [it, added] = index_.emplace(name, static_cast<uint32_t>(names_.size()));
   if (added) {
+    if (budget_ != nullptr) budget_->add_states(1);
     names_.push_back(name);
     pending_.emplace_back();
   }
   return it->second;
 }
 
+// Suffixes count on from the last one given for the hint: probing from 1 each time would make
+// "a"{0,65535}'s helper rules quadratic.
 uint32_t Grammar::new_rule(const std::string& hint) {
   std::string name = hint;
-  for (int i = 1; index_.count(name); ++i) name = hint + "-" + std::to_string(i);
+  for (uint32_t& n = next_suffix_[hint]; index_.count(name);) {
+    name = hint + "-" + std::to_string(++n);
+  }
   return rule(name);
 }
 
 void Grammar::add_alternative(uint32_t rule, const std::vector<GrammarElement>& elements) {
   PAGODA_CHECK(!compiled_ && rule < pending_.size());
+  if (budget_ != nullptr) budget_->add_states(elements.size() + 1);
   pending_[rule].push_back(elements);
+}
+
+uint32_t Grammar::add_star(const GrammarElement& item, const std::string& hint) {
+  const uint32_t star = new_rule(hint);
+  add_alternative(star, {item, ref(star)});
+  add_alternative(star, {});
+  stars_.emplace_back(star, item);
+  return star;
+}
+
+void Grammar::set_budget(GrammarBudget* budget) {
+  budget_ = budget;
+  if (budget != nullptr) max_stacks_ = budget->limits().max_states;
+}
+
+size_t Grammar::memory_bytes() const {
+  size_t n = sizeof(*this) + elements_.capacity() * sizeof(GrammarElement);
+  for (const auto& alts : rule_alternatives_)
+    n += sizeof(alts) + alts.capacity() * sizeof(uint32_t);
+  for (const auto& name : names_) n += sizeof(name) + name.capacity();
+  return n;
 }
 
 GrammarElement Grammar::byte_set(const ByteSet& bytes) {
@@ -48,6 +75,128 @@ GrammarElement Grammar::ref(uint32_t rule) {
   return e;
 }
 
+// Which rules can match nothing, by a work list: an alternative of references only is nullable
+// once each rule it references is.
+std::vector<char> Grammar::nullable_rules() const {
+  const size_t n = names_.size();
+  std::vector<char> nullable(n, 0);
+  std::vector<uint32_t> owner, left;           // per candidate alternative
+  std::vector<std::vector<uint32_t>> uses(n);  // rule -> candidate alternatives naming it
+  std::vector<uint32_t> ready;
+  for (uint32_t r = 0; r < n; ++r) {
+    for (const auto& alt : pending_[r]) {
+      bool bytes = false;
+      for (const GrammarElement& e : alt) bytes = bytes || e.kind == GrammarElement::Kind::kBytes;
+      if (bytes) continue;
+      const auto id = static_cast<uint32_t>(owner.size());
+      owner.push_back(r);
+      left.push_back(static_cast<uint32_t>(alt.size()));
+      for (const GrammarElement& e : alt) uses[e.rule].push_back(id);
+      if (alt.empty() && !nullable[r]) {
+        nullable[r] = 1;
+        ready.push_back(r);
+      }
+    }
+  }
+  while (!ready.empty()) {
+    const uint32_t r = ready.back();
+    ready.pop_back();
+    if (budget_ != nullptr) budget_->tick();
+    for (uint32_t id : uses[r]) {
+      if (--left[id] == 0 && !nullable[owner[id]]) {
+        nullable[owner[id]] = 1;
+        ready.push_back(owner[id]);
+      }
+    }
+  }
+  return nullable;
+}
+
+// A rule matching what `rule` matches except the empty string (made once, in `made`): each
+// alternative e1 e2 ... en becomes, for each i up to the first ei that cannot match nothing,
+// "e1..e(i-1) match nothing, ei matches something, the rest as they are".
+uint32_t Grammar::nonempty(uint32_t rule, const std::vector<char>& nullable,
+                           std::vector<uint32_t>& made) {
+  if (made[rule] != UINT32_MAX) return made[rule];
+  const uint32_t out = new_rule(names_[rule] + "-nonempty");
+  made[rule] = out;
+  const auto alts = pending_[rule];  // a copy: new rules grow pending_
+  bool any = false;
+  for (const auto& alt : alts) {
+    for (size_t i = 0; i < alt.size(); ++i) {
+      std::vector<GrammarElement> seq(alt.begin() + static_cast<ptrdiff_t>(i), alt.end());
+      const GrammarElement& e = alt[i];
+      // Rules made here (a repetition's item rewritten before) never match nothing.
+      const bool skippable =
+          e.kind == GrammarElement::Kind::kRule && e.rule < nullable.size() && nullable[e.rule];
+      if (skippable) seq[0] = ref(nonempty(e.rule, nullable, made));
+      add_alternative(out, seq);
+      any = true;
+      if (!skippable) break;
+    }
+  }
+  // Only the empty string: an alternative no byte matches.
+  if (!any) add_alternative(out, {byte_set(ByteSet{})});
+  return out;
+}
+
+// X* with an X that can match nothing would expand X* again without consuming a byte: it
+// repeats X without its empty match instead, which matches the same strings.
+void Grammar::repeat_nonempty_items(const std::vector<char>& nullable) {
+  std::vector<uint32_t> made(names_.size(), UINT32_MAX);
+  for (const auto& [star, item] : stars_) {
+    if (item.kind != GrammarElement::Kind::kRule || !nullable[item.rule]) continue;
+    const uint32_t x = nonempty(item.rule, nullable, made);
+    pending_[star][0][0] = ref(x);
+  }
+}
+
+// Left recursion: rule A can reach a reference to A at the start of an alternative, through
+// rules that may match nothing. A depth-first search with its own stack (a chain of rules
+// as long as the budget allows would overflow the thread's).
+void Grammar::check_left_recursion(const std::vector<char>& nullable) const {
+  struct Frame {
+    uint32_t rule, alt, element;
+  };
+  std::vector<char> state(names_.size(), 0);  // 0 new, 1 on the path, 2 done
+  std::vector<Frame> path;
+  for (uint32_t start = 0; start < names_.size(); ++start) {
+    if (state[start] != 0) continue;
+    state[start] = 1;
+    path.push_back({start, 0, 0});
+    while (!path.empty()) {
+      Frame& f = path.back();
+      const auto& alts = pending_[f.rule];
+      if (f.alt == alts.size()) {
+        state[f.rule] = 2;
+        path.pop_back();
+        continue;
+      }
+      const auto& alt = alts[f.alt];
+      if (f.element == alt.size() || alt[f.element].kind != GrammarElement::Kind::kRule) {
+        ++f.alt;
+        f.element = 0;
+        continue;
+      }
+      const uint32_t next = alt[f.element].rule;
+      if (nullable[next]) {
+        ++f.element;
+      } else {
+        ++f.alt;
+        f.element = 0;
+      }
+      if (state[next] == 1) {
+        fail("grammar: rule '", names_[next], "' is left-recursive (it can start with itself)");
+      }
+      if (state[next] == 0) {
+        if (budget_ != nullptr) budget_->tick();
+        state[next] = 1;
+        path.push_back({next, 0, 0});
+      }
+    }
+  }
+}
+
 void Grammar::compile(const std::string& root) {
   PAGODA_CHECK(!compiled_);
   uint32_t root_id = UINT32_MAX;
@@ -59,6 +208,8 @@ void Grammar::compile(const std::string& root) {
   auto remap = [&](uint32_t r) { return r == root_id ? 0u : r == 0 ? root_id : r; };
   std::swap(names_[0], names_[root_id]);
   std::swap(pending_[0], pending_[root_id]);
+  index_[names_[0]] = 0;
+  index_[names_[root_id]] = root_id;
   for (auto& alts : pending_) {
     for (auto& alt : alts) {
       for (GrammarElement& e : alt) {
@@ -66,47 +217,17 @@ void Grammar::compile(const std::string& root) {
       }
     }
   }
+  for (auto& [star, item] : stars_) {
+    star = remap(star);
+    if (item.kind == GrammarElement::Kind::kRule) item.rule = remap(item.rule);
+  }
   for (uint32_t r = 0; r < names_.size(); ++r) {
     if (pending_[r].empty()) fail("grammar: rule '", names_[r], "' is used but never defined");
   }
-  // Left recursion: rule A can reach a reference to A at the start of an alternative, through
-  // rules that may match nothing.
-  std::vector<char> nullable(names_.size(), 0);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (uint32_t r = 0; r < names_.size(); ++r) {
-      if (nullable[r]) continue;
-      for (const auto& alt : pending_[r]) {
-        bool all = true;
-        for (const GrammarElement& e : alt) {
-          all = all && e.kind == GrammarElement::Kind::kRule && nullable[e.rule];
-        }
-        if (all) {
-          nullable[r] = 1;
-          changed = true;
-          break;
-        }
-      }
-    }
-  }
-  std::vector<char> state(names_.size(), 0);  // 0 new, 1 on the path, 2 done
-  std::function<void(uint32_t)> visit = [&](uint32_t r) {
-    state[r] = 1;
-    for (const auto& alt : pending_[r]) {
-      for (const GrammarElement& e : alt) {
-        if (e.kind != GrammarElement::Kind::kRule) break;
-        if (state[e.rule] == 1) {
-          fail("grammar: rule '", names_[e.rule], "' is left-recursive (it can start with itself)");
-        }
-        if (state[e.rule] == 0) visit(e.rule);
-        if (!nullable[e.rule]) break;
-      }
-    }
-    state[r] = 2;
-  };
-  for (uint32_t r = 0; r < names_.size(); ++r) {
-    if (state[r] == 0) visit(r);
-  }
+  std::vector<char> nullable = nullable_rules();
+  repeat_nonempty_items(nullable);
+  nullable.resize(names_.size(), 0);  // the rules made above never match nothing
+  check_left_recursion(nullable);
   rule_alternatives_.assign(names_.size(), {});
   for (uint32_t r = 0; r < names_.size(); ++r) {
     for (const auto& alt : pending_[r]) {
@@ -116,6 +237,11 @@ void Grammar::compile(const std::string& root) {
     }
   }
   pending_.clear();
+  pending_.shrink_to_fit();
+  index_.clear();
+  next_suffix_.clear();
+  stars_.clear();
+  budget_ = nullptr;
   compiled_ = true;
 }
 

@@ -9,7 +9,11 @@
 //
 // Invariants (check()): every alternative ends with kEnd; every rule has at least one
 // alternative; every reference names a rule; no rule can reach itself without consuming a byte
-// (left recursion would expand forever), which compile() refuses.
+// (left recursion would expand forever), which compile() refuses. A repetition X* whose X can
+// match nothing, as in (a*)* or ("" | "a")*, is not left recursion: compile() repeats X without
+// its empty match instead.
+//
+// Building counts against a GrammarBudget (set_budget): each position, alternative and rule.
 #pragma once
 
 #include <bitset>
@@ -17,6 +21,8 @@
 #include <string>
 #include <unordered_map>
 #include <vector>
+
+#include "grammar/grammar_budget.h"
 
 namespace pagoda {
 
@@ -36,6 +42,11 @@ class Grammar {
   // A fresh rule with a name derived from `hint` (helper rules of repetitions and classes).
   uint32_t new_rule(const std::string& hint);
   void add_alternative(uint32_t rule, const std::vector<GrammarElement>& elements);
+  // A fresh rule matching `item` repeated any number of times: star ::= item star | (empty).
+  uint32_t add_star(const GrammarElement& item, const std::string& hint);
+  // Building counts against `budget` (nullptr: no limits); compile() ends the counting. The
+  // matcher's stacks per parse state are limited to budget's max_states from then on.
+  void set_budget(GrammarBudget* budget);
   // Finalizes: lays the elements out, checks every rule is defined and not left-recursive.
   // Throws Error naming the rule. `root` is moved to rule 0.
   void compile(const std::string& root = "root");
@@ -48,6 +59,10 @@ class Grammar {
   const GrammarElement& at(uint32_t position) const { return elements_[position]; }
   uint32_t num_elements() const { return static_cast<uint32_t>(elements_.size()); }
   const std::string& rule_name(uint32_t rule) const { return names_[rule]; }
+  // Stacks (and expansion steps) one parse state may take (see matcher.h).
+  size_t max_stacks() const { return max_stacks_; }
+  // Bytes the compiled grammar holds, for cache accounting.
+  size_t memory_bytes() const;
 
   static GrammarElement byte_set(const ByteSet& bytes);
   static GrammarElement literal_byte(uint8_t byte);
@@ -56,10 +71,19 @@ class Grammar {
  private:
   std::vector<std::string> names_;
   std::unordered_map<std::string, uint32_t> index_;
+  std::unordered_map<std::string, uint32_t> next_suffix_;          // new_rule's, by hint
   std::vector<std::vector<std::vector<GrammarElement>>> pending_;  // per rule, before compile()
   std::vector<GrammarElement> elements_;
   std::vector<std::vector<uint32_t>> rule_alternatives_;  // per rule: start positions
+  std::vector<std::pair<uint32_t, GrammarElement>> stars_;  // add_star's rules and items
+  GrammarBudget* budget_ = nullptr;
+  size_t max_stacks_ = GrammarLimits{}.max_states;
   bool compiled_ = false;
+
+  std::vector<char> nullable_rules() const;
+  void repeat_nonempty_items(const std::vector<char>& nullable);
+  uint32_t nonempty(uint32_t rule, const std::vector<char>& nullable, std::vector<uint32_t>& made);
+  void check_left_recursion(const std::vector<char>& nullable) const;
 };
 
 // A set of Unicode code points as sorted, disjoint, inclusive ranges.

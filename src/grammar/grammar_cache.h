@@ -1,6 +1,11 @@
 // Compiled grammars by their GBNF text, for one vocabulary: requests with the same constraint
 // share one GrammarMasks, and with it every mask it has cached. The vocabulary's trie is built
-// on first use. Thread-safe.
+// with the cache. Thread-safe.
+//
+// Bounded by bytes: what each kept grammar holds (its positions and its mask caches, which grow
+// as it is used) is summed on every get(), and the least recently used grammars leave until the
+// sum is within max_bytes (and the count within max_grammars). Requests still running keep
+// their grammar alive after it left.
 #pragma once
 
 #include <map>
@@ -8,6 +13,7 @@
 #include <mutex>
 #include <string>
 
+#include "grammar/grammar_budget.h"
 #include "grammar/token_mask.h"
 
 namespace pagoda {
@@ -15,19 +21,31 @@ namespace pagoda {
 class GrammarCache {
  public:
   // `tokenizer` must outlive the cache.
-  explicit GrammarCache(const Tokenizer& tokenizer, size_t max_grammars = 64)
-      : tokenizer_(tokenizer), max_grammars_(max_grammars) {}
+  explicit GrammarCache(const Tokenizer& tokenizer, size_t max_bytes = size_t{256} << 20,
+                        size_t max_grammars = 64);
 
-  // Parses and compiles `gbnf` (throws Error on a bad grammar), or returns the one compiled
-  // before. The least recently used grammar leaves when more than max_grammars are kept.
+  // Parses and compiles `gbnf`, and computes the token mask of its first state, all under
+  // `budget`, or returns the grammar compiled before. Throws Error on a bad grammar,
+  // GrammarLimitError past a limit, GrammarCancelled.
+  std::shared_ptr<GrammarMasks> get(const std::string& gbnf, GrammarBudget& budget);
+  // With the default GrammarLimits.
   std::shared_ptr<GrammarMasks> get(const std::string& gbnf);
 
+  // Bytes the kept grammars hold now, and how many there are.
+  size_t memory_bytes();
+  size_t size();
+
  private:
-  const Tokenizer& tokenizer_;
-  const size_t max_grammars_;
+  struct Kept {
+    std::shared_ptr<GrammarMasks> masks;
+    uint64_t last_use = 0;
+  };
+  void evict();  // under mutex_
+
+  const size_t max_bytes_, max_grammars_;
+  const std::shared_ptr<const TokenTrie> trie_;
   std::mutex mutex_;
-  std::shared_ptr<const TokenTrie> trie_;
-  std::map<std::string, std::pair<std::shared_ptr<GrammarMasks>, uint64_t>> grammars_;
+  std::map<std::string, Kept> grammars_;
   uint64_t clock_ = 0;
 };
 

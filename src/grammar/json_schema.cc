@@ -85,14 +85,52 @@ std::string uint_range(uint64_t lo, std::optional<uint64_t> hi) {
   return out + ")";
 }
 
+// Whether `v` is a JSON value of schema type `t`.
+bool has_type(const json& v, const std::string& t) {
+  if (t == "integer")
+    return v.is_number_integer() ||
+           (v.is_number_float() && v.get<double>() == std::floor(v.get<double>()));
+  if (t == "number") return v.is_number();
+  if (t == "string") return v.is_string();
+  if (t == "boolean") return v.is_boolean();
+  if (t == "null") return v.is_null();
+  if (t == "object") return v.is_object();
+  if (t == "array") return v.is_array();
+  return false;
+}
+
+// A URI fragment's percent escapes decoded (RFC 3986), as a $ref's JSON pointer is read.
+std::string percent_decoded(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '%') {
+      out.push_back(s[i]);
+      continue;
+    }
+    auto hex = [&](size_t k) {
+      const char c = k < s.size() ? s[k] : '\0';
+      return c >= '0' && c <= '9'   ? c - '0'
+             : c >= 'a' && c <= 'f' ? c - 'a' + 10
+             : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                    : -1;
+    };
+    if (hex(i + 1) < 0 || hex(i + 2) < 0) fail("JSON schema: $ref '", s, "' has a bad % escape");
+    out.push_back(static_cast<char>(hex(i + 1) * 16 + hex(i + 2)));
+    i += 2;
+  }
+  return out;
+}
+
 class Converter {
  public:
-  Converter(const json& root, std::string prefix) : root_(root), prefix_(std::move(prefix)) {}
+  Converter(const json& root, std::string prefix, GrammarBudget* budget)
+      : root_(root), prefix_(std::move(prefix)), budget_(budget) {}
 
   // The rule `name` and its helpers (no primitives).
   std::string run(const std::string& name) {
     const std::string root = visit(root_, "", "root");
     std::string out = name + " ::= " + root + "\n";
+    count(out.size());
     for (const auto& r : rules_) out += r;
     return out;
   }
@@ -106,16 +144,28 @@ class Converter {
          why.empty() ? "" : ": ", why);
   }
 
+  // Every rule is counted against the budget as it is made: a schema that makes the same
+  // subschema's rules again at each level ("type": ["object", "object"]) stops at the limit.
+  void count(size_t bytes) {
+    if (budget_ != nullptr) budget_->add_text(bytes);
+  }
+
+  void add_rule(std::string rule) {
+    count(rule.size());
+    rules_.push_back(std::move(rule));
+  }
+
   std::string new_rule(const std::string& hint, const std::string& body) {
     std::string name = prefix_ + "s" + std::to_string(rules_.size()) + "-" + hint;
     for (char& c : name) {
       if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-')) c = '-';
     }
-    rules_.push_back(name + " ::= " + body + "\n");
+    add_rule(name + " ::= " + body + "\n");
     return name;
   }
 
-  std::string ref_rule(const std::string& ref, const std::string& path) {
+  std::string ref_rule(const std::string& written, const std::string& path) {
+    const std::string ref = percent_decoded(written);
     if (auto it = refs_.find(ref); it != refs_.end()) return it->second;
     const json* target = nullptr;
     if (ref == "#") {
@@ -148,12 +198,22 @@ class Converter {
     const std::string name = prefix_ + "ref-" + std::to_string(refs_.size());
     refs_[ref] = name;
     const std::string body = visit(*target, ref, "ref");
-    rules_.push_back(name + " ::= " + body + "\n");
+    add_rule(name + " ::= " + body + "\n");
     return name;
   }
 
-  // The GBNF expression for `s`.
+  // The GBNF expression for `s`, at most kMaxDepth schemas (and $refs) deep.
   std::string visit(const json& s, const std::string& path, const std::string& hint) {
+    if (++depth_ > kMaxDepth) {
+      fail("JSON schema: subschemas and $refs nest deeper than ", kMaxDepth, " at ", where(path));
+    }
+    if (budget_ != nullptr) budget_->tick();
+    std::string expr = visit_node(s, path, hint);
+    --depth_;
+    return expr;
+  }
+
+  std::string visit_node(const json& s, const std::string& path, const std::string& hint) {
     if (s.is_boolean()) {
       if (!s.get<bool>()) fail("JSON schema: 'false' at ", path, " accepts nothing");
       return "json-value";
@@ -204,15 +264,7 @@ class Converter {
       }
       return ref_rule(s["$ref"].get<std::string>(), path);
     }
-    if (s.contains("const")) return gbnf_literal(s["const"].dump());
-    if (s.contains("enum")) {
-      if (!s["enum"].is_array() || s["enum"].empty())
-        fail("JSON schema: 'enum' at ", path, " must be a non-empty list");
-      std::string out = "(";
-      for (size_t i = 0; i < s["enum"].size(); ++i)
-        out += (i ? " | " : "") + gbnf_literal(s["enum"][i].dump());
-      return out + ")";
-    }
+    if (s.contains("const") || s.contains("enum")) return values(s, path);
     for (const char* key : {"anyOf", "oneOf"}) {
       if (!s.contains(key)) continue;
       const json& list = s[key];
@@ -237,12 +289,45 @@ class Converter {
     }
     const json& type = s["type"];
     if (type.is_array()) {
+      if (type.empty())
+        fail("JSON schema: 'type' at ", where(path),
+             " is an empty list: no value has none of the types");
       std::string out = "(";
       for (size_t i = 0; i < type.size(); ++i)
         out += (i ? " | " : "") + typed(s, type[i], path, hint);
       return out + ")";
     }
     return typed(s, type, path, hint);
+  }
+
+  // const or enum: the values listed, those of the schema's 'type' when it has one.
+  std::string values(const json& s, const std::string& path) {
+    const json list = s.contains("const") ? json::array({s["const"]}) : s["enum"];
+    if (!list.is_array() || list.empty())
+      fail("JSON schema: 'enum' at ", where(path), " must be a non-empty list");
+    std::vector<std::string> types;
+    if (s.contains("type")) {
+      const json& t = s["type"];
+      for (const json& one : t.is_array() ? t : json::array({t})) {
+        if (!one.is_string())
+          fail("JSON schema: 'type' at ", where(path), " must be a string or a list");
+        types.push_back(one.get<std::string>());
+      }
+    }
+    std::string out;
+    for (const json& v : list) {
+      bool ok = types.empty() && !s.contains("type");
+      for (const std::string& t : types) ok = ok || has_type(v, t);
+      if (!ok) continue;
+      const std::string literal = gbnf_literal(v.dump());
+      count(literal.size());
+      out += (out.empty() ? "(" : " | ") + literal;
+    }
+    if (out.empty()) {
+      fail("JSON schema: no value of '", s.contains("const") ? "const" : "enum", "' at ",
+           where(path), " has the schema's 'type': nothing matches");
+    }
+    return out + ")";
   }
 
   std::string typed(const json& s, const json& type, const std::string& path,
@@ -313,6 +398,13 @@ class Converter {
   }
 
   std::string array(const json& s, const std::string& path, const std::string& hint) {
+    if (s.contains("items") && s["items"].is_boolean() && !s["items"].get<bool>()) {
+      // No item is valid: only the empty array.
+      if (s.value("minItems", int64_t{0}) > 0)
+        fail("JSON schema: 'items': false with minItems above 0 at ", where(path),
+             " matches nothing");
+      return "\"[\" ws \"]\"";
+    }
     const std::string item =
         s.contains("items") ? visit(s["items"], path + "/items", hint + "-item") : "json-value";
     const int64_t min = s.value("minItems", int64_t{0});
@@ -363,7 +455,7 @@ class Converter {
       RegexOptions o;
       o.json_string = true;
       const std::string name = prefix_ + "s" + std::to_string(rules_.size()) + "-pattern";
-      rules_.push_back(regex_to_gbnf(s["pattern"].get<std::string>(), name, o));
+      add_rule(regex_to_gbnf(s["pattern"].get<std::string>(), name, o));
       return "\"\\\"\" " + name + " \"\\\"\"";
     }
     const int64_t min = s.value("minLength", int64_t{0});
@@ -427,20 +519,25 @@ class Converter {
     return "json-number";
   }
 
+  // Subschemas inside subschemas, $refs followed included (visit recurses on them).
+  static constexpr int kMaxDepth = 128;
+
   const json& root_;
   const std::string prefix_;
+  GrammarBudget* const budget_;
   std::vector<std::string> rules_;
   std::map<std::string, std::string> refs_;
+  int depth_ = 0;
 };
 
 }  // namespace
 
-std::string json_schema_to_gbnf(const json& schema) {
-  return Converter(schema, "").run("root") + kPrimitives;
+std::string json_schema_to_gbnf(const json& schema, GrammarBudget* budget) {
+  return Converter(schema, "", budget).run("root") + kPrimitives;
 }
 
-std::string json_schema_rules(const json& schema, const std::string& name) {
-  return Converter(schema, name + "-").run(name);
+std::string json_schema_rules(const json& schema, const std::string& name, GrammarBudget* budget) {
+  return Converter(schema, name + "-", budget).run(name);
 }
 
 std::string json_primitives_gbnf() { return kPrimitives; }

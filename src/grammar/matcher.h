@@ -6,6 +6,11 @@
 //
 // Invariants (check_invariants()): every stack is non-empty and its top is a kBytes position;
 // the stacks are sorted and distinct.
+//
+// Work is bounded: making one state (the stacks it holds, and the rule expansions that led to
+// them, duplicates included) takes at most grammar.max_stacks() steps, or GrammarLimitError.
+// An ambiguous grammar, or 2^40 paths to the same stack, stops there instead of taking the
+// machine.
 #pragma once
 
 #include <cstdint>
@@ -28,14 +33,39 @@ struct GrammarState {
   bool operator==(const GrammarState&) const = default;
 };
 
+// Steps left for making one state; `budget` (optional) is ticked too, for its clock.
+class ExpandBudget {
+ public:
+  explicit ExpandBudget(const Grammar& g, GrammarBudget* budget = nullptr)
+      : left_(g.max_stacks()), max_(g.max_stacks()), budget_(budget) {}
+  void spend() {
+    if (left_ == 0) {
+      throw GrammarLimitError(str_cat("grammar: a parse state needs more than ", max_,
+                                      " stacks and expansions (--max-grammar-states)"));
+    }
+    --left_;
+    if (budget_ != nullptr) budget_->tick();
+  }
+
+ private:
+  size_t left_, max_;
+  GrammarBudget* budget_;
+};
+
 // Expands `stack` (whose top may be a rule reference or the end of an alternative) into stacks
 // whose tops are byte sets, appended to `out`; sets *emptied when a stack runs out (the
 // outermost rule ended).
 void expand_stack(const Grammar& g, GrammarStack stack, std::vector<GrammarStack>& out,
-                  bool* emptied);
+                  bool* emptied, ExpandBudget& budget);
 
 // The state at the start of the root rule.
-GrammarState initial_state(const Grammar& g);
+GrammarState initial_state(const Grammar& g, GrammarBudget* budget = nullptr);
+
+// Expands every rule reference of `g` on its own, each within the stack limit, so a rule whose
+// expansion explodes (anyOf over $refs doubling at each level) is refused when compiled even
+// where the first state does not reach it (a tool's arguments, a nested property). Throws
+// GrammarLimitError, or the budget's own errors.
+void check_expansions(const Grammar& g, GrammarBudget* budget);
 
 // The state after `byte`: each stack whose top matches it advances. Dead when none does.
 GrammarState advance(const Grammar& g, const GrammarState& state, uint8_t byte);

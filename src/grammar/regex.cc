@@ -137,8 +137,11 @@ class RegexParser {
         return 0;
       case 'x':
         return hex(2);
-      case 'u':
-        return hex(4);
+      case 'u': {
+        const uint32_t cp = hex(4);
+        if (cp >= 0xD800 && cp <= 0xDFFF) error("a surrogate code point has no UTF-8 encoding");
+        return cp;
+      }
       default:
         if ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z') || (e >= '1' && e <= '9')) {
           error(std::string("unsupported escape '\\") + e +
@@ -225,6 +228,7 @@ class RegexParser {
   std::string atom() {
     const char c = peek();
     if (c == '(') {
+      if (++depth_ > kMaxDepth) error("groups nest deeper than " + std::to_string(kMaxDepth));
       ++pos_;
       if (peek() == '?') {
         if (pos_ + 1 < p_.size() && p_[pos_ + 1] == ':') {
@@ -236,6 +240,7 @@ class RegexParser {
       std::string inner = alternation();
       if (peek() != ')') error("expected ')'");
       ++pos_;
+      --depth_;
       return "(" + inner + ")";
     }
     if (c == '[') return char_class();
@@ -307,9 +312,13 @@ class RegexParser {
     return emit_set(r, negate);
   }
 
+  // Groups inside groups, at most (the parser recurses on them).
+  static constexpr int kMaxDepth = 256;
+
   std::string_view p_;
   RegexOptions o_;
   size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace

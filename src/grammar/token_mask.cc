@@ -62,32 +62,69 @@ TokenTrie::TokenTrie(const Tokenizer& tokenizer) {
 }
 
 GrammarMasks::GrammarMasks(std::shared_ptr<const Grammar> grammar,
-                           std::shared_ptr<const TokenTrie> trie)
-    : grammar_(std::move(grammar)), trie_(std::move(trie)) {}
+                           std::shared_ptr<const TokenTrie> trie, size_t max_cache_bytes)
+    : grammar_(std::move(grammar)), trie_(std::move(trie)), max_cache_bytes_(max_cache_bytes) {}
 
 size_t GrammarMasks::num_walks() const {
   std::lock_guard lock(mutex_);
   return tops_.size();
 }
 
-const GrammarMasks::Entry& GrammarMasks::entry(const GrammarStack& top) {
+size_t GrammarMasks::memory_bytes() const {
+  std::lock_guard lock(mutex_);
+  return sizeof(*this) + grammar_->memory_bytes() + tops_bytes_ + states_bytes_;
+}
+
+namespace {
+
+size_t stack_bytes(const GrammarStack& s) { return sizeof(s) + s.size() * sizeof(uint32_t); }
+
+size_t state_bytes(const std::vector<GrammarStack>& stacks, const TokenBitmask& mask) {
+  size_t n = 64 + mask.num_words() * sizeof(uint64_t);
+  for (const GrammarStack& s : stacks) n += stack_bytes(s);
+  return n;
+}
+
+}  // namespace
+
+std::shared_ptr<const GrammarMasks::Entry> GrammarMasks::entry(const GrammarStack& top,
+                                                               GrammarBudget* budget) {
   {
     std::lock_guard lock(mutex_);
     auto it = tops_.find(top);
-    if (it != tops_.end()) return *it->second;
+    if (it != tops_.end()) {
+      recent_.splice(recent_.begin(), recent_, it->second.place);
+      return it->second.entry;
+    }
   }
-  std::unique_ptr<Entry> e = walk(top);  // outside the lock: it may take a while
+  std::shared_ptr<const Entry> e = walk(top, budget);  // outside the lock: it may take a while
+  size_t bytes = 64 + 2 * stack_bytes(top) + e->accepted.num_words() * sizeof(uint64_t);
+  for (const Remainder& r : e->remainders) {
+    bytes += sizeof(r) + r.bytes.capacity() + r.tokens.capacity() * sizeof(TokenId);
+  }
   std::lock_guard lock(mutex_);
-  auto [it, added] = tops_.emplace(top, std::move(e));
-  return *it->second;
+  auto [it, added] = tops_.try_emplace(top);
+  if (!added) return it->second.entry;  // another thread walked it meanwhile
+  recent_.push_front(&it->first);
+  it->second = {e, bytes, recent_.begin()};
+  tops_bytes_ += bytes;
+  // The least recently used walks leave; the one just made stays alive through `e`.
+  while (tops_bytes_ + states_bytes_ > max_cache_bytes_ && !recent_.empty()) {
+    auto old = tops_.find(*recent_.back());
+    recent_.pop_back();
+    tops_bytes_ -= old->second.bytes;
+    tops_.erase(old);
+  }
+  return e;
 }
 
 // The trie walk with `top` alone as the stack (see token_mask.h). A path that empties the stack
 // has finished the top's frames: what the token holds past that point is its remainder.
-std::unique_ptr<GrammarMasks::Entry> GrammarMasks::walk(const GrammarStack& top) const {
+std::shared_ptr<GrammarMasks::Entry> GrammarMasks::walk(const GrammarStack& top,
+                                                        GrammarBudget* budget) const {
   const Grammar& g = *grammar_;
   const std::vector<TokenTrie::Node>& nodes = trie_->nodes();
-  auto e = std::make_unique<Entry>();
+  auto e = std::make_shared<Entry>();
   e->accepted = TokenBitmask(trie_->vocab_size());
   struct Level {
     std::vector<GrammarStack> stacks;
@@ -103,11 +140,12 @@ std::unique_ptr<GrammarMasks::Entry> GrammarMasks::walk(const GrammarStack& top)
     level.stacks.clear();
     level.finished_at = parent.finished_at;
     bool finished = false;
+    ExpandBudget steps(g, budget);  // each node's stacks are one parse state
     for (const GrammarStack& s : parent.stacks) {
       if (!g.at(s.back()).bytes.test(node.byte)) continue;
       GrammarStack moved = s;
       ++moved.back();
-      expand_stack(g, std::move(moved), level.stacks, &finished);
+      expand_stack(g, std::move(moved), level.stacks, &finished, steps);
     }
     if (finished) level.finished_at.push_back(node.depth);
     if (level.stacks.size() > 1) sort_unique(level.stacks);
@@ -130,32 +168,62 @@ std::unique_ptr<GrammarMasks::Entry> GrammarMasks::walk(const GrammarStack& top)
   return e;
 }
 
-void GrammarMasks::compute(const GrammarState& state, TokenBitmask& out) {
-  out.clear();
+// The work of the mask being computed on this thread: the remainders checked times the
+// stacks below their tops (see compute()).
+namespace {
+thread_local size_t mask_work = 0;
+}  // namespace
+
+// The tokens `stack` allows, into `out`.
+void GrammarMasks::add_stack(const GrammarStack& stack, TokenBitmask& out, GrammarBudget* budget) {
+  ++mask_work;
   const Grammar& g = *grammar_;
+  const size_t cut = stack.size() > kSuffixFrames ? stack.size() - kSuffixFrames : 0;
+  const GrammarStack top(stack.begin() + static_cast<ptrdiff_t>(cut), stack.end());
+  const std::shared_ptr<const Entry> e = entry(top, budget);
+  out.merge(e->accepted);
+  if (e->remainders.empty()) return;
+  // What follows the top's frames: the rest of the stack, expanded.
+  GrammarState below;
+  if (cut == 0) {
+    below.complete = true;  // the root itself ends with them
+  } else {
+    ExpandBudget steps(g, budget);
+    expand_stack(g, GrammarStack(stack.begin(), stack.begin() + static_cast<ptrdiff_t>(cut)),
+                 below.stacks, &below.complete, steps);
+    sort_unique(below.stacks);
+  }
+  for (const Remainder& r : e->remainders) {
+    if (budget != nullptr) budget->tick();
+    if (advance(g, below, r.bytes).dead()) continue;
+    for (TokenId t : r.tokens) out.set(t);
+  }
+  mask_work += e->remainders.size() * std::max<size_t>(1, below.stacks.size());
+}
+
+void GrammarMasks::compute(const GrammarState& state, TokenBitmask& out, GrammarBudget* budget) {
+  out.clear();
+  // One mask does at most the work of one parse state: past that (thousands of stacks, each
+  // checking its remainders), the stacks left allow nothing, as past the stack limit.
+  mask_work = 0;
   for (const GrammarStack& stack : state.stacks) {
-    const size_t cut = stack.size() > kSuffixFrames ? stack.size() - kSuffixFrames : 0;
-    const GrammarStack top(stack.begin() + static_cast<ptrdiff_t>(cut), stack.end());
-    const Entry& e = entry(top);
-    out.merge(e.accepted);
-    if (e.remainders.empty()) continue;
-    // What follows the top's frames: the rest of the stack, expanded.
-    GrammarState below;
-    if (cut == 0) {
-      below.complete = true;  // the root itself ends with them
-    } else {
-      expand_stack(g, GrammarStack(stack.begin(), stack.begin() + static_cast<ptrdiff_t>(cut)),
-                   below.stacks, &below.complete);
-      sort_unique(below.stacks);
+    if (mask_work > grammar_->max_stacks()) {
+      if (budget != nullptr) {
+        throw GrammarLimitError(str_cat("grammar: a token mask needs more than ",
+                                        grammar_->max_stacks(), " steps (--max-grammar-states)"));
+      }
+      break;
     }
-    for (const Remainder& r : e.remainders) {
-      if (advance(g, below, r.bytes).dead()) continue;
-      for (TokenId t : r.tokens) out.set(t);
+    try {
+      add_stack(stack, out, budget);
+    } catch (const GrammarLimitError&) {
+      // Generating: this stack's tokens stay out (see token_mask.h). Compiling: the limit.
+      if (budget != nullptr) throw;
     }
   }
 }
 
-void GrammarMasks::allowed(const GrammarState& state, TokenBitmask& out) {
+void GrammarMasks::allowed(const GrammarState& state, TokenBitmask& out, GrammarBudget* budget) {
   {
     std::lock_guard lock(mutex_);
     auto it = states_.find(state.stacks);
@@ -165,16 +233,21 @@ void GrammarMasks::allowed(const GrammarState& state, TokenBitmask& out) {
       return;
     }
   }
-  compute(state, out);
+  compute(state, out, budget);
+  const size_t bytes = state_bytes(state.stacks, out);
+  // The state masks take at most half the cache; a state larger than that is not kept.
+  if (bytes > max_cache_bytes_ / 2) return;
   std::lock_guard lock(mutex_);
-  if (states_.size() >= kMaxStateMasks) {
+  while (!states_.empty() &&
+         (states_.size() >= kMaxStateMasks || states_bytes_ + bytes > max_cache_bytes_ / 2)) {
     auto oldest = states_.begin();
     for (auto it = states_.begin(); it != states_.end(); ++it) {
       if (it->second.second < oldest->second.second) oldest = it;
     }
+    states_bytes_ -= state_bytes(oldest->first, oldest->second.first);
     states_.erase(oldest);
   }
-  states_.emplace(state.stacks, std::make_pair(out, ++clock_));
+  if (states_.emplace(state.stacks, std::make_pair(out, ++clock_)).second) states_bytes_ += bytes;
 }
 
 }  // namespace pagoda

@@ -15,11 +15,17 @@
 //     or a number keeps returning to the same state.
 // Tokens that hold part of a UTF-8 character are bytes like any others.
 //
+// Memory is bounded: the walks' results are kept least recently used first out within
+// GrammarLimits::max_mask_bytes, the state masks to kMaxStateMasks. A walk that passes the
+// grammar's stack limit (see matcher.h) allows nothing from its stack: the mask is then a subset
+// of what the grammar allows, never more.
+//
 // Thread-safe: the caches take a lock; a GrammarMasks is shared by every request using the
 // same grammar.
 #pragma once
 
 #include <cstdint>
+#include <list>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -83,16 +89,21 @@ class GrammarMasks {
   // Whole-state masks kept (each a bit per vocabulary entry).
   static constexpr size_t kMaxStateMasks = 128;
 
-  GrammarMasks(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenTrie> trie);
+  GrammarMasks(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenTrie> trie,
+               size_t max_cache_bytes = GrammarLimits{}.max_mask_bytes);
 
   // The tokens allowed after `state` into `out` (sized to the vocabulary). Control tokens are
-  // never in it: the caller allows end-of-generation when state.complete.
-  void allowed(const GrammarState& state, TokenBitmask& out);
+  // never in it: the caller allows end-of-generation when state.complete. With a `budget` (a
+  // compile computing the first mask), its clock is checked and a stack past the grammar's
+  // limit throws GrammarLimitError instead of being left out.
+  void allowed(const GrammarState& state, TokenBitmask& out, GrammarBudget* budget = nullptr);
 
   const Grammar& grammar() const { return *grammar_; }
   const TokenTrie& trie() const { return *trie_; }
-  // Trie walks done so far (distinct stack tops), for tests and stats.
+  // Trie walks kept (distinct stack tops), for tests and stats.
   size_t num_walks() const;
+  // Bytes held: the grammar and both caches.
+  size_t memory_bytes() const;
 
  private:
   // The tokens that finish the top's frames, by the bytes they still hold then.
@@ -104,15 +115,26 @@ class GrammarMasks {
     TokenBitmask accepted;  // decided by the top alone
     std::vector<Remainder> remainders;
   };
-  const Entry& entry(const GrammarStack& top);
-  std::unique_ptr<Entry> walk(const GrammarStack& top) const;
-  void compute(const GrammarState& state, TokenBitmask& out);
+  struct Cached {
+    std::shared_ptr<const Entry> entry;
+    size_t bytes = 0;
+    std::list<const GrammarStack*>::iterator place;  // in recent_
+  };
+
+  std::shared_ptr<const Entry> entry(const GrammarStack& top, GrammarBudget* budget);
+  std::shared_ptr<Entry> walk(const GrammarStack& top, GrammarBudget* budget) const;
+  void compute(const GrammarState& state, TokenBitmask& out, GrammarBudget* budget);
+  void add_stack(const GrammarStack& stack, TokenBitmask& out, GrammarBudget* budget);
 
   std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const TokenTrie> trie_;
+  const size_t max_cache_bytes_;
   mutable std::mutex mutex_;
-  std::map<GrammarStack, std::unique_ptr<Entry>> tops_;
+  std::map<GrammarStack, Cached> tops_;
+  std::list<const GrammarStack*> recent_;  // the keys of tops_, most recently used first
+  size_t tops_bytes_ = 0;
   std::map<std::vector<GrammarStack>, std::pair<TokenBitmask, uint64_t>> states_;  // + last use
+  size_t states_bytes_ = 0;
   uint64_t clock_ = 0;
 };
 

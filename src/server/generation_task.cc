@@ -44,21 +44,62 @@ void HttpServer::start_generation(const HttpRequest& req, const std::shared_ptr<
                        " sequences in flight; retry later",
                    "", "queue_full");
   }
-  std::unique_ptr<Generation> g;
-  try {
-    g = std::make_unique<Generation>(engine_, *model_.tokenizer, *request, arrival);
-  } catch (...) {
-    in_flight_.fetch_sub(num_sequences);
-    throw;
-  }
-  ResponseHead head;
-  head.id = (endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
-  head.created = static_cast<int64_t>(std::time(nullptr));
-  head.model = model_.name;
-  auto task = std::make_shared<GenerationTask>(*this, ex, std::move(request), std::move(g),
-                                               std::move(head), num_sequences);
-  track(task);
-  task->start();
+  auto launch = [this, ex, endpoint, num_sequences, arrival](std::shared_ptr<ApiRequest> request) {
+    std::unique_ptr<Generation> g;
+    try {
+      g = std::make_unique<Generation>(engine_, *model_.tokenizer, *request, arrival);
+    } catch (...) {
+      in_flight_.fetch_sub(num_sequences);
+      throw;
+    }
+    ResponseHead head;
+    head.id = (endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
+    head.created = static_cast<int64_t>(std::time(nullptr));
+    head.model = model_.name;
+    auto task = std::make_shared<GenerationTask>(*this, ex, std::move(request), std::move(g),
+                                                 std::move(head), num_sequences);
+    track(task);
+    task->start();
+  };
+  if (!request->grammar_source) return launch(std::move(request));
+  // Structured output: the grammar compiles on the compiler's threads and the generation
+  // starts from there. A client that leaves cancels its compile; so does the shutdown.
+  auto cancelled = std::make_shared<std::atomic<bool>>(false);
+  ex->on_closed([cancelled] { cancelled->store(true); });
+  auto done = [this, ex, request, num_sequences, launch](std::shared_ptr<GrammarMasks> masks,
+                                                         std::exception_ptr error) {
+    auto answer = [&ex](const ApiError& e) {
+      ex->respond({e.status(), "application/json", dump(e.to_json()), {}});
+    };
+    if (error) {
+      in_flight_.fetch_sub(num_sequences);
+      try {
+        std::rethrow_exception(error);
+      } catch (const GrammarCancelled&) {
+        // Cancelled by the shutdown, or by a client that is gone and needs no answer.
+        if (draining_) answer(ApiError(503, "server_error", "the server is shutting down"));
+      } catch (const GrammarLimitError& e) {
+        answer(ApiError(400, "invalid_request_error", e.what(), request->grammar_param,
+                        "grammar_too_large"));
+      } catch (const Error& e) {
+        answer(bad_param(request->grammar_param, e.what()));
+      } catch (const nlohmann::json::exception& e) {  // a schema value of the wrong JSON type
+        answer(bad_param(request->grammar_param, std::string("JSON schema: ") + e.what()));
+      } catch (const std::exception& e) {
+        answer(ApiError(500, "server_error", e.what()));
+      }
+      return;
+    }
+    request->grammar = std::move(masks);
+    try {
+      launch(request);
+    } catch (const ApiError& e) {
+      answer(e);
+    } catch (const std::exception& e) {
+      answer(ApiError(500, "server_error", e.what()));
+    }
+  };
+  model_.grammars->submit(request->grammar_source, cancelled, std::move(done));
 }
 
 GenerationTask::GenerationTask(HttpServer& server, std::shared_ptr<Exchange> ex,

@@ -99,7 +99,10 @@ HttpServer::HttpServer(ServerOptions options, ModelContext model, EngineThread& 
   transport_->set_access_log([this](const AccessRecord& r) { log_access(r); });
 }
 
-HttpServer::~HttpServer() { transport_.reset(); }
+HttpServer::~HttpServer() {
+  if (model_.grammars) model_.grammars->stop();  // before the transport its jobs answer through
+  transport_.reset();
+}
 
 bool HttpServer::needs_key(const std::string& path) const {
   if (path == "/metrics" || path == "/stats" || path == "/openapi.json")
@@ -319,6 +322,8 @@ void HttpServer::run() { transport_->run(); }
 void HttpServer::shutdown() {
   using Clock = std::chrono::steady_clock;
   draining_ = true;
+  // Grammars still compiling end now (503), rather than holding up the exit.
+  if (model_.grammars) model_.grammars->stop();
   const auto deadline =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(
                          std::chrono::duration<double>(options_.shutdown_timeout_s));
@@ -345,6 +350,7 @@ void HttpServer::shutdown() {
 
 void HttpServer::fail_in_flight(const std::string& message, double timeout_s) {
   draining_ = true;
+  if (model_.grammars) model_.grammars->stop();
   std::vector<std::shared_ptr<GenerationTask>> left;
   {
     std::lock_guard lock(tasks_mutex_);

@@ -11,11 +11,12 @@ namespace pagoda::server {
 using nlohmann::json;
 using nlohmann::ordered_json;
 
-// response_format (json_object, json_schema), grammar (GBNF) or regex: at most one, compiled
-// (or found in the cache) into the request's grammar.
+// response_format (json_object, json_schema), grammar (GBNF) or regex: at most one, kept as
+// the source of the request's grammar (the server compiles it).
 void parse_structured_output(const json& body, const ModelContext& model,
                              const std::string& raw_body, ApiRequest& r) {
-  std::string gbnf, param;
+  GrammarCompiler::Source source;
+  std::string param;
   auto take = [&](const char* name) {
     if (!param.empty()) {
       throw bad_param(name, std::string("'") + name + "' and '" + param +
@@ -31,7 +32,7 @@ void parse_structured_output(const json& body, const ModelContext& model,
     const std::string t = type->get<std::string>();
     if (t == "json_object") {
       take("response_format");
-      gbnf = json_object_gbnf();
+      source = [](GrammarBudget&) { return json_object_gbnf(); };
     } else if (t == "json_schema") {
       take("response_format");
       const json* js = field(*rf, "json_schema");
@@ -42,11 +43,8 @@ void parse_structured_output(const json& body, const ModelContext& model,
       // The schema again, in key order: properties are generated in the order written.
       const ordered_json ordered = raw_body.empty() ? ordered_json::parse(body.dump())
                                                     : ordered_json::parse(raw_body);
-      try {
-        gbnf = json_schema_to_gbnf(ordered["response_format"]["json_schema"]["schema"]);
-      } catch (const Error& e) {
-        throw bad_param("response_format", e.what());
-      }
+      source = [schema = ordered["response_format"]["json_schema"]["schema"]](
+                   GrammarBudget& budget) { return json_schema_to_gbnf(schema, &budget); };
     } else if (t != "text") {
       throw bad_param("response_format", "'response_format.type' must be text, json_object or "
                                          "json_schema, got '" + t + "'");
@@ -55,26 +53,23 @@ void parse_structured_output(const json& body, const ModelContext& model,
   if (const json* g = field(body, "grammar")) {
     take("grammar");
     if (!g->is_string()) throw bad_param("grammar", "'grammar' must be GBNF text");
-    gbnf = g->get<std::string>();
+    source = [text = g->get<std::string>()](GrammarBudget&) { return text; };
   }
   if (const json* re = field(body, "regex")) {
     take("regex");
     if (!re->is_string()) throw bad_param("regex", "'regex' must be a string");
-    try {
-      gbnf = regex_to_gbnf(re->get<std::string>(), "root");
-    } catch (const Error& e) {
-      throw bad_param("regex", e.what());
-    }
+    source = [text = re->get<std::string>()](GrammarBudget& budget) {
+      std::string gbnf = regex_to_gbnf(text, "root");
+      budget.add_text(gbnf.size());
+      return gbnf;
+    };
   }
   if (param.empty()) return;
-  if (!model.compile_grammar) {
+  if (!model.grammars) {
     throw bad_param(param, "this server cannot constrain output (the model has no vocabulary)");
   }
-  try {
-    r.grammar = model.compile_grammar(gbnf);
-  } catch (const Error& e) {
-    throw bad_param(param, e.what());
-  }
+  r.grammar_source = std::move(source);
+  r.grammar_param = param;
 }
 
 // tools, tool_choice, parallel_tool_calls: the tools the output is parsed for, what the template
@@ -154,16 +149,16 @@ void parse_tools(const json& body, const ordered_json& ordered, const ModelConte
   r.tools = std::move(specs);
   r.tool_format = model.tool_format;
   if (mode == "required") {
-    if (r.grammar) {
+    if (r.grammar_source) {
       throw bad_param("tool_choice", "'tool_choice' " + (only.empty() ? std::string("required") : "naming a function") +
                                          " and a response_format, grammar or regex both constrain the output");
     }
-    if (!model.compile_grammar) throw bad_param("tool_choice", "this server cannot constrain output");
-    try {
-      r.grammar = model.compile_grammar(tool_call_gbnf(r.tool_format, r.tools, only, parallel));
-    } catch (const Error& e) {
-      throw bad_param("tools", e.what());
-    }
+    if (!model.grammars) throw bad_param("tool_choice", "this server cannot constrain output");
+    r.grammar_source = [format = r.tool_format, tools = r.tools, only,
+                        parallel](GrammarBudget& budget) {
+      return tool_call_gbnf(format, tools, only, parallel, &budget);
+    };
+    r.grammar_param = "tools";
   }
 }
 

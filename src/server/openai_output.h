@@ -11,9 +11,9 @@
 
 namespace pagoda::server {
 
-// response_format (json_object, json_schema), grammar (GBNF) or regex: at most one, compiled
-// (or found in the cache) into r.grammar. `raw_body`: the body text, read again in key order
-// for a JSON schema's properties.
+// response_format (json_object, json_schema), grammar (GBNF) or regex: at most one, kept in
+// r.grammar_source for the server to compile. `raw_body`: the body text, read again in key
+// order for a JSON schema's properties.
 void parse_structured_output(const nlohmann::json& body, const ModelContext& model,
                              const std::string& raw_body, ApiRequest& r);
 

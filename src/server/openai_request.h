@@ -6,14 +6,14 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
 #include "engine/beam_search.h"
 #include "engine/sampler.h"
+#include "grammar/grammar_compiler.h"
 #include "grammar/token_mask.h"
 #include "server/tool_calls.h"
 #include "tokenizer/tokenizer.h"
@@ -40,9 +40,10 @@ struct ModelContext {
   // Control-token text in message contents (and tools) becomes control tokens, as it did before
   // pagoda kept it as text (--allow-special-in-content).
   bool allow_special_in_content = false;
-  // Structured output: compiles GBNF text into masks over this model's vocabulary (cached by
-  // text); throws pagoda::Error on a bad grammar. Empty: structured output is not available.
-  std::function<std::shared_ptr<GrammarMasks>(const std::string&)> compile_grammar;
+  // Structured output: compiles grammars into masks over this model's vocabulary, on threads
+  // of its own and under its limits (the server runs ApiRequest::grammar_source with it).
+  // nullptr: structured output is not available.
+  std::shared_ptr<GrammarCompiler> grammars;
   // Function calling: where the chat template writes tool calls, and whether it describes the
   // tools itself (otherwise pagoda adds a system message that does).
   ToolFormat tool_format = ToolFormat::kJson;
@@ -77,8 +78,12 @@ struct ApiRequest {
   bool ignore_eos = false;  // extension (vLLM, llama.cpp): do not stop at end-of-generation ids
   // Extension: speculative proposals per step for this request (0: off); -1: the server's.
   int32_t num_speculative_tokens = -1;
-  // Structured output (response_format, or the extensions grammar / regex): what the output
-  // must match; nullptr: anything.
+  // Structured output (response_format, tool_choice required, or the extensions grammar /
+  // regex): what makes the GBNF text the output must match, and the parameter it came from.
+  // Parsing only records it; the server compiles it off the request threads (see
+  // GrammarCompiler) into `grammar`. Empty: anything.
+  GrammarCompiler::Source grammar_source;
+  std::string grammar_param;
   std::shared_ptr<GrammarMasks> grammar;
   // Extension (vLLM): use_beam_search with best_of beams, length_penalty, early_stopping.
   BeamParams beam;

@@ -207,7 +207,7 @@ ParsedToolCalls parse_tool_calls(std::string_view text, ToolFormat format,
 }
 
 std::string tool_call_gbnf(ToolFormat format, const std::vector<ToolSpec>& tools,
-                           const std::string& only, bool parallel) {
+                           const std::string& only, bool parallel, GrammarBudget* budget) {
   std::string rules;
   std::vector<std::string> calls;
   const char* args_key = format == ToolFormat::kLlama3 ? "parameters" : "arguments";
@@ -218,7 +218,7 @@ std::string tool_call_gbnf(ToolFormat format, const std::vector<ToolSpec>& tools
     if (t.parameters.is_null()) {
       rules += args + " ::= json-object\n";
     } else {
-      rules += json_schema_rules(t.parameters, args);
+      rules += json_schema_rules(t.parameters, args, budget);
     }
     calls.push_back("\"{\" ws " + gbnf_literal("\"name\"") + " ws \":\" ws " +
                     gbnf_literal("\"" + t.name + "\"") + " ws \",\" ws " +

@@ -16,6 +16,10 @@
 #include <string_view>
 #include <vector>
 
+namespace pagoda {
+class GrammarBudget;
+}
+
 namespace pagoda::server {
 
 enum class ToolFormat { kHermes, kLlama3, kMistral, kJson };
@@ -48,9 +52,9 @@ ParsedToolCalls parse_tool_calls(std::string_view text, ToolFormat format,
 
 // GBNF making the whole output one call (several, when `parallel`) in `format` of `tools` (of
 // `only` when not empty), its arguments following the function's schema. Throws Error on a
-// schema the grammar cannot express.
+// schema the grammar cannot express; the schemas' text counts against `budget` (nullptr: none).
 std::string tool_call_gbnf(ToolFormat format, const std::vector<ToolSpec>& tools,
-                           const std::string& only, bool parallel);
+                           const std::string& only, bool parallel, GrammarBudget* budget = nullptr);
 
 // The system text telling a model whose template knows nothing of tools what it may call and
 // how (the kJson format).
