@@ -262,6 +262,9 @@ void check_extras(const json& body) {
       throw bad_param("metadata.user_id", "'metadata.user_id' must be a string");
     }
   }
+  if (const json* cache = field(body, "cache_control"); cache != nullptr && !cache->is_object()) {
+    throw bad_param("cache_control", "'cache_control' must be an object");
+  }
   if (const json* tier = field(body, "service_tier")) {
     if (!(*tier == "auto" || *tier == "standard_only")) {
       throw bad_param("service_tier", "'service_tier' must be \"auto\" or \"standard_only\"");
@@ -311,12 +314,13 @@ json anthropic_error_json(const ApiError& e) {
 ordered_json messages_to_chat(const json& body, const ordered_json& ordered,
                               const RequestLimits& limits, bool count_only) {
   if (!body.is_object()) throw bad_param("", "the request body must be a JSON object");
-  static const std::set<std::string> count_fields = {"model", "messages", "system", "tools",
-                                                     "tool_choice", "thinking"};
+  // cache_control (here and on blocks): the prefix cache keeps every prompt's blocks anyway.
+  static const std::set<std::string> count_fields = {"model",       "messages", "system", "tools",
+                                                     "tool_choice", "thinking", "cache_control"};
   static const std::set<std::string> message_fields = {
-      "model",          "messages", "system",   "max_tokens", "temperature", "top_p",
-      "top_k",          "stop_sequences", "stream", "metadata", "tools", "tool_choice",
-      "thinking",       "service_tier"};
+      "model",    "messages", "system",      "max_tokens", "temperature",   "top_p",
+      "top_k",    "stop_sequences", "stream", "metadata",  "tools",         "tool_choice",
+      "thinking", "service_tier",   "cache_control"};
   only_keys(body, count_only ? count_fields : message_fields, "");
   check_extras(body);
   ordered_json chat = ordered_json::object();

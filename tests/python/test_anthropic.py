@@ -82,7 +82,8 @@ def test_streaming_equals_non_streaming(client):
 
 
 def test_the_system_prompt_reaches_the_model(client):
-    short = ask(client, "Hi", max_tokens=1, system="Be brief.")
+    short = ask(client, "Hi", max_tokens=1, system="Be brief.",
+                cache_control={"type": "ephemeral"})
     as_string = ask(client, "Hi", max_tokens=1, system="You are a pirate. Answer as one.")
     as_blocks = ask(client, "Hi", max_tokens=1,
                     system=[{"type": "text", "text": "You are a pirate.",
