@@ -56,16 +56,23 @@ std::string gbnf_of(const std::filesystem::path& file, GrammarBudget& budget) {
   return server::tool_call_gbnf(server::ToolFormat::kHermes, tools, "", true, &budget);
 }
 
+// "prefix" followed by i, built in place (GCC 12 misreads literal + to_string as overlapping).
+std::string numbered(const char* prefix, int i) {
+  std::string s(prefix);
+  s += std::to_string(i);
+  return s;
+}
+
 void refusals(GrammarCache& cache) {
   nlohmann::ordered_json chain = nlohmann::ordered_json::object(), props = chain,
                          values = nlohmann::ordered_json::array();
   for (int i = 0; i < 40; ++i) {
-    const nlohmann::ordered_json ref = {{"$ref", "#/$defs/d" + std::to_string(i + 1)}};
-    chain["d" + std::to_string(i)] = {{"anyOf", {ref, ref}}};
+    const nlohmann::ordered_json ref = {{"$ref", numbered("#/$defs/d", i + 1)}};
+    chain[numbered("d", i)] = {{"anyOf", {ref, ref}}};
   }
   chain["d40"] = {{"type", "integer"}};
-  for (int i = 0; i < 10000; ++i) props["p" + std::to_string(i)] = {{"type", "integer"}};
-  for (int i = 0; i < 100000; ++i) values.push_back("value-" + std::to_string(i));
+  for (int i = 0; i < 10000; ++i) props[numbered("p", i)] = {{"type", "integer"}};
+  for (int i = 0; i < 100000; ++i) values.push_back(numbered("value-", i));
   const std::vector<std::pair<std::string, std::function<std::string(GrammarBudget&)>>> cases = {
       {"anyOf/$ref x40",
        [&](GrammarBudget& b) {

@@ -27,7 +27,8 @@ void HttpServer::start_generation(const HttpRequest& req, const std::shared_ptr<
   if (draining_) throw ApiError(503, "server_error", "the server is shutting down");
   const json body = parse_json_body(req.body, options_.limits.max_json_depth);
   auto request = std::make_shared<ApiRequest>(
-      endpoint == Endpoint::kChat ? parse_chat_request(body, model_, options_.limits, req.body)
+      endpoint == Endpoint::kMessages ? parse_messages_request(req.body, model_, options_.limits)
+      : endpoint == Endpoint::kChat   ? parse_chat_request(body, model_, options_.limits, req.body)
                                   : parse_completion_request(body, model_, options_.limits, req.body));
   // Admission counts sequences: a request of 64 prompts with n = 16 weighs 1024 short ones.
   const int32_t num_sequences = static_cast<int32_t>(request->prompts.size()) * request->n;
@@ -53,7 +54,10 @@ void HttpServer::start_generation(const HttpRequest& req, const std::shared_ptr<
       throw;
     }
     ResponseHead head;
-    head.id = (endpoint == Endpoint::kChat ? "chatcmpl-" : "cmpl-") + std::to_string(next_id_++);
+    head.id = (endpoint == Endpoint::kMessages ? "msg_"
+               : endpoint == Endpoint::kChat   ? "chatcmpl-"
+                                               : "cmpl-") +
+              std::to_string(next_id_++);
     head.created = static_cast<int64_t>(std::time(nullptr));
     head.model = model_.name;
     auto task = std::make_shared<GenerationTask>(*this, ex, std::move(request), std::move(g),
@@ -66,10 +70,11 @@ void HttpServer::start_generation(const HttpRequest& req, const std::shared_ptr<
   // starts from there. A client that leaves cancels its compile; so does the shutdown.
   auto cancelled = std::make_shared<std::atomic<bool>>(false);
   ex->on_closed([cancelled] { cancelled->store(true); });
-  auto done = [this, ex, request, num_sequences, launch](std::shared_ptr<GrammarMasks> masks,
-                                                         std::exception_ptr error) {
-    auto answer = [&ex](const ApiError& e) {
-      ex->respond({e.status(), "application/json", dump(e.to_json()), {}});
+  auto done = [this, ex, request, endpoint, num_sequences, launch](
+                  std::shared_ptr<GrammarMasks> masks, std::exception_ptr error) {
+    auto answer = [&ex, endpoint](const ApiError& e) {
+      const auto body = endpoint == Endpoint::kMessages ? anthropic_error_json(e) : e.to_json();
+      ex->respond({e.status(), "application/json", dump(body), {}});
     };
     if (error) {
       in_flight_.fetch_sub(num_sequences);
@@ -113,7 +118,9 @@ GenerationTask::GenerationTask(HttpServer& server, std::shared_ptr<Exchange> ex,
       num_sequences_(num_sequences),
       started_(g_->choices().size(), false),
       offsets_(g_->choices().size(), 0) {
-  if (request_->endpoint == Endpoint::kChat && request_->stream && !request_->tools.empty()) {
+  if (request_->endpoint == Endpoint::kMessages) {
+    messages_ = std::make_unique<MessagesWriter>(head_, *request_);
+  } else if (request_->endpoint == Endpoint::kChat && request_->stream && !request_->tools.empty()) {
     for (size_t i = 0; i < g_->choices().size(); ++i) {
       tool_streams_.emplace_back(request_->tool_format, &request_->tools);
     }
@@ -128,6 +135,7 @@ void GenerationTask::start() {
   ex_->annotate(dump(json{{"prompt_tokens", g_->num_prompt_tokens()}}));
   if (request_->stream) {
     ex_->start_stream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
+    if (messages_) ex_->write(messages_->start(g_->num_prompt_tokens()));
     if (request_->echo) {
       for (size_t i = 0; i < g_->choices().size(); ++i) {
         ChoiceDelta d;
@@ -164,6 +172,10 @@ void GenerationTask::pump() {
 void GenerationTask::abort() {
   ex_->post([self = shared_from_this()] {
     if (self->ended_) return;
+    if (self->messages_) {  // Anthropic's stop reasons have none for a cut-off generation
+      return self->fail(ApiError(503, "server_error",
+                                 "the server is shutting down; the generation was ended"));
+    }
     self->send(self->g_->abort_with_deltas());
     self->complete();
   });
@@ -177,6 +189,10 @@ void GenerationTask::fail_now(ApiError e) {
 
 void GenerationTask::send(const std::vector<ChoiceDelta>& deltas) {
   if (!request_->stream) return;
+  if (messages_) {
+    for (const ChoiceDelta& d : deltas) ex_->write(messages_->delta(d));
+    return;
+  }
   const Tokenizer& tok = *server_.model_.tokenizer;
   for (const ChoiceDelta& in : deltas) {
     const size_t i = static_cast<size_t>(in.index);
@@ -223,7 +239,12 @@ void GenerationTask::complete() {
   if (g.ttft_s() >= 0) note["ttft_s"] = std::round(g.ttft_s() * 1e4) / 1e4;
   ex_->annotate(dump(note));
   const Tokenizer& tok = *server_.model_.tokenizer;
-  if (request_->stream) {
+  if (messages_ && request_->stream) {
+    ex_->write(messages_->finish(g));
+    ex_->finish();
+  } else if (messages_) {
+    ex_->respond({200, "application/json", dump(messages_->response(g)), {}});
+  } else if (request_->stream) {
     if (request_->include_usage) ex_->write(sse(usage_chunk(head_, *request_, g)));
     ex_->write("data: [DONE]\n\n");
     ex_->finish();
@@ -241,11 +262,16 @@ void GenerationTask::fail(const ApiError& e) {
   g_->abort();
   if (request_->stream) {
     // The status line went out with the first byte of the stream: the error is an event.
-    ex_->write(sse(e.to_json()));
-    ex_->write("data: [DONE]\n\n");
+    if (messages_) {
+      ex_->write(MessagesWriter::error_event(e));
+    } else {
+      ex_->write(sse(e.to_json()));
+      ex_->write("data: [DONE]\n\n");
+    }
     ex_->finish();
   } else {
-    ex_->respond({e.status(), "application/json", dump(e.to_json()), {}});
+    const json body = messages_ ? anthropic_error_json(e) : e.to_json();
+    ex_->respond({e.status(), "application/json", dump(body), {}});
   }
   release();
 }

@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "server/anthropic_messages.h"
 #include "server/api_error.h"
 #include "server/generation.h"
 #include "server/http_server.h"
@@ -50,6 +51,7 @@ class GenerationTask : public std::enable_shared_from_this<GenerationTask> {
   std::vector<bool> started_;
   std::vector<size_t> offsets_;
   std::vector<ToolCallStream> tool_streams_;  // chat streams with tools: one per choice
+  std::unique_ptr<MessagesWriter> messages_;  // the Messages API's answer (kMessages)
 };
 
 }  // namespace pagoda::server

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "server/anthropic_messages.h"
 #include "server/api_error.h"
 #include "server/generation_task.h"
 #include "server/openapi.h"
@@ -25,6 +26,12 @@ HttpResponse json_response(int status, const json& body) {
 }
 
 HttpResponse error_response(const ApiError& e) { return json_response(e.status(), e.to_json()); }
+
+// An error in the shape of the API the path belongs to.
+HttpResponse error_response(const std::string& path, const ApiError& e) {
+  if (is_messages_path(path)) return json_response(e.status(), anthropic_error_json(e));
+  return error_response(e);
+}
 
 // Routes whose answers are cheap enough to make on the connection's own thread.
 bool is_light(const std::string& method) { return method == "GET" || method == "HEAD"; }
@@ -112,6 +119,10 @@ bool HttpServer::needs_key(const std::string& path) const {
 
 bool HttpServer::authorized(const HttpRequest& req) const {
   if (options_.api_key.empty()) return true;
+  // Anthropic's clients send the key as x-api-key.
+  if (const std::string key = req.header("x-api-key"); !key.empty()) {
+    return constant_time_equal(key, options_.api_key);
+  }
   const std::string header = req.header("Authorization");
   const std::string prefix = "Bearer ";
   if (header.rfind(prefix, 0) != 0) return false;
@@ -144,8 +155,9 @@ json HttpServer::stats_json() const {
 void HttpServer::log_access(const AccessRecord& r) {
   // Known routes only, so random paths cannot grow the metric's label set without bound.
   static const std::set<std::string> routes = {
-      "/v1/completions", "/v1/chat/completions", "/v1/models", "/health",      "/metrics", "/stats",
-      "/tokenize",       "/detokenize",          "/",          "/openapi.json"};
+      "/v1/completions", "/v1/chat/completions", "/v1/models",   "/health",
+      "/metrics",        "/stats",               "/tokenize",    "/detokenize",
+      "/",               "/openapi.json",        "/v1/messages", "/v1/messages/count_tokens"};
   metrics_.count_request(routes.count(r.path) ? r.path : "other", r.status);
   if (options_.log_format == LogFormat::kNone || is_poll(r)) return;
   json note = r.note.empty() ? json::object() : json::parse(r.note, nullptr, false);
@@ -185,8 +197,9 @@ void HttpServer::handle(HttpRequest req, std::shared_ptr<Exchange> ex) {
     ex = with_cors(std::move(ex), origin);
   }
   if (needs_key(req.path) && !authorized(req)) {
-    ex->respond(error_response(ApiError(401, "invalid_request_error",
-                                        "Incorrect or missing API key", "", "invalid_api_key")));
+    ex->respond(error_response(req.path, ApiError(401, "invalid_request_error",
+                                                  "Incorrect or missing API key", "",
+                                                  "invalid_api_key")));
     return;
   }
   // A browser (it sends Origin) can post text/plain to any site without asking first; only
@@ -194,7 +207,7 @@ void HttpServer::handle(HttpRequest req, std::shared_ptr<Exchange> ex) {
   if (req.method == "POST" && !req.header("Origin").empty() &&
       !is_json_content_type(req.header("Content-Type"))) {
     ex->respond(error_response(
-        ApiError(415, "invalid_request_error",
+        req.path, ApiError(415, "invalid_request_error",
                  "a request from a web page must have Content-Type: application/json", "",
                  "unsupported_media_type")));
     return;
@@ -203,9 +216,9 @@ void HttpServer::handle(HttpRequest req, std::shared_ptr<Exchange> ex) {
     try {
       route(r, e);
     } catch (const ApiError& err) {
-      e->respond(error_response(err));
+      e->respond(error_response(r.path, err));
     } catch (const std::exception& err) {
-      e->respond(error_response(ApiError(500, "server_error", err.what())));
+      e->respond(error_response(r.path, ApiError(500, "server_error", err.what())));
     }
   };
   if (is_light(req.method)) {
@@ -220,6 +233,11 @@ void HttpServer::route(const HttpRequest& req, const std::shared_ptr<Exchange>& 
   if (req.method == "POST") {
     if (p == "/v1/completions") return start_generation(req, ex, Endpoint::kCompletions);
     if (p == "/v1/chat/completions") return start_generation(req, ex, Endpoint::kChat);
+    if (p == "/v1/messages") return start_generation(req, ex, Endpoint::kMessages);
+    if (p == "/v1/messages/count_tokens") {
+      const ApiRequest r = parse_messages_request(req.body, model_, options_.limits, true);
+      return ex->respond(json_response(200, {{"input_tokens", r.prompts.at(0).size()}}));
+    }
     if (p == "/tokenize") return ex->respond(tokenize(req));
     if (p == "/detokenize") return ex->respond(detokenize(req));
   } else if (req.method == "GET" || req.method == "HEAD") {
@@ -248,14 +266,15 @@ void HttpServer::route(const HttpRequest& req, const std::shared_ptr<Exchange>& 
     if (p == "/")
       return ex->respond({200, "text/html; charset=utf-8", std::string(web_page_html()), {}});
   }
-  static const std::set<std::string> post_routes = {"/v1/completions", "/v1/chat/completions",
-                                                    "/tokenize", "/detokenize"};
+  static const std::set<std::string> post_routes = {
+      "/v1/completions", "/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens",
+      "/tokenize",       "/detokenize"};
   static const std::set<std::string> get_routes = {"/v1/models", "/health", "/metrics", "/stats",
                                                    "/openapi.json", "/"};
   const bool is_post_route = post_routes.count(p) > 0;
   if (is_post_route || get_routes.count(p) || p.rfind("/v1/models/", 0) == 0) {
     const std::string allow = is_post_route ? "POST" : "GET, HEAD";
-    HttpResponse r = error_response(ApiError(405, "invalid_request_error",
+    HttpResponse r = error_response(p, ApiError(405, "invalid_request_error",
                                              req.method + " is not allowed on " + p + "; use " + allow,
                                              "", "method_not_allowed"));
     r.headers.emplace_back("Allow", allow);

@@ -59,7 +59,8 @@ struct RequestLimits {
   int32_t max_json_depth = 64;  // nesting of arrays and objects in a request body
 };
 
-enum class Endpoint { kCompletions, kChat };
+// kMessages: Anthropic's Messages API, parsed as a chat (anthropic_messages.h).
+enum class Endpoint { kCompletions, kChat, kMessages };
 
 struct ApiRequest {
   Endpoint endpoint = Endpoint::kCompletions;

@@ -10,7 +10,7 @@ namespace {
 constexpr const char* kSpec = R"json({
   "openapi": "3.0.3",
   "info": {"title": "pagoda serve", "version": "1",
-           "description": "OpenAI-compatible completions and chat completions, tokenization, metrics. See docs/SERVER.md."},
+           "description": "OpenAI-compatible completions and chat completions, Anthropic's Messages API, tokenization, metrics. See docs/SERVER.md."},
   "paths": {
     "/v1/completions": {"post": {
       "operationId": "createCompletion",
@@ -32,6 +32,24 @@ constexpr const char* kSpec = R"json({
         "400": {"$ref": "#/components/responses/Error"}, "401": {"$ref": "#/components/responses/Error"},
         "404": {"$ref": "#/components/responses/Error"}, "413": {"$ref": "#/components/responses/Error"},
         "503": {"$ref": "#/components/responses/Error"}}}},
+    "/v1/messages": {"post": {
+      "operationId": "createMessage",
+      "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/MessagesRequest"}}}},
+      "responses": {
+        "200": {"description": "a Message (Anthropic's Messages API), or a stream of events when stream is true",
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Message"}},
+                            "text/event-stream": {"schema": {"type": "object", "properties": {"data": {"type": "string"}}}}}},
+        "400": {"$ref": "#/components/responses/AnthropicError"}, "401": {"$ref": "#/components/responses/AnthropicError"},
+        "404": {"$ref": "#/components/responses/AnthropicError"}, "413": {"$ref": "#/components/responses/Error"},
+        "503": {"$ref": "#/components/responses/AnthropicError"}}}},
+    "/v1/messages/count_tokens": {"post": {
+      "operationId": "countMessageTokens",
+      "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/CountTokensRequest"}}}},
+      "responses": {
+        "200": {"description": "the prompt's tokens", "content": {"application/json": {"schema": {"type": "object",
+          "required": ["input_tokens"], "properties": {"input_tokens": {"type": "integer"}}}}}},
+        "400": {"$ref": "#/components/responses/AnthropicError"}, "401": {"$ref": "#/components/responses/AnthropicError"},
+        "404": {"$ref": "#/components/responses/AnthropicError"}, "413": {"$ref": "#/components/responses/Error"}}}},
     "/v1/models": {"get": {"operationId": "listModels", "responses": {
         "200": {"description": "the served model",
                 "content": {"application/json": {"schema": {"type": "object", "required": ["object", "data"],
@@ -83,9 +101,43 @@ constexpr const char* kSpec = R"json({
   "components": {
     "responses": {
       "Error": {"description": "an error in the OpenAI shape",
-                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
+      "AnthropicError": {"description": "an error in Anthropic's shape",
+                "content": {"application/json": {"schema": {"type": "object", "required": ["type", "error"],
+                  "properties": {"type": {"type": "string", "enum": ["error"]},
+                                 "error": {"type": "object", "required": ["type", "message"],
+                                           "properties": {"type": {"type": "string"}, "message": {"type": "string"}}}}}}}}
     },
     "schemas": {
+      "TextBlocks": {"type": "array", "items": {"type": "object", "required": ["type", "text"],
+        "properties": {"type": {"type": "string", "enum": ["text"]}, "text": {"type": "string"}}}},
+      "AnthropicMessages": {"type": "array", "minItems": 1, "items": {"type": "object", "required": ["role", "content"],
+        "properties": {"role": {"type": "string", "enum": ["user", "assistant"]},
+                       "content": {"oneOf": [{"type": "string"}, {"$ref": "#/components/schemas/TextBlocks"}]}}}},
+      "CountTokensRequest": {"type": "object", "required": ["messages"], "properties": {
+        "model": {"type": "string", "nullable": true},
+        "messages": {"$ref": "#/components/schemas/AnthropicMessages"},
+        "system": {"nullable": true, "oneOf": [{"type": "string"}, {"$ref": "#/components/schemas/TextBlocks"}]},
+        "tools": {"type": "array", "nullable": true, "items": {"type": "object"}},
+        "tool_choice": {"type": "object", "nullable": true}}},
+      "MessagesRequest": {"allOf": [{"$ref": "#/components/schemas/CountTokensRequest"}, {"type": "object", "required": ["max_tokens"],
+        "properties": {
+          "max_tokens": {"type": "integer", "minimum": 1, "maximum": 8192},
+          "temperature": {"type": "number", "minimum": 0, "maximum": 1, "nullable": true},
+          "top_p": {"type": "number", "exclusiveMinimum": true, "minimum": 0, "maximum": 1, "nullable": true},
+          "top_k": {"type": "integer", "minimum": -1, "nullable": true},
+          "stop_sequences": {"type": "array", "nullable": true, "maxItems": 16, "items": {"type": "string", "minLength": 1}},
+          "stream": {"type": "boolean", "nullable": true},
+          "metadata": {"type": "object", "nullable": true, "properties": {"user_id": {"type": "string", "nullable": true}}},
+          "service_tier": {"type": "string", "nullable": true, "enum": ["auto", "standard_only"]}}}]},
+      "Message": {"type": "object", "required": ["id", "type", "role", "model", "content", "stop_reason", "stop_sequence", "usage"],
+        "properties": {"id": {"type": "string"}, "type": {"type": "string", "enum": ["message"]},
+                       "role": {"type": "string", "enum": ["assistant"]}, "model": {"type": "string"},
+                       "content": {"type": "array", "items": {"type": "object", "required": ["type"]}},
+                       "stop_reason": {"type": "string", "enum": ["end_turn", "max_tokens", "stop_sequence", "tool_use"]},
+                       "stop_sequence": {"type": "string", "nullable": true},
+                       "usage": {"type": "object", "required": ["input_tokens", "output_tokens"],
+                                 "properties": {"input_tokens": {"type": "integer"}, "output_tokens": {"type": "integer"}}}}},
       "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "object",
         "required": ["message", "type", "param", "code"],
         "properties": {"message": {"type": "string"}, "type": {"type": "string"},
@@ -182,6 +234,10 @@ std::string openapi_json(const RequestLimits& limits, const ModelContext& model)
     s["CompletionRequest"]["allOf"][1]["properties"]["prompt"]["oneOf"][i]["maxItems"] = limits.max_prompts;
   }
   s["Sampling"]["properties"]["model"]["enum"] = json::array({model.name});
+  // Null is "not given" (OpenAPI 3.0 wants it in the enum of a nullable field).
+  s["CountTokensRequest"]["properties"]["model"]["enum"] = json::array({model.name, nullptr});
+  s["MessagesRequest"]["allOf"][1]["properties"]["max_tokens"]["maximum"] = limits.max_tokens;
+  s["MessagesRequest"]["allOf"][1]["properties"]["stop_sequences"]["maxItems"] = limits.max_stop;
   spec["paths"]["/detokenize"]["post"]["requestBody"]["content"]["application/json"]["schema"]
       ["properties"]["tokens"]["items"]["maximum"] = model.vocab_size - 1;
   return spec.dump(1);

@@ -25,9 +25,15 @@ TextOutput::TextOutput(const Tokenizer& tokenizer, std::vector<std::string> stop
   decoder_.continue_after(prompt);
 }
 
-size_t TextOutput::find_stop(const std::string& text) const {
+size_t TextOutput::find_stop(const std::string& text) {
   size_t first = std::string::npos;
-  for (const std::string& s : stop_) first = std::min(first, text.find(s));
+  for (const std::string& s : stop_) {
+    const size_t at = text.find(s);
+    if (at < first) {
+      first = at;
+      matched_ = s;
+    }
+  }
   return first;
 }
 

@@ -28,16 +28,19 @@ class TextOutput {
 
   bool stopped() const { return stopped_; }
   const std::string& text() const { return sent_; }  // everything returned so far
+  // The stop string that ended the output (empty when none did).
+  const std::string& matched_stop() const { return matched_; }
 
  private:
   std::string release(std::string text);
-  // Where the earliest stop string starts in `text`, or npos.
-  size_t find_stop(const std::string& text) const;
+  // Where the earliest stop string starts in `text`, or npos; records which one in matched_.
+  size_t find_stop(const std::string& text);
 
   StreamDecoder decoder_;
   std::vector<std::string> stop_;
   std::string held_;  // decoded, not yet sent: could begin a stop string
   std::string sent_;
+  std::string matched_;
   bool stopped_ = false;
 };
 

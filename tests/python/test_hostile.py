@@ -139,6 +139,10 @@ def test_deep_nesting_is_a_400_anywhere(server):
             '{"messages":[{"role":"user","content":%s}]}' % deep(n),
         ],
         "/tokenize": ['{"prompt":"hi","x":%s}' % deep(n)],
+        "/v1/messages": [
+            '{"max_tokens":4,"messages":[{"role":"user","content":%s}]}' % deep(n),
+            '{"max_tokens":4,"messages":[{"role":"user","content":"hi"}],"tools":%s}' % deep(n),
+        ],
         "/v1/completions": ['{"prompt":%s}' % deep(n), '{"prompt":"hi","stop":%s}' % ("{\"a\":" * n + "1" + "}" * n)],
     }
     for path, items in bodies.items():
@@ -393,6 +397,35 @@ def test_streams_cut_by_the_shutdown_end_with_abort(pagoda_bin):
         assert events[-1] == "[DONE]"
         finishes = [json.loads(e)["choices"][0]["finish_reason"] for e in events[:-1]]
         assert finishes[-1] == "abort" and all(f is None for f in finishes[:-1])
+    finally:
+        s.stop()
+
+
+def test_a_messages_stream_cut_by_the_shutdown_ends_with_an_error_event(pagoda_bin):
+    s = Server(pagoda_bin, need(SMOLLM), "-t", "2", "--kv-tokens", "8192",
+               "--shutdown-timeout", 1)
+    try:
+        body = json.dumps({"max_tokens": 4000, "stream": True,
+                           "messages": [{"role": "user", "content": "Tell a long story."}]}).encode()
+        sock = socket.create_connection(("127.0.0.1", port_of(s)), timeout=60)
+        sock.sendall(request_bytes("POST", "/v1/messages", body))
+        got = b""
+        while got.count(b"content_block_delta") < 3:
+            got += sock.recv(65536)
+        s.proc.send_signal(signal.SIGTERM)
+        while not got.endswith(b"0\r\n\r\n"):
+            more = sock.recv(65536)
+            if not more:
+                break
+            got += more
+        sock.close()
+        assert s.proc.wait(60) == 0
+        events = [line[7:] for line in got.decode(errors="replace").split("\n")
+                  if line.startswith("event: ")]
+        # Anthropic has no stop reason for a cut-off message: it ends with an error event.
+        assert events[0] == "message_start" and events[-1] == "error", events[-3:]
+        assert "message_stop" not in events
+        assert b"overloaded_error" in got
     finally:
         s.stop()
 

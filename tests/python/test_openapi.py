@@ -38,7 +38,10 @@ def test_the_description_is_served_and_names_this_servers_limits(pagoda_bin):
         assert sampling["max_tokens"]["maximum"] == 8 and sampling["n"]["maximum"] == 2
         assert sampling["model"]["enum"] == ["smol"]
         assert set(spec["paths"]) >= {"/v1/completions", "/v1/chat/completions", "/tokenize",
-                                      "/detokenize", "/v1/models", "/health", "/metrics"}
+                                      "/detokenize", "/v1/models", "/health", "/metrics",
+                                      "/v1/messages", "/v1/messages/count_tokens"}
+        messages = spec["components"]["schemas"]["MessagesRequest"]["allOf"][1]["properties"]
+        assert messages["max_tokens"]["maximum"] == 8
     finally:
         s.stop()
 

@@ -49,25 +49,32 @@ void compile(const std::string& kind, const std::string& source, GrammarBudget& 
   (void)initial_state(g, &budget);
 }
 
+// "prefix" followed by i, built in place (GCC 12 misreads literal + to_string as overlapping).
+std::string numbered(const char* prefix, int i) {
+  std::string s(prefix);
+  s += std::to_string(i);
+  return s;
+}
+
 std::string anyof_ref_chain(int levels) {
   json defs = json::object();
   for (int i = 0; i < levels; ++i) {
-    const json ref = {{"$ref", "#/$defs/d" + std::to_string(i + 1)}};
-    defs["d" + std::to_string(i)] = {{"anyOf", json::array({ref, ref})}};
+    const json ref = {{"$ref", numbered("#/$defs/d", i + 1)}};
+    defs[numbered("d", i)] = {{"anyOf", json::array({ref, ref})}};
   }
-  defs["d" + std::to_string(levels)] = {{"type", "integer"}};
+  defs[numbered("d", levels)] = {{"type", "integer"}};
   return json{{"$defs", defs}, {"$ref", "#/$defs/d0"}}.dump();
 }
 
 std::string optional_properties(int n) {
   json props = json::object();
-  for (int i = 0; i < n; ++i) props["p" + std::to_string(i)] = {{"type", "integer"}};
+  for (int i = 0; i < n; ++i) props[numbered("p", i)] = {{"type", "integer"}};
   return json{{"type", "object"}, {"properties", props}}.dump();
 }
 
 std::string big_enum(int n) {
   json values = json::array();
-  for (int i = 0; i < n; ++i) values.push_back("value-" + std::to_string(i));
+  for (int i = 0; i < n; ++i) values.push_back(numbered("value-", i));
   return json{{"enum", values}}.dump();
 }
 
@@ -204,7 +211,7 @@ TEST(GrammarBudget, TheCacheStaysWithinItsBytes) {
   for (int i = 0; i < 12; ++i) {  // twelve distinct 5,000-value enums
     json values = json::array();
     for (int v = 0; v < 5000; ++v)
-      values.push_back("v" + std::to_string(i) + "-" + std::to_string(v));
+      values.push_back(numbered("v", i) + numbered("-", v));
     GrammarBudget budget;
     auto masks = cache.get(json_schema_to_gbnf(json{{"enum", values}}, &budget), budget);
     EXPECT_LE(masks->memory_bytes(), GrammarLimits{}.max_mask_bytes + (size_t{16} << 20));

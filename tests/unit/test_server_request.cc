@@ -66,6 +66,18 @@ TEST_F(ServerWithVocab, StopStringsAcrossTokensAreCutAndNeverSent) {
   EXPECT_EQ(stream("abc", {"c"}, &stopped), "ab");
 }
 
+TEST_F(ServerWithVocab, TheStopStringThatEndedTheOutputIsKnown) {
+  // The earliest match wins, whichever string is listed first.
+  TextOutput out(*tokenizer_, {"own f", "quick"});
+  for (TokenId id : tokenizer_->encode("The quick brown fox")) out.feed(id);
+  out.finish();
+  EXPECT_EQ(out.matched_stop(), "quick");
+  TextOutput none(*tokenizer_, {"cat"});
+  for (TokenId id : tokenizer_->encode("The quick brown fox")) none.feed(id);
+  none.finish();
+  EXPECT_EQ(none.matched_stop(), "");
+}
+
 TEST_F(ServerWithVocab, HeldTextIsReleasedWhenItStopsMatching) {
   TextOutput out(*tokenizer_, {"fox!"});
   std::string sent;
