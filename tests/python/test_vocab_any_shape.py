@@ -105,3 +105,26 @@ def test_run_refuses_in_one_line(pagoda_bin, vocab, tmp_path, arch, kv, why):
     assert r.returncode == 1
     assert why in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_gemma4_tokenizer_passes_llama_cpp_vectors(pagoda_bin, shared_dir):
+    """llama.cpp's Gemma 4 vectors (in ../shared) on its vocabulary file, which ../shared lacks:
+    looked for in $PAGODA_VOCAB_DIR, else models/vocab/ (llama-cpp-python 0.3.36's source
+    package ships it under vendor/llama.cpp/models/)."""
+    import os
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parents[2]
+    folder = pathlib.Path(os.environ.get("PAGODA_VOCAB_DIR", root / "models" / "vocab"))
+    path = folder / "ggml-vocab-gemma-4.gguf"
+    if not path.exists():
+        pytest.skip(f"*** {path} is absent: Gemma 4 tokenizer vectors SKIPPED ***")
+    vectors = shared_dir / "testdata" / "vocab" / "ggml-vocab-gemma-4.gguf"
+    texts = vectors.with_suffix(".gguf.inp").read_text(encoding="utf-8")
+    texts = texts.split("\n__ggml_vocab_test__\n")[:-1]
+    want = vectors.with_suffix(".gguf.out").read_text().split("\n")
+    assert len(texts) > 40
+    for text, ids in zip(texts, want):
+        r = subprocess.run([str(pagoda_bin), "tokenize", "-m", str(path), "--file", "/dev/stdin"],
+                           input=text.encode(), capture_output=True, timeout=60)
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.decode().split() == ids.split(), text
