@@ -9,6 +9,7 @@
 // positions, slot mappings, block tables) stay host arrays: a device backend copies them.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 #include <span>
@@ -49,6 +50,19 @@ struct RopeParams {
   bool split_half = false;      // pairs (i, i + d/2) as in GPT-NeoX / HF; else adjacent (2i, 2i+1)
   float position_scale = 1.0f;  // linear scaling: positions are multiplied by this
   const float* freq_factors = nullptr;  // [rotary_dim / 2] divisors (Llama 3 scaling), or null
+  // YaRN, as llama.cpp's ggml_rope_ext with ext_factor 1: pairs below yarn_low keep their
+  // frequency, pairs above yarn_high are interpolated by position_scale, a linear ramp between.
+  bool yarn = false;
+  float yarn_low = 0.0f, yarn_high = 0.0f;  // correction range, in pairs
+  float mscale = 1.0f;                      // cos and sin are multiplied by this (attention factor)
+
+  // What pair `i`'s angle (position * frequency) is multiplied by.
+  double angle_scale(int64_t i) const {
+    if (!yarn) return position_scale;
+    const double y = (static_cast<double>(i) - yarn_low) / std::max(0.001f, yarn_high - yarn_low);
+    const double keep = 1.0 - std::clamp(y, 0.0, 1.0);
+    return position_scale * (1.0 - keep) + keep;
+  }
 };
 
 // Where each token's K/V goes and what each sequence attends to. K/V storage is in blocks of

@@ -31,6 +31,16 @@ const char* kind_name(TokenizerKind kind) {
   return "?";
 }
 
+std::string rope_scaling_text(const ModelConfig& c) {
+  const std::string& type = c.rope_scaling_type;
+  if (type.empty() || type == "none") return "";
+  std::ostringstream out;
+  out << "  scaling " << type;
+  if (c.rope_scaling_factor > 0) out << " x" << c.rope_scaling_factor;
+  if (type == "yarn" || type == "llama3") out << " from context " << c.rope_original_context;
+  return out.str();
+}
+
 void print_config(const ModelConfig& c) {
   std::cout << "architecture:    " << (c.architecture.empty() ? "(none)" : c.architecture)
             << (c.name.empty() ? "" : "  (" + c.name + ")") << "\n";
@@ -42,10 +52,18 @@ void print_config(const ModelConfig& c) {
             << ", head size " << c.head_dim << ")\n"
             << "context length:  " << c.context_length << "\n"
             << "RoPE base:       " << c.rope_theta
-            << (c.rope_scaling_type.empty() ? "" : "  scaling " + c.rope_scaling_type) << "\n"
+            << rope_scaling_text(c) << "\n"
             << "RMSNorm eps:     " << c.rms_norm_eps << "\n";
   if (c.sliding_window) std::cout << "sliding window:  " << c.sliding_window << "\n";
   std::cout << "tied embeddings: " << (c.tie_embeddings ? "yes" : "no") << "\n";
+}
+
+// Hyper-parameters the file sets in a form pagoda cannot read: shown, whether or not the file
+// has weights that would need them.
+void print_unreadable(const ModelConfig& c) {
+  if (c.unreadable.empty()) return;
+  std::cout << "not read:        " << c.unreadable.size() << " hyper-parameters\n";
+  for (const std::string& line : c.unreadable) std::cout << "  - " << line << "\n";
 }
 
 void print_special(const Vocab& v, const char* label, TokenId id) {
@@ -138,6 +156,7 @@ Action add_inspect(CLI::App& app) {
     std::cout << "file:            " << *path << " (" << model->format() << ")\n";
     const ModelConfig& c = model->config();
     print_config(c);
+    print_unreadable(c);
     if (model->has_vocab()) print_vocab(model->vocab());
     print_tensors(model->tensors(), c);
     if (*show_metadata && model->gguf() != nullptr) print_metadata(*model->gguf());

@@ -48,6 +48,12 @@ Vocab vocab_from_gguf(const GgufFile& f) {
   } else if (v.model == "gpt2") {
     v.kind = TokenizerKind::kBpe;
     v.add_space_prefix = false;
+  } else if (v.model == "gemma4") {
+    // SentencePiece-style pieces ("▁" for spaces, <0xXX> byte tokens) merged by rank, with no
+    // space prefix; llama.cpp always adds BOS for it.
+    v.kind = TokenizerKind::kSpm;
+    v.add_space_prefix = false;
+    v.add_bos = true;
   } else if (v.model == "bert") {
     v.kind = TokenizerKind::kWordPiece;
     v.add_space_prefix = false;
@@ -57,8 +63,8 @@ Vocab vocab_from_gguf(const GgufFile& f) {
     v.add_eos = true;
   } else {
     fail(f.name(), ": tokenizer model '", v.model,
-         "' is not supported (supported: llama (SentencePiece BPE), gpt2 (byte-level BPE), bert "
-         "(WordPiece))");
+         "' is not supported (supported: llama (SentencePiece BPE), gemma4 (SentencePiece-style BPE "
+         "by merge rank), gpt2 (byte-level BPE), bert (WordPiece))");
   }
   // Byte-level BPE needs its merges. A "llama" vocabulary may carry them too (pagoda convert
   // writes them from a tokenizer.json beside the scores): its ranks then order the merges exactly
@@ -84,6 +90,7 @@ Vocab vocab_from_gguf(const GgufFile& f) {
   v.cls = optional_id(f, "tokenizer.ggml.cls_token_id", cls);
   v.mask = optional_id(f, "tokenizer.ggml.mask_token_id", kNoToken);
   v.add_bos = f.try_bool("tokenizer.ggml.add_bos_token").value_or(v.add_bos);
+  if (v.model == "gemma4") v.add_bos = true;  // llama.cpp overrides a file's false
   v.add_eos = f.try_bool("tokenizer.ggml.add_eos_token").value_or(v.add_eos);
   v.add_space_prefix = f.try_bool("tokenizer.ggml.add_space_prefix").value_or(v.add_space_prefix);
   v.chat_template = f.try_string("tokenizer.chat_template").value_or("");

@@ -9,7 +9,9 @@ void ModelConfig::validate(const std::string& source) const {
   auto need = [&](uint64_t value, const char* what) {
     if (value == 0) fail(source, ": the model does not set ", what);
   };
+  if (!unreadable.empty()) fail(source, ": ", unreadable.front());
   need(architecture.size(), "its architecture");
+  if (std::string rope = rope_scaling_problem(*this); !rope.empty()) fail(source, ": ", rope);
   need(num_layers, "the layer count");
   need(hidden_size, "the hidden size");
   need(num_heads, "the attention head count");
@@ -24,21 +26,104 @@ void ModelConfig::validate(const std::string& source) const {
   }
 }
 
+std::string rope_scaling_problem(const ModelConfig& c) {
+  const std::string& type = c.rope_scaling_type;
+  if (type.empty() || type == "none" || type == "linear" || type == "yarn" || type == "llama3") {
+    return "";
+  }
+  return str_cat("RoPE scaling '", type,
+                 "' is not supported (pagoda computes linear, llama3 and yarn)");
+}
+
+namespace {
+
+// Reads the "<arch>.*" hyper-parameters without ever throwing: a key of an unexpected type or
+// value is noted in ModelConfig::unreadable (the weights' loader refuses it; `inspect` and the
+// tokenizer commands do not need it) and the field stays at its default.
+class GgufConfigReader {
+ public:
+  GgufConfigReader(const GgufFile& f, ModelConfig& c) : f_(f), c_(c) {}
+
+  // A per-layer array (Gemma 4 writes head_count_kv so) is accepted when every layer has the
+  // same value; `per_layer` (when given) keeps the array either way.
+  uint32_t u32(const std::string& key, std::vector<uint32_t>* per_layer = nullptr) {
+    const GgufValue* v = f_.find(key);
+    if (v != nullptr && v->type == GgufType::kArray) return u32_array(key, per_layer);
+    auto value = guard([&] { return f_.try_u64(key); });
+    if (value && *value > UINT32_MAX) {
+      note(str_cat("metadata key '", key, "' value ", *value, " is too large"));
+      return 0;
+    }
+    return value ? static_cast<uint32_t>(*value) : 0;
+  }
+  float f32(const std::string& key, float fallback) {
+    auto v = guard([&] { return f_.try_f64(key); });
+    return v ? static_cast<float>(*v) : fallback;
+  }
+  std::string str(const std::string& key) {
+    return guard([&] { return f_.try_string(key); }).value_or("");
+  }
+  bool flag(const std::string& key, bool fallback) {
+    return guard([&] { return f_.try_bool(key); }).value_or(fallback);
+  }
+
+ private:
+  template <class Read>
+  auto guard(Read read) -> decltype(read()) {
+    try {
+      return read();
+    } catch (const Error& e) {
+      note(e.what());
+      return std::nullopt;
+    }
+  }
+  uint32_t u32_array(const std::string& key, std::vector<uint32_t>* per_layer) {
+    std::vector<int64_t> values;
+    try {
+      values = f_.get_int_array(key);
+    } catch (const Error& e) {
+      note(e.what());
+      return 0;
+    }
+    std::vector<uint32_t> out;
+    for (int64_t v : values) {
+      if (v < 0 || v > int64_t{UINT32_MAX}) {
+        note(str_cat("metadata key '", key, "' holds the value ", v, ", out of range"));
+        return 0;
+      }
+      out.push_back(static_cast<uint32_t>(v));
+    }
+    if (per_layer != nullptr) *per_layer = out;
+    if (out.empty()) return 0;
+    for (uint32_t v : out) {
+      if (v != out.front()) {
+        note(str_cat("metadata key '", key, "' gives each layer its own value (", v, " and ",
+                     out.front(), "); pagoda's forward pass needs one value for every layer"));
+        break;
+      }
+    }
+    return out.front();
+  }
+  void note(std::string message) { c_.unreadable.push_back(std::move(message)); }
+
+  const GgufFile& f_;
+  ModelConfig& c_;
+};
+
+}  // namespace
+
 ModelConfig config_from_gguf(const GgufFile& f) {
   ModelConfig c;
-  c.architecture = f.get_string("general.architecture");
-  c.name = f.try_string("general.name").value_or("");
+  GgufConfigReader r(f, c);
+  c.architecture = r.str("general.architecture");
+  c.name = r.str("general.name");
   const std::string a = c.architecture + ".";
-  auto u32 = [&](const std::string& key) -> uint32_t {
-    auto v = f.try_u64(key);
-    if (v && *v > UINT32_MAX) fail(f.name(), ": metadata key '", key, "' value ", *v, " is too large");
-    return v ? static_cast<uint32_t>(*v) : 0;
-  };
+  auto u32 = [&](const std::string& key) { return r.u32(key); };
   c.num_layers = u32(a + "block_count");
   c.hidden_size = u32(a + "embedding_length");
   c.intermediate_size = u32(a + "feed_forward_length");
   c.num_heads = u32(a + "attention.head_count");
-  c.num_kv_heads = u32(a + "attention.head_count_kv");
+  c.num_kv_heads = r.u32(a + "attention.head_count_kv", &c.num_kv_heads_per_layer);
   if (c.num_kv_heads == 0) c.num_kv_heads = c.num_heads;  // absent means plain multi-head
   c.head_dim = u32(a + "attention.key_length");
   if (c.head_dim == 0 && c.num_heads != 0) c.head_dim = c.hidden_size / c.num_heads;
@@ -48,18 +133,25 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   if (c.vocab_size == 0 && f.has("tokenizer.ggml.tokens")) {
     c.vocab_size = static_cast<uint32_t>(f.find("tokenizer.ggml.tokens")->array.size());
   }
-  c.rms_norm_eps = static_cast<float>(
-      f.try_f64(a + "attention.layer_norm_rms_epsilon").value_or(c.rms_norm_eps));
-  c.rope_theta = static_cast<float>(f.try_f64(a + "rope.freq_base").value_or(c.rope_theta));
-  c.rope_scaling_type = f.try_string(a + "rope.scaling.type").value_or("");
-  c.rope_scaling_factor = static_cast<float>(f.try_f64(a + "rope.scaling.factor").value_or(0.0));
+  c.rms_norm_eps = r.f32(a + "attention.layer_norm_rms_epsilon", c.rms_norm_eps);
+  c.rope_theta = r.f32(a + "rope.freq_base", c.rope_theta);
+  c.rope_scaling_type = r.str(a + "rope.scaling.type");
+  c.rope_scaling_factor = r.f32(a + "rope.scaling.factor", 0.0f);
+  // llama.cpp's reading: a factor without a type is linear scaling.
+  if (c.rope_scaling_type.empty() && c.rope_scaling_factor > 0) c.rope_scaling_type = "linear";
+  c.rope_attn_factor = r.f32(a + "rope.scaling.attn_factor", c.rope_attn_factor);
+  c.rope_original_context = r.u32(a + "rope.scaling.original_context_length");
+  if (c.rope_original_context == 0) c.rope_original_context = c.context_length;
+  c.rope_yarn_beta_fast = r.f32(a + "rope.scaling.yarn_beta_fast", c.rope_yarn_beta_fast);
+  c.rope_yarn_beta_slow = r.f32(a + "rope.scaling.yarn_beta_slow", c.rope_yarn_beta_slow);
+  c.rope_yarn_attn_factor = r.f32(a + "rope.scaling.yarn_attn_factor", 0.0f);
   c.sliding_window = u32(a + "attention.sliding_window");
   c.tie_embeddings = !f.tensors().empty() && f.find_tensor("output.weight") == nullptr;
   c.num_experts = u32(a + "expert_count");
   c.num_experts_used = u32(a + "expert_used_count");
   c.expert_intermediate = u32(a + "expert_feed_forward_length");
   c.expert_gating_sigmoid = u32(a + "expert_gating_func") == 2;  // llama.cpp: 1 softmax, 2 sigmoid
-  if (auto norm = f.try_bool(a + "expert_weights_norm")) c.expert_weights_norm = *norm;
+  c.expert_weights_norm = r.flag(a + "expert_weights_norm", c.expert_weights_norm);
   return c;
 }
 

@@ -18,6 +18,7 @@ struct ModelConfig {
   uint32_t intermediate_size = 0;
   uint32_t num_heads = 0;
   uint32_t num_kv_heads = 0;
+  std::vector<uint32_t> num_kv_heads_per_layer;  // when the file gives one per layer
   uint32_t head_dim = 0;        // key/value head size (hidden_size / num_heads unless set)
   uint32_t rotary_dim = 0;      // leading head dimensions RoPE rotates (0: all of head_dim)
   uint32_t vocab_size = 0;
@@ -25,11 +26,20 @@ struct ModelConfig {
   float rms_norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
   float rope_scaling_factor = 0.0f;  // 0: none
-  std::string rope_scaling_type;     // "", "linear", "yarn", "llama3"
+  // "", "none", "linear", "yarn", "llama3" are computed; rope_scaling_problem() refuses others.
+  std::string rope_scaling_type;
   // Llama 3 scaling (HF rope_scaling; GGUF files carry the result as rope_freqs.weight instead).
   float rope_low_freq_factor = 1.0f;
   float rope_high_freq_factor = 4.0f;
-  uint32_t rope_original_context = 8192;
+  uint32_t rope_original_context = 8192;  // Llama 3 and YaRN: the context before scaling
+  // YaRN: rotation counts bounding the correction range (llama.cpp's and HF's defaults).
+  float rope_yarn_beta_fast = 32.0f;
+  float rope_yarn_beta_slow = 1.0f;
+  // YaRN's attention factor (HF attention_factor, GGUF rope.scaling.yarn_attn_factor); 0: the
+  // default 0.1 * ln(factor) + 1.
+  float rope_yarn_attn_factor = 0.0f;
+  // Multiplies cos and sin of every rotation (GGUF rope.scaling.attn_factor), YaRN or not.
+  float rope_attn_factor = 1.0f;
   uint32_t sliding_window = 0;       // 0: every layer attends globally
   bool tie_embeddings = false;
   // Mixture of experts: 0 experts is a dense feed-forward block.
@@ -41,6 +51,10 @@ struct ModelConfig {
 
   uint32_t expert_ffn_size() const { return expert_intermediate ? expert_intermediate : intermediate_size; }
 
+  // Hyper-parameters the file sets in a form pagoda cannot use, one line each ("metadata key
+  // ... "). The tokenizer and `inspect` do not need them; validate() refuses the first.
+  std::vector<std::string> unreadable;
+
   // K and V for one token across all layers, in bytes, at `bytes_per_element` (2 for F16).
   // Counts KV heads, so grouped-query attention is counted right.
   uint64_t kv_bytes_per_token(uint32_t bytes_per_element) const {
@@ -49,6 +63,9 @@ struct ModelConfig {
   // Throws Error naming `source` and the first missing or inconsistent field.
   void validate(const std::string& source) const;
 };
+
+// One line saying why pagoda cannot compute the model's RoPE scaling, or "" when it can.
+std::string rope_scaling_problem(const ModelConfig& c);
 
 ModelConfig config_from_gguf(const GgufFile& file);
 // Parses a Hugging Face config.json text; `source` names it in errors.

@@ -1,5 +1,6 @@
 // ModelConfig from a Hugging Face config.json.
 #include <nlohmann/json.hpp>
+#include <cmath>
 #include <optional>
 
 #include "core/error.h"
@@ -69,8 +70,10 @@ class Reader {
     return Reader(*v, path(key) + ".", *source_);
   }
 
- private:
   std::string path(const char* key) const { return prefix_ + key; }
+  const std::string& source() const { return *source_; }
+
+ private:
   [[noreturn]] void wrong(const char* key, const json& v, const char* want) const {
     fail(*source_, ": key '", path(key), "' is ", json_kind(v), ", expected ", want);
   }
@@ -79,6 +82,29 @@ class Reader {
   std::string prefix_;
   const std::string* source_;
 };
+
+// transformers' get_mscale: the attention factor of YaRN scaling by `factor`.
+double yarn_mscale(double factor, double mscale) {
+  return factor <= 1 ? 1.0 : 0.1 * mscale * std::log(factor) + 1.0;
+}
+
+// YaRN's keys of rope_scaling, as transformers' _compute_yarn_parameters reads them.
+void read_yarn(const Reader& rs, ModelConfig& c) {
+  if (auto v = rs.number("beta_fast")) c.rope_yarn_beta_fast = static_cast<float>(*v);
+  if (auto v = rs.number("beta_slow")) c.rope_yarn_beta_slow = static_cast<float>(*v);
+  if (!rs.boolean("truncate").value_or(true)) {
+    fail(rs.source(), ": key '", rs.path("truncate"), "' is false: pagoda's YaRN rounds the correction range as "
+         "llama.cpp does");
+  }
+  const double factor = c.rope_scaling_factor;
+  auto mscale = rs.number("mscale"), mscale_all_dim = rs.number("mscale_all_dim");
+  if (auto v = rs.number("attention_factor")) {
+    c.rope_yarn_attn_factor = static_cast<float>(*v);
+  } else if (mscale && mscale_all_dim && *mscale != 0 && *mscale_all_dim != 0) {
+    c.rope_yarn_attn_factor =
+        static_cast<float>(yarn_mscale(factor, *mscale) / yarn_mscale(factor, *mscale_all_dim));
+  }
+}
 
 void read_rope_scaling(const Reader& r, ModelConfig& c) {
   // Newer transformers write rope_parameters (theta inside); older ones rope_scaling.
@@ -97,7 +123,10 @@ void read_rope_scaling(const Reader& r, ModelConfig& c) {
     if (auto v = rs->number("high_freq_factor")) c.rope_high_freq_factor = static_cast<float>(*v);
     if (auto v = rs->number("original_max_position_embeddings")) {
       c.rope_original_context = static_cast<uint32_t>(*v);
+    } else if (type == "yarn" && c.context_length != 0) {
+      c.rope_original_context = c.context_length;
     }
+    if (type == "yarn") read_yarn(*rs, c);
   }
 }
 

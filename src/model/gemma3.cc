@@ -79,12 +79,12 @@ Gemma3Model::Gemma3Model(const ModelFile& file) {
   rope_global_.rotary_dim = static_cast<int32_t>(c.head_dim);
   rope_global_.theta = c.rope_theta;
   rope_global_.split_half = true;
-  if (c.rope_scaling_type == "linear" && c.rope_scaling_factor > 0) {
-    rope_global_.position_scale = 1.0f / c.rope_scaling_factor;  // global layers only
+  if (c.rope_scaling_type == "llama3") {
+    fail(file.path(), ": RoPE scaling 'llama3' is not supported for gemma3");
   }
   rope_local_ = rope_global_;
   rope_local_.theta = arch.local_rope_base;
-  rope_local_.position_scale = 1.0f;
+  apply_rope_scaling(c, rope_global_);  // global layers only
 }
 
 void Gemma3Model::forward_local(Backend& be, const ForwardBatch& batch, KvStorage& kv,

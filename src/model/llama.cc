@@ -154,9 +154,7 @@ LlamaModel::LlamaModel(const ModelFile& file, Communicator* tp) {
     fail(file.path(), ": LongRoPE scaling (rope_factors_long / rope_factors_short, the 128K "
          "Phi-3 models) is not supported yet");
   }
-  if (c.rope_scaling_type == "linear" && c.rope_scaling_factor > 0) {
-    rope_.position_scale = 1.0f / c.rope_scaling_factor;
-  }
+  apply_rope_scaling(c, rope_);
   // Llama 3 style scaling ships its per-frequency divisors as a tensor.
   if (w.has("rope_freqs.weight")) {
     rope_freq_factors_ = w.vector("rope_freqs.weight", rope_.rotary_dim / 2);

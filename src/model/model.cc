@@ -125,6 +125,29 @@ void Model::copy_kv_blocks(Backend& backend, KvStorage& kv, std::span<const Bloc
   pagoda::copy_kv_blocks(backend, kv, config_, copies);
 }
 
+void apply_rope_scaling(const ModelConfig& c, RopeParams& p) {
+  const std::string& type = c.rope_scaling_type;
+  const double factor = c.rope_scaling_factor;
+  p.mscale = c.rope_attn_factor;
+  if ((type == "linear" || type == "yarn") && factor > 0) {
+    p.position_scale = static_cast<float>(1.0 / factor);
+  }
+  if (type != "yarn") return;
+  // ggml_rope_yarn_corr_dims: the pair whose wavelength fits `beta` times in the original context.
+  const double pi = 3.14159265358979323846;
+  auto corr_dim = [&](double beta) {
+    return p.rotary_dim * std::log(c.rope_original_context / (beta * 2 * pi)) /
+           (2 * std::log(static_cast<double>(p.theta)));
+  };
+  p.yarn = true;
+  p.yarn_low = static_cast<float>(std::max(0.0, std::floor(corr_dim(c.rope_yarn_beta_fast))));
+  p.yarn_high = static_cast<float>(
+      std::min(static_cast<double>(p.rotary_dim - 1), std::ceil(corr_dim(c.rope_yarn_beta_slow))));
+  double attn = c.rope_yarn_attn_factor;
+  if (attn == 0) attn = factor > 1 ? 0.1 * std::log(factor) + 1.0 : 1.0;
+  p.mscale = static_cast<float>(p.mscale * attn);
+}
+
 std::vector<float> llama3_rope_freq_factors(const ModelConfig& c, int32_t rotary_dim) {
   const double pi = 3.14159265358979323846;
   const double old_context = c.rope_original_context;

@@ -130,6 +130,10 @@ std::unique_ptr<Model> load_llama(const ModelFile& file, Communicator* tp);
 // frequencies (wavelength < original context / high_freq_factor), `factor` for low ones
 // (wavelength > original context / low_freq_factor), and a smooth blend between.
 std::vector<float> llama3_rope_freq_factors(const ModelConfig& c, int32_t rotary_dim);
+// Linear and YaRN scaling and the attention factor of `c` set on `p` (whose rotary_dim and
+// theta are set), as llama.cpp computes them: positions scaled by 1 / factor, YaRN's correction
+// range from the original context and beta_fast / beta_slow, its mscale 0.1 * ln(factor) + 1.
+void apply_rope_scaling(const ModelConfig& c, RopeParams& p);
 std::unique_ptr<Model> load_gemma3(const ModelFile& file, Communicator* tp);
 
 }  // namespace pagoda

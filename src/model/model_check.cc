@@ -31,6 +31,7 @@ void check_config(const ModelConfig& c, std::vector<std::string>& out) {
   if (!(std::isfinite(c.rope_theta) && c.rope_theta > 0)) {
     out.push_back(str_cat("the RoPE base ", c.rope_theta, " is not a positive number"));
   }
+  if (std::string rope = rope_scaling_problem(c); !rope.empty()) out.push_back(rope);
   if (!(std::isfinite(c.rope_scaling_factor) && c.rope_scaling_factor >= 0)) {
     out.push_back(
         str_cat("the RoPE scaling factor ", c.rope_scaling_factor, " is not a number >= 0"));
@@ -97,6 +98,8 @@ std::vector<std::string> model_problems(const ModelFile& file) {
     if (c.num_layers == 0) out.push_back("the layer count is 0 or missing");
     check_config(c, out);
   }
+  // A file without weights is a tokenizer: its hyper-parameters are never used.
+  if (!file.tensors().empty()) out.insert(out.end(), c.unreadable.begin(), c.unreadable.end());
   check_overlaps(file.tensors(), out);
   check_vocab_rows(file, out);
   return out;

@@ -154,6 +154,9 @@ class SpmTokenizer : public Tokenizer {
   // point before a word's "▁", and words are merged one at a time: the same result, but small
   // heaps instead of one heap over the whole text.
   bool split_at_words_ = true;
+  // Gemma 4 (tokenizer model "gemma4", as llama.cpp reads it): runs of newlines and runs of other
+  // characters are merged apart, and a run of newlines that is a token is that token.
+  bool split_at_newlines_ = false;
   std::array<TokenId, 128> ascii_token_;  // the token of each ASCII character: saves a lookup
   std::array<TokenId, 256> byte_token_;
   std::vector<int16_t> token_byte_;  // [num_tokens] byte of a <0xXX> token, -1 for others
@@ -180,6 +183,7 @@ SpmTokenizer::SpmTokenizer(Vocab vocab) : Tokenizer(std::move(vocab)), index_(vo
   for (size_t c = 0; c < ascii_token_.size(); ++c) {
     ascii_token_[c] = index_.find(std::string(1, static_cast<char>(c)));
   }
+  split_at_newlines_ = vocab_.model == "gemma4";
   use_ranks_ = !vocab_.merges.empty();
   if (use_ranks_) {
     if (vocab_.merges.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
@@ -297,16 +301,29 @@ void SpmTokenizer::encode_text(std::string_view raw, bool after_special,
 
   Scratch s;
   bool prev_space = false;
+  bool prev_newline = false;
   // Characters are cut by their lead byte alone, as SentencePiece does, so that invalid UTF-8
   // splits the same way whether or not the text is cut into words.
   for (size_t pos = 0; pos < text.size();) {
     size_t n = std::min(utf8_len(static_cast<unsigned char>(text[pos])), text.size() - pos);
     bool space = text.compare(pos, n, kSpaceMark) == 0;
-    if (split_at_words_ && space && !prev_space && !s.symbols.empty()) {
+    const bool newline = text[pos] == '\n';
+    const bool run_starts = split_at_newlines_ && (pos == 0 || newline != prev_newline);
+    if (((split_at_words_ && space && !prev_space) || run_starts) && !s.symbols.empty()) {
       merge_and_emit(text, s, out);
       s.symbols.clear();
     }
     prev_space = space;
+    prev_newline = newline;
+    if (run_starts && newline) {
+      const size_t end = std::min(text.find_first_not_of('\n', pos), text.size());
+      if (TokenId id = index_.find(std::string_view(text).substr(pos, end - pos)); id != kNoToken) {
+        out.push_back(id);
+        s.prev_unk = false;
+        pos = end;
+        continue;
+      }
+    }
     Symbol sym;
     sym.start = static_cast<uint32_t>(pos);
     sym.len = static_cast<uint32_t>(n);

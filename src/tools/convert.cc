@@ -156,6 +156,32 @@ std::string folder_name(const std::string& path) {
   return p.filename().string();
 }
 
+// The rope.scaling.* keys, as llama.cpp's converter writes them (llama3's factors travel as the
+// rope_freqs tensor instead, added with the tensors).
+void write_rope_scaling(GgufWriter& w, const std::string& a, const ModelConfig& c,
+                        const std::string& source) {
+  const std::string& type = c.rope_scaling_type;
+  if (type.empty() || type == "none" || type == "llama3") return;
+  if (type != "linear" && type != "yarn") {
+    fail(source, ": RoPE scaling '", type, "' is not supported by convert yet");
+  }
+  w.add_string(a + "rope.scaling.type", type);
+  w.add_f32(a + "rope.scaling.factor", c.rope_scaling_factor);
+  if (c.rope_attn_factor != 1.0f) w.add_f32(a + "rope.scaling.attn_factor", c.rope_attn_factor);
+  if (type != "yarn") return;
+  w.add_u32(a + "rope.scaling.original_context_length", c.rope_original_context);
+  if (c.rope_yarn_attn_factor != 0.0f) {
+    w.add_f32(a + "rope.scaling.yarn_attn_factor", c.rope_yarn_attn_factor);
+  }
+  const ModelConfig defaults;
+  if (c.rope_yarn_beta_fast != defaults.rope_yarn_beta_fast) {
+    w.add_f32(a + "rope.scaling.yarn_beta_fast", c.rope_yarn_beta_fast);
+  }
+  if (c.rope_yarn_beta_slow != defaults.rope_yarn_beta_slow) {
+    w.add_f32(a + "rope.scaling.yarn_beta_slow", c.rope_yarn_beta_slow);
+  }
+}
+
 }  // namespace
 
 void write_gguf_hyper_parameters(const ModelConfig& c, GgufWriter& w, const std::string& source) {
@@ -176,13 +202,7 @@ void write_gguf_hyper_parameters(const ModelConfig& c, GgufWriter& w, const std:
   if (c.sliding_window && arch.uses_sliding_window) {
     w.add_u32(a + "attention.sliding_window", c.sliding_window);
   }
-  if (c.rope_scaling_type == "linear") {
-    w.add_string(a + "rope.scaling.type", "linear");
-    w.add_f32(a + "rope.scaling.factor", c.rope_scaling_factor);
-  } else if (!c.rope_scaling_type.empty() && c.rope_scaling_type != "llama3") {
-    // llama3's factors travel as the rope_freqs tensor instead (added with the tensors).
-    fail(source, ": RoPE scaling '", c.rope_scaling_type, "' is not supported by convert yet");
-  }
+  write_rope_scaling(w, a, c, source);
 }
 
 

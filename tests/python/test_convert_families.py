@@ -199,7 +199,8 @@ def gelu_tanh(x):
     return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
-def reference_logits(f, w, ids):
+def reference_logits(f, w, ids, rope_fn=rope):
+    """`rope_fn(x, base)` rotates q and k (plain RoPE unless a test scales it)."""
     w = {k: v.astype(np.float64) for k, v in w.items()}
     gemma = f["model_type"].startswith("gemma")
     off, eps, hd = (1.0 if gemma else 0.0), 1e-6, f["head_dim"]
@@ -223,7 +224,7 @@ def reference_logits(f, w, ids):
             k = rms_norm(k, w[p + "self_attn.k_norm.weight"], eps, off)
         sliding = gemma and (l + 1) % 6 != 0
         base = f["local_theta"] if sliding else f["theta"]
-        q, k = rope(q, base), rope(k, base)
+        q, k = rope_fn(q, base), rope_fn(k, base)
         i, j = np.arange(n)[:, None], np.arange(n)[None, :]
         allowed = j <= i
         if sliding:

@@ -132,6 +132,46 @@ TEST(HfConfig, Llama3RopeScalingGivesFrequencyDivisors) {
   }
 }
 
+// Qwen3's published YaRN rope_scaling; the correction range (23.6 -> 23, 39.7 -> 40 pairs) and
+// the attention factor 1 + 0.1 ln 4 computed by hand from transformers' _compute_yarn_parameters.
+TEST(HfConfig, YarnRopeScalingGivesCorrectionRangeAndAttentionFactor) {
+  const ModelConfig c = config_from_hf_json(R"({"model_type": "qwen3", "num_hidden_layers": 1,
+    "hidden_size": 1024, "num_attention_heads": 8, "head_dim": 128, "rope_theta": 1000000.0,
+    "max_position_embeddings": 40960,
+    "rope_scaling": {"rope_type": "yarn", "factor": 4.0,
+                     "original_max_position_embeddings": 32768}})",
+                                            "c");
+  EXPECT_EQ(c.rope_scaling_type, "yarn");
+  EXPECT_EQ(c.rope_original_context, 32768u);
+  RopeParams p;
+  p.rotary_dim = 128;
+  p.theta = c.rope_theta;
+  apply_rope_scaling(c, p);
+  EXPECT_TRUE(p.yarn);
+  EXPECT_FLOAT_EQ(p.position_scale, 0.25f);
+  EXPECT_FLOAT_EQ(p.yarn_low, 23.0f);
+  EXPECT_FLOAT_EQ(p.yarn_high, 40.0f);
+  EXPECT_NEAR(p.mscale, 1.1386294f, 1e-6f);
+  EXPECT_DOUBLE_EQ(p.angle_scale(10), 1.0);    // extrapolated: the original frequency
+  EXPECT_DOUBLE_EQ(p.angle_scale(50), 0.25);   // interpolated
+  EXPECT_NEAR(p.angle_scale(31), 0.25 * (8.0 / 17) + (9.0 / 17), 1e-6);  // on the ramp
+}
+
+TEST(HfConfig, UnknownRopeScalingIsRefusedByName) {
+  const ModelConfig c = config_from_hf_json(R"({"model_type": "llama", "num_hidden_layers": 1,
+    "hidden_size": 64, "num_attention_heads": 4, "max_position_embeddings": 128,
+    "rope_scaling": {"type": "longrope", "factor": 4.0}})",
+                                            "c");
+  EXPECT_EQ(rope_scaling_problem(c),
+            "RoPE scaling 'longrope' is not supported (pagoda computes linear, llama3 and yarn)");
+  try {
+    c.validate("m");
+    FAIL() << "validate accepted longrope";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("RoPE scaling 'longrope'"), std::string::npos);
+  }
+}
+
 TEST(HfConfig, QwenSlidingWindowOnlyWhenUsed) {
   ModelConfig c = config_from_hf_json(
       R"({"model_type": "qwen2", "sliding_window": 131072, "use_sliding_window": false})", "c");

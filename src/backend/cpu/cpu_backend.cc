@@ -195,7 +195,9 @@ class CpuBackend final : public Backend {
                       std::equal(rope_positions_.begin(), rope_positions_.end(), positions) &&
                       rope_key_.rotary_dim == p.rotary_dim && rope_key_.theta == p.theta &&
                       rope_key_.position_scale == p.position_scale &&
-                      rope_key_.freq_factors == p.freq_factors;
+                      rope_key_.freq_factors == p.freq_factors && rope_key_.yarn == p.yarn &&
+                      rope_key_.yarn_low == p.yarn_low && rope_key_.yarn_high == p.yarn_high &&
+                      rope_key_.mscale == p.mscale;
     if (same) return rope_cs_.data();
     rope_key_ = p;
     rope_positions_.assign(positions, positions + num_tokens);
@@ -203,16 +205,17 @@ class CpuBackend final : public Backend {
     for (int64_t i = 0; i < half; ++i) {
       freq[i] = std::pow(static_cast<double>(p.theta), -2.0 * static_cast<double>(i) / p.rotary_dim);
       if (p.freq_factors != nullptr) freq[i] /= p.freq_factors[i];
+      freq[i] *= p.angle_scale(i);
     }
     rope_cs_.resize(static_cast<size_t>(num_tokens * half * 2));
     constexpr double kTwoPi = 6.283185307179586;
     for (int64_t t = 0; t < num_tokens; ++t) {
-      const double pos = static_cast<double>(positions[t]) * p.position_scale;
+      const double pos = static_cast<double>(positions[t]);
       for (int64_t i = 0; i < half; ++i) {
         const double angle = pos * freq[i];
         const auto reduced = static_cast<float>(angle - kTwoPi * std::nearbyint(angle / kTwoPi));
-        rope_cs_[(t * half + i) * 2] = std::cos(reduced);
-        rope_cs_[(t * half + i) * 2 + 1] = std::sin(reduced);
+        rope_cs_[(t * half + i) * 2] = std::cos(reduced) * p.mscale;
+        rope_cs_[(t * half + i) * 2 + 1] = std::sin(reduced) * p.mscale;
       }
     }
     return rope_cs_.data();

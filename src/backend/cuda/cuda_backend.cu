@@ -164,6 +164,10 @@ class CudaBackend final : public Backend {
   }
   void rope(float* x, const int32_t* positions, int64_t n, int64_t heads, int64_t head_dim,
             const RopeParams& p) override {
+    if (p.yarn || p.mscale != 1.0f) {
+      fail("the CUDA backend does not compute YaRN RoPE scaling or a RoPE attention factor yet "
+           "(run on the CPU backend)");
+    }
     const float* factors = p.freq_factors ? vector(p.freq_factors, p.rotary_dim / 2) : nullptr;
     cuda::rope(stream_, x, positions_.put(stream_, positions, n), n, heads, head_dim, p, factors);
   }

@@ -52,14 +52,14 @@ class ReferenceBackend final : public Backend {
             int64_t head_dim, const RopeParams& p) override {
     const int64_t half = p.rotary_dim / 2;
     for (int64_t t = 0; t < num_tokens; ++t) {
-      double pos = static_cast<double>(positions[t]) * p.position_scale;
+      const double pos = static_cast<double>(positions[t]);
       for (int64_t h = 0; h < num_heads; ++h) {
         float* v = x + (t * num_heads + h) * head_dim;
         for (int64_t i = 0; i < half; ++i) {
           double freq = std::pow(static_cast<double>(p.theta), -2.0 * i / p.rotary_dim);
           if (p.freq_factors != nullptr) freq /= p.freq_factors[i];
-          double angle = pos * freq;
-          double c = std::cos(angle), s = std::sin(angle);
+          double angle = pos * freq * p.angle_scale(i);
+          double c = std::cos(angle) * p.mscale, s = std::sin(angle) * p.mscale;
           int64_t a = p.split_half ? i : 2 * i;
           int64_t b = p.split_half ? i + half : 2 * i + 1;
           double x0 = v[a], x1 = v[b];
