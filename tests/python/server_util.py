@@ -1,5 +1,6 @@
 """Starting and stopping a real `pagoda serve` process for tests: on a free loopback port (the
 server picks it with --port 0 and prints it), waiting until /health answers."""
+import json
 import os
 import pathlib
 import re
@@ -7,6 +8,7 @@ import signal
 import subprocess
 import threading
 import time
+import urllib.error
 import urllib.request
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -85,3 +87,24 @@ def chat_model():
     """The chat model setup installs; SmolLM2 (the small instruct model) on a checkout set up
     before Qwen2.5-Coder-0.5B became the default."""
     return QWEN if QWEN.exists() else need(SMOLLM)
+
+
+def post_json(server, path, payload, timeout=60):
+    """POSTs payload as JSON; returns (status, parsed body), for error statuses too."""
+    req = urllib.request.Request(server.url + path, data=json.dumps(payload).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def wait_for(predicate, seconds):
+    """Polls predicate every 50 ms until it holds (True) or seconds pass (False)."""
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False

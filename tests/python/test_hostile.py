@@ -19,7 +19,7 @@ import urllib.request
 import gguf
 import pytest
 
-from server_util import GEMMA, SMOLLM, Server, need
+from server_util import GEMMA, SMOLLM, Server, need, post_json, wait_for
 
 MIB = 1 << 20
 
@@ -96,22 +96,7 @@ def exchange(server, raw, timeout=30):
 
 
 def post(server, path, payload, timeout=60):
-    req = urllib.request.Request(server.url + path, data=json.dumps(payload).encode(),
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
-
-
-def wait_for(predicate, seconds):
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
+    return post_json(server, path, payload, timeout)
 
 
 def deep(n):
@@ -373,24 +358,31 @@ def test_idle_connections_do_not_hold_up_shutdown(pagoda_bin):
         s.stop()
 
 
+def stream_until_shutdown(s, path, body, marker):
+    """Streams a POST until `marker` has come 3 times, sends the server SIGTERM, and returns
+    every byte of the chunked response up to its last chunk (or the connection's close)."""
+    sock = socket.create_connection(("127.0.0.1", port_of(s)), timeout=60)
+    sock.sendall(request_bytes("POST", path, body))
+    got = b""
+    while got.count(marker) < 3:
+        got += sock.recv(65536)
+    s.proc.send_signal(signal.SIGTERM)
+    while not got.endswith(b"0\r\n\r\n"):
+        more = sock.recv(65536)
+        if not more:
+            break
+        got += more
+    sock.close()
+    return got
+
+
 def test_streams_cut_by_the_shutdown_end_with_abort(pagoda_bin):
     s = Server(pagoda_bin, need(SMOLLM), "-t", "2", "--kv-tokens", "8192",
                "--shutdown-timeout", 1)
     try:
         body = json.dumps({"prompt": "Once upon a time", "max_tokens": 4000, "stream": True,
                            "ignore_eos": True}).encode()
-        sock = socket.create_connection(("127.0.0.1", port_of(s)), timeout=60)
-        sock.sendall(request_bytes("POST", "/v1/completions", body))
-        got = b""
-        while got.count(b"data: ") < 3:
-            got += sock.recv(65536)
-        s.proc.send_signal(signal.SIGTERM)
-        while not got.endswith(b"0\r\n\r\n"):
-            more = sock.recv(65536)
-            if not more:
-                break
-            got += more
-        sock.close()
+        got = stream_until_shutdown(s, "/v1/completions", body, b"data: ")
         assert s.proc.wait(60) == 0
         events = [line[6:] for line in got.decode(errors="replace").split("\n")
                   if line.startswith("data: ")]
@@ -407,18 +399,7 @@ def test_a_messages_stream_cut_by_the_shutdown_ends_with_an_error_event(pagoda_b
     try:
         body = json.dumps({"max_tokens": 4000, "stream": True,
                            "messages": [{"role": "user", "content": "Tell a long story."}]}).encode()
-        sock = socket.create_connection(("127.0.0.1", port_of(s)), timeout=60)
-        sock.sendall(request_bytes("POST", "/v1/messages", body))
-        got = b""
-        while got.count(b"content_block_delta") < 3:
-            got += sock.recv(65536)
-        s.proc.send_signal(signal.SIGTERM)
-        while not got.endswith(b"0\r\n\r\n"):
-            more = sock.recv(65536)
-            if not more:
-                break
-            got += more
-        sock.close()
+        got = stream_until_shutdown(s, "/v1/messages", body, b"content_block_delta")
         assert s.proc.wait(60) == 0
         events = [line[7:] for line in got.decode(errors="replace").split("\n")
                   if line.startswith("event: ")]

@@ -14,7 +14,7 @@ import urllib.request
 
 import pytest
 
-from server_util import SMOLLM, Server, need
+from server_util import SMOLLM, Server, need, post_json, wait_for
 
 MIB = 1 << 20
 # The server runs under this cap on its address space: a compile without bounds dies against
@@ -44,22 +44,7 @@ def health(server, timeout=10):
 
 
 def post(server, payload, path="/v1/chat/completions", timeout=20):
-    req = urllib.request.Request(server.url + path, data=json.dumps(payload).encode(),
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
-
-
-def wait_for(predicate, seconds):
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
+    return post_json(server, path, payload, timeout)
 
 
 def chat(**extra):
