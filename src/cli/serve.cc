@@ -105,7 +105,7 @@ Action add_serve(CLI::App& app) {
                   "CORS answered for it (repeatable; '*': any). Requests from other sites' pages "
                   "are refused");
   cmd->add_option("--model-name", o->model_name,
-                  "Model id clients use (default: the file's general.name, else its stem)");
+                  "Model id clients use (default: the file's stem; its general.name is also accepted)");
   cmd->add_option("--chat-template", o->chat_template_file, "Jinja chat template file to use");
   cmd->add_option("-t,--threads", o->threads, "Compute threads (default: all cores)")
       ->check(CLI::Range(0, 1024));
@@ -231,6 +231,7 @@ Action add_serve(CLI::App& app) {
       const std::string source = chat_template_source(o->chat_template_file, *file, vocab);
       context.tool_format = server::tool_format_for_template(source);
       context.template_renders_tools = server::template_renders_tools(source);
+      context.template_traits = server::template_traits(source);
     }
     context.grammars = std::make_shared<GrammarCompiler>(std::make_shared<GrammarCache>(*tokenizer),
                                                          o->grammar_limits, kGrammarThreads);

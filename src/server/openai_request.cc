@@ -431,14 +431,10 @@ ModelContext named_model(const std::string& path, const std::string& general_nam
   // A Hugging Face folder given as "dir/" has an empty file name: name it by the folder.
   const std::filesystem::path file = p.has_filename() ? p : p.parent_path();
   const std::string file_name = file.filename().string(), stem = file.stem().string();
-  if (!model_name_option.empty()) {
-    m.name = model_name_option;
-  } else if (!general_name.empty()) {
-    m.name = general_name;
-  } else {
-    m.name = stem.empty() ? file_name : stem;
-  }
-  for (const std::string& alias : {file_name, stem}) {
+  // The stem, not general.name: a file's general.name is often its origin's ("... AWQ" on a
+  // Q4_K_M file), while the stem is the name the user gave the file and typed to serve it.
+  m.name = !model_name_option.empty() ? model_name_option : stem.empty() ? file_name : stem;
+  for (const std::string& alias : {file_name, stem, general_name}) {
     if (!alias.empty() && alias != m.name &&
         std::find(m.aliases.begin(), m.aliases.end(), alias) == m.aliases.end()) {
       m.aliases.push_back(alias);
@@ -544,6 +540,7 @@ ApiRequest parse_chat_request(const json& body, const ModelContext& model,
   ordered_json extra = ordered_json::object();
   ordered_json messages_in = messages;
   parse_tools(body, ordered, model, r, extra, messages_in);
+  apply_template_fields(body, ordered, model.template_traits, messages_in, extra);
   std::string text;
   try {
     r.prompts.push_back(render_chat_prompt(model, messages_in, extra, &text));

@@ -15,6 +15,7 @@
 #include "engine/sampler.h"
 #include "grammar/grammar_compiler.h"
 #include "grammar/token_mask.h"
+#include "server/template_options.h"
 #include "server/tool_calls.h"
 #include "tokenizer/tokenizer.h"
 
@@ -48,6 +49,8 @@ struct ModelContext {
   // tools itself (otherwise pagoda adds a system message that does).
   ToolFormat tool_format = ToolFormat::kJson;
   bool template_renders_tools = false;
+  // What the chat template reads (the developer role, reasoning_effort).
+  TemplateTraits template_traits;
 };
 
 // Limits a server operator sets (pagoda serve options).

@@ -11,7 +11,7 @@ import urllib.request
 import openai
 import pytest
 
-from server_util import GEMMA, QWEN, SMOLLM, Server, chat_model, need
+from server_util import GEMMA, QWEN, SMOLLM, Server, chat_model, need, post_json
 
 
 def run_text(pagoda_bin, model, prompt, n, *extra):
@@ -123,7 +123,7 @@ def test_usage_counts_cached_prompt_tokens_and_model_names(pagoda_bin):
     try:
         client = openai.OpenAI(base_url=s.url + "/v1", api_key="x", max_retries=0, timeout=300)
         ids = [m.id for m in client.models.list().data]
-        assert len(ids) == 1 and not ids[0].endswith(".gguf"), ids
+        assert ids == [model.stem], ids  # the file's stem, not its general.name
         system = "You are a careful assistant. " * 40  # about 240 tokens: whole blocks
         msgs = [{"role": "system", "content": system}, {"role": "user", "content": "Hi"}]
         usages = []
@@ -135,5 +135,35 @@ def test_usage_counts_cached_prompt_tokens_and_model_names(pagoda_bin):
         assert usages[0].prompt_tokens_details.cached_tokens == 0
         assert usages[1].prompt_tokens_details.cached_tokens >= 200, usages[1]
         assert usages[1].prompt_tokens_details.cached_tokens < usages[1].prompt_tokens
+    finally:
+        s.stop()
+
+
+def test_developer_role_and_template_fields_on_qwens_template(pagoda_bin):
+    """Qwen2.5's template has no developer role: the message is its system prompt (before, the
+    template dropped it and printed its default system prompt); reasoning_effort is refused
+    (the template does not read it) and chat_template_kwargs reach the template."""
+    model = need(QWEN)
+    s = Server(pagoda_bin, model, "-t", "2", "--kv-cache-gb", "0.25")
+    try:
+        def rendered(body):
+            status, tokens = post_json(s, "/tokenize", body)
+            assert status == 200, tokens
+            status, text = post_json(s, "/detokenize", {"tokens": tokens["tokens"]})
+            assert status == 200, text
+            return text["prompt"]
+        msgs = [{"role": "developer", "content": "Answer in one word."},
+                {"role": "user", "content": "Capital of France?"}]
+        text = rendered({"messages": msgs})
+        assert "<|im_start|>system\nAnswer in one word.<|im_end|>" in text, text
+        assert "You are Qwen" not in text, text
+        assert rendered({"messages": msgs, "chat_template_kwargs": {"enable_thinking": False}}) \
+            == text  # a variable this template does not read changes nothing
+        status, err = post_json(s, "/v1/chat/completions",
+                                {"messages": msgs, "reasoning_effort": "low", "max_tokens": 1})
+        assert status == 400 and err["error"]["param"] == "reasoning_effort", err
+        status, err = post_json(s, "/v1/chat/completions",
+                                {"messages": msgs, "chat_template_kwargs": {"tools": []}})
+        assert status == 400 and err["error"]["param"] == "chat_template_kwargs", err
     finally:
         s.stop()

@@ -10,6 +10,7 @@
 #include "server/openai_request.h"
 #include "server/responses.h"
 #include "server/text_output.h"
+#include "template/chat_template.h"
 #include "test_util.h"
 #include "tokenizer/tokenizer.h"
 
@@ -235,22 +236,22 @@ TEST_F(ServerWithVocab, ChatTemplatesSeeKeysInRequestOrder) {
             R"({"tools":[{"type":"function","function":{"name":"f","b":1,"a":2}}]})");
 }
 
-// The served id is --model-name, else general.name, else the file's stem; requests may also
-// name the file or its stem.
-TEST(ModelName, IdFromOptionGeneralNameOrStem) {
+// The served id is --model-name, else the file's stem; requests may also name the file, its stem
+// or its general.name.
+TEST(ModelName, IdFromOptionElseStem) {
   const ModelContext stem = named_model("models/smollm2-135m-instruct-q4_1.gguf", "", "");
   EXPECT_EQ(stem.name, "smollm2-135m-instruct-q4_1");
   EXPECT_TRUE(stem.answers_to("smollm2-135m-instruct-q4_1.gguf"));
   EXPECT_TRUE(stem.answers_to("smollm2-135m-instruct-q4_1"));
   EXPECT_FALSE(stem.answers_to("smollm2"));
-  const ModelContext general = named_model("/x/qwen.gguf", "Qwen2.5 Coder 0.5B Instruct", "");
-  EXPECT_EQ(general.name, "Qwen2.5 Coder 0.5B Instruct");
-  EXPECT_TRUE(general.answers_to("qwen.gguf"));
-  EXPECT_TRUE(general.answers_to("qwen"));
+  const ModelContext general = named_model("/x/qwen-q4_k_m.gguf", "Qwen2.5 Coder 0.5B AWQ", "");
+  EXPECT_EQ(general.name, "qwen-q4_k_m");
+  EXPECT_TRUE(general.answers_to("qwen-q4_k_m.gguf"));
+  EXPECT_TRUE(general.answers_to("Qwen2.5 Coder 0.5B AWQ"));
   const ModelContext option = named_model("/x/qwen.gguf", "Qwen2.5", "mine");
   EXPECT_EQ(option.name, "mine");
   EXPECT_TRUE(option.answers_to("qwen"));
-  EXPECT_FALSE(option.answers_to("Qwen2.5"));
+  EXPECT_TRUE(option.answers_to("Qwen2.5"));
   EXPECT_EQ(named_model("models/tinystories-656k/", "", "").name, "tinystories-656k");
 }
 
@@ -282,6 +283,71 @@ TEST(ApiKey, ConstantTimeEqualAndLoopback) {
   EXPECT_FALSE(is_loopback_host("0.0.0.0"));
   EXPECT_FALSE(is_loopback_host("10.0.0.1"));
 }
+
+// A template in the manner of Qwen2.5's: a default system prompt unless the first message is a
+// system one, no developer role; it prints enable_thinking and reasoning_effort when given.
+class TemplateFields : public ServerWithVocab {
+ protected:
+  void use_template(const std::string& source) {
+    auto chat = std::make_shared<ChatTemplate>(source);
+    model_.render_chat = [chat](const nlohmann::ordered_json& messages, bool add,
+                                const nlohmann::ordered_json& extra) {
+      return chat->apply_ordered(messages, add, "", "", extra);
+    };
+    model_.template_traits = template_traits(source);
+  }
+  std::string render(const json& body) {
+    return parse_chat_request(body, model_, limits_).prompt_texts.at(0);
+  }
+  static constexpr const char* kQwenLike =
+      "{% if messages[0].role != 'system' %}[sys]default{% endif %}"
+      "{% for m in messages %}{% if m.role in ['system', 'user', 'assistant'] %}"
+      "[{{ m.role }}]{{ m.content }}{% endif %}{% endfor %}"
+      "{% if enable_thinking is defined %}[think={{ enable_thinking }}]{% endif %}";
+};
+
+TEST_F(TemplateFields, DeveloperIsSystemForTemplatesWithoutTheRole) {
+  use_template(kQwenLike);
+  const json body = {{"messages", {{{"role", "developer"}, {"content", "be brief"}},
+                                   {{"role", "user"}, {"content", "hi"}}}}};
+  EXPECT_EQ(render(body), "[system]be brief[user]hi");
+  // A template that names the role gets it as sent.
+  use_template("{% for m in messages %}{% if m.role == 'developer' %}[dev]{% endif %}"
+               "{{ m.content }}{% endfor %}");
+  EXPECT_EQ(render(body), "[dev]be briefhi");
+}
+
+TEST_F(TemplateFields, KwargsReachTheTemplateAndReservedNamesAreRefused) {
+  use_template(kQwenLike);
+  json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+               {"chat_template_kwargs", {{"enable_thinking", false}}}};
+  EXPECT_EQ(render(body), "[sys]default[user]hi[think=False]");
+  for (const json& bad : {json("x"), json({{"messages", 1}}), json({{"bad key", 1}}),
+                          json({{"add_generation_prompt", false}})}) {
+    body["chat_template_kwargs"] = bad;
+    try {
+      render(body);
+      FAIL() << bad.dump();
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.param(), "chat_template_kwargs") << bad.dump();
+    }
+  }
+}
+
+TEST_F(TemplateFields, ReasoningEffortOnlyWhereTheTemplateReadsIt) {
+  use_template(kQwenLike);
+  json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"reasoning_effort", "low"}};
+  EXPECT_THROW(render(body), ApiError);  // this template has no use for it
+  use_template("{{ messages[0].content }}{% if reasoning_effort %}[{{ reasoning_effort }}]{% endif %}");
+  EXPECT_EQ(render(body), "hi[low]");
+  body["reasoning_effort"] = "extreme";
+  EXPECT_THROW(render(body), ApiError);
+  EXPECT_TRUE(mentions_word("a reasoning_effort b", "reasoning_effort"));
+  EXPECT_FALSE(mentions_word("my_reasoning_effort_x", "reasoning_effort"));
+  EXPECT_FALSE(mentions_word("developers", "developer"));
+  EXPECT_TRUE(mentions_word("'developer'", "developer"));
+}
+
 
 }  // namespace
 }  // namespace pagoda::server
