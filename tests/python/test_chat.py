@@ -10,6 +10,7 @@ import re
 import select
 import signal
 import subprocess
+import tempfile
 import time
 
 import pytest
@@ -25,10 +26,12 @@ class Terminal:
     as SIGINT the way it does in a real terminal. stdout and stderr both land in `seen`."""
 
     def __init__(self, pagoda_bin, *args, env=None):
+        if env is None:  # the history file goes to a fresh folder, not the user's
+            env = dict(os.environ, XDG_STATE_HOME=tempfile.mkdtemp(prefix="pagoda-chat-"))
         self.pid, self.fd = pty.fork()
         if self.pid == 0:
             argv = [str(pagoda_bin), "chat", *map(str, args)]
-            os.execve(str(pagoda_bin), argv, os.environ if env is None else env)
+            os.execve(str(pagoda_bin), argv, env)
         self.seen = ""
         self.transcript = ""  # everything the terminal showed, escape sequences included
 
