@@ -78,15 +78,6 @@ std::string nearest_option(const std::string& word, const std::vector<std::strin
   return hint;
 }
 
-// llama.cpp's options of several letters after one dash, which CLI11 would read as a short
-// option and its value ("-ngl 99" as "-n gl"): their long names.
-void rename_llama_options(int argc, char** argv) {
-  static char n_gpu_layers[] = "--n-gpu-layers";
-  for (int i = 1; i < argc; ++i) {
-    if (std::string_view(argv[i]) == "-ngl") argv[i] = n_gpu_layers;
-  }
-}
-
 // Every name an option of `cmd` answers to ("-n", "--num-tokens"), help included.
 std::vector<std::string> option_names(const CLI::App* cmd) {
   std::vector<std::string> names = {"--help", "-h"};
@@ -95,6 +86,20 @@ std::vector<std::string> option_names(const CLI::App* cmd) {
     for (const std::string& l : opt->get_lnames()) names.push_back("--" + l);
   }
   return names;
+}
+
+// llama.cpp's options of several letters after one dash, which CLI11 would read as a short
+// option and its value ("-ngl 99" as "-n gl"): their long names, where `cmd` has them. Returns
+// the first such option `cmd` lacks, or "".
+std::string rename_llama_options(const CLI::App* cmd, int argc, char** argv) {
+  static char n_gpu_layers[] = "--n-gpu-layers";
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) != "-ngl") continue;
+    const std::vector<std::string> names = option_names(cmd);
+    if (std::find(names.begin(), names.end(), n_gpu_layers) == names.end()) return argv[i];
+    argv[i] = n_gpu_layers;
+  }
+  return "";
 }
 
 // The deepest subcommand the command line chose ("pagoda bench latency" -> latency).
@@ -258,7 +263,13 @@ int main(int argc, char** argv) {
       cmd = next;
     }
   }
-  rename_llama_options(argc, argv);
+  const CLI::App* chosen = chosen_command(app, argc, argv);
+  if (const std::string lacking = rename_llama_options(chosen, argc, argv); !lacking.empty()) {
+    const std::string path = command_path(chosen);
+    std::cerr << "error: unknown option '" << lacking << "' for '" << path << "'; see " << path
+              << " --help\n";
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

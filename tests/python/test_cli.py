@@ -111,6 +111,9 @@ def test_ngl_without_a_gpu_warns_and_runs_on_the_cpu(pagoda_bin, shared_dir):
                          r"here); running on the CPU$", err, re.M), err
     r = run(pagoda_bin, "run", "-m", model, "-p", "Once", "-ngl", "1", "--backend", "cpu")
     assert r.returncode == 2 and "-ngl 1 asks for the GPU but --backend is cpu" in r.stderr.decode()
+    # A command without the option names it as typed.
+    r = run(pagoda_bin, "tokenize", "-m", model, "-ngl", "1", "hi")
+    assert r.returncode == 2 and "unknown option '-ngl' for 'pagoda tokenize'" in r.stderr.decode()
 
 
 @pytest.mark.parametrize("option, hint", [
