@@ -3,6 +3,7 @@
 
 #include <omp.h>
 
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 
@@ -11,6 +12,7 @@
 #include "core/error.h"
 #include "model/kv_storage.h"
 #include "model/model_check.h"
+#include "model/recipe.h"
 
 namespace pagoda::bench {
 
@@ -20,6 +22,14 @@ const Tokenizer& BenchModel::need_tokenizer() const {
 }
 
 std::string dominant_type(const std::string& types) { return types.substr(0, types.find(' ')); }
+
+std::string file_precision(const ModelFile& file, const std::string& types) {
+  const WeightRecipe* recipe = file_recipe(file);
+  if (recipe == nullptr) return dominant_type(types);
+  std::string name(recipe->name);
+  for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return name;
+}
 
 BenchModel load_bench_model(const std::string& path, int num_threads, const std::string& backend) {
   BenchModel m;
@@ -33,7 +43,7 @@ BenchModel load_bench_model(const std::string& path, int num_threads, const std:
   m.backend = make_backend(backend, num_threads);
   const WeightEstimate weights = file_weights(*m.file);
   m.weight_types = weights.type;
-  m.precision = dominant_type(weights.type);
+  m.precision = file_precision(*m.file, weights.type);
   m.weight_bytes = m.model->weight_bytes();
   m.step_weight_bytes = weights.layer_bytes + weights.output_bytes;
   m.step_parameters = weights.layer_parameters + weights.output_parameters;

@@ -22,7 +22,7 @@ struct BenchModel {
   std::unique_ptr<Backend> backend;
   std::string path;
   std::string name;          // the file (or folder) name without its directory
-  std::string precision;     // the weight type holding most bytes: "Q4_0"
+  std::string precision;     // the file's type ("Q4_K_M"; file_precision)
   std::string weight_types;  // every type by falling share: "Q4_0 + Q6_K + F32"
   uint64_t weight_bytes = 0;
   // What one step multiplies by: every layer matrix and the output matrix, read whole (the
@@ -40,6 +40,9 @@ BenchModel load_bench_model(const std::string& path, int num_threads,
 
 // "Q4_0 + Q6_K + F32" -> "Q4_0".
 std::string dominant_type(const std::string& types);
+// The file's precision: its general.file_type by pagoda's name for it ("Q4_K_M", whatever type
+// the most bytes have), else the dominant one of `types` (safetensors, an unknown file type).
+std::string file_precision(const ModelFile& file, const std::string& types);
 
 // The engine settings a benchmark takes from its options. A KV budget of neither bytes nor
 // tokens means "enough": the caller passes its default in tokens.

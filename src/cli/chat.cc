@@ -1,16 +1,17 @@
 // pagoda chat -m MODEL: a conversation in the terminal. Each turn renders the whole history
 // through the model's chat template and runs it on one Engine whose prefix cache keeps the
 // previous turns' K/V, so a turn costs only its new tokens (the stats line says how many came
-// from the cache). With a terminal on stdin it prompts, streams replies and takes commands; with
-// a pipe it reads one message per line and prints only the replies, so it can be scripted.
-#include <poll.h>
+// from the cache). With a terminal on stdin it prompts, edits lines and keeps their history
+// (chat_input.h), streams replies and takes commands; with a pipe it reads one message per line
+// and prints only the replies, each ended by a blank line, so it can be scripted. A conversation
+// longer than the context goes on without its oldest turns (the system message stays).
 #include <unistd.h>
 
-#include <cerrno>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 
+#include "cli/chat_input.h"
 #include "cli/chat_support.h"
 #include "cli/commands.h"
 #include "cli/format_util.h"
@@ -34,8 +35,9 @@ constexpr const char* kHelp =
     "/load FILE     read a conversation saved with /save\n"
     "/stats         tokens, prefix-cache hits and KV use so far\n"
     "/exit          leave (also Ctrl-D, or Ctrl-C twice)\n"
-    "A line ending in \\ continues on the next line; \"\"\" starts and ends a block of lines.\n"
-    "Ctrl-C stops a reply.\n";
+    "A line ending in \\ continues on the next line; \"\"\" starts and ends a block of lines;\n"
+    "a paste is one message (Enter sends it).\n"
+    "Up and Down recall earlier lines, Ctrl-R searches them. Ctrl-C stops a reply.\n";
 
 const std::vector<std::string> kCommands = {"/system", "/clear", "/save", "/load",
                                             "/stats",  "/exit",  "/quit", "/help"};
@@ -44,43 +46,7 @@ struct ChatOptions {
   GenerationOptions gen;
   std::string system;
   std::string chat_template_file;
-};
-
-// Reads lines from standard input. A Ctrl-C ends the wait: the signal may be delivered to any
-// of the compute threads, so the wait polls the handler's counter rather than counting on
-// read(2) failing with EINTR in this thread. `handled` is how many interrupts the session has
-// already acted on: any beyond it ends the wait, so a Ctrl-C that lands between two reads (while
-// a message or the prompt is printed) is not lost.
-class LineReader {
- public:
-  enum class Status { kLine, kEof, kInterrupted };
-  Status read(std::string& line, int handled) {
-    line.clear();
-    while (true) {
-      if (const size_t nl = buffer_.find('\n'); nl != std::string::npos) {
-        line = buffer_.substr(0, nl);
-        buffer_.erase(0, nl + 1);
-        return Status::kLine;
-      }
-      pollfd fd{STDIN_FILENO, POLLIN, 0};
-      const int ready = ::poll(&fd, 1, 100);
-      if (g_num_interrupts.load() != handled) return Status::kInterrupted;
-      if (ready == 0 || (ready < 0 && errno == EINTR)) continue;
-      char chunk[4096];
-      const ssize_t n = ::read(STDIN_FILENO, chunk, sizeof chunk);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) {
-        if (buffer_.empty()) return Status::kEof;
-        line = std::move(buffer_);  // a last line without its newline
-        buffer_.clear();
-        return Status::kLine;
-      }
-      buffer_.append(chunk, static_cast<size_t>(n));
-    }
-  }
-
- private:
-  std::string buffer_;
+  bool no_history = false;
 };
 
 struct SessionTotals {
@@ -107,22 +73,26 @@ class ChatSession {
     if (!o.system.empty()) messages_.push_back({{"role", "system"}, {"content", o.system}});
   }
 
+  int32_t context_size() const { return num_context_; }
+
   // Runs until /exit, Ctrl-D, end of input or a second Ctrl-C. Returns the exit code.
-  int loop() {
-    LineReader reader;
+  // Piped, the first failure (a turn that could not run, a command that failed) ends the
+  // session with exit code 1, so a script does not go on from a broken conversation; on a
+  // terminal the person reads the error and goes on.
+  int loop(ChatInput& input) {
     bool armed = false;  // a Ctrl-C came last: another one leaves
     while (true) {
       std::string text;
-      const LineReader::Status status = read_message(reader, text);
-      if (status == LineReader::Status::kEof) {
+      const ChatInput::Status status = read_message(input, text);
+      if (status == ChatInput::Status::kEof) {
         if (interactive_) std::cout << "\n" << std::flush;
-        return 0;
+        return exit_code();
       }
-      if (status == LineReader::Status::kInterrupted) {
+      if (status == ChatInput::Status::kInterrupted) {
         handled_ += 1;  // one at a time: a second one already pending leaves at the next read
         if (armed) {
           std::cout << "\n" << std::flush;
-          return 0;
+          return exit_code();
         }
         armed = true;
         std::cerr << "\n(Ctrl-C again or Ctrl-D to leave)\n";
@@ -130,11 +100,13 @@ class ChatSession {
       }
       if (text.empty()) continue;
       if (text[0] == '/') {
-        if (!command(text)) return 0;
+        if (!command(text)) return exit_code();
         armed = false;
+        if (failed_) return exit_code();
         continue;
       }
       turn(text);
+      if (failed_) return exit_code();
       // A Ctrl-C during the reply stopped it; the next one leaves.
       const int now = g_num_interrupts.load();
       armed = now > handled_;
@@ -143,34 +115,39 @@ class ChatSession {
   }
 
  private:
-  // Shows the prompt; returns the interrupts already acted on, for the read that follows.
-  int prompt(const char* p) const {
-    if (interactive_) std::cout << p << std::flush;
-    return handled_;
+  int exit_code() const { return failed_ ? 1 : 0; }
+
+  // Says what went wrong, on one line; piped, the session has failed.
+  void error(const std::string& message) {
+    std::cerr << "error: " << message << "\n";
+    if (!interactive_) failed_ = true;
   }
 
-  // One message: a line, lines joined by a trailing backslash, or a """ block.
-  LineReader::Status read_message(LineReader& reader, std::string& text) {
+  // The prompt, on a terminal only.
+  const char* prompt(const char* p) const { return interactive_ ? p : ""; }
+
+  // One message: a line (or a paste), lines joined by a trailing backslash, or a """ block.
+  ChatInput::Status read_message(ChatInput& input, std::string& text) {
     std::string line;
-    LineReader::Status s = reader.read(line, prompt(">>> "));
-    if (s != LineReader::Status::kLine) return s;
+    ChatInput::Status s = input.read(line, prompt(">>> "), handled_);
+    if (s != ChatInput::Status::kLine) return s;
     if (line == "\"\"\"") {
       while (true) {
-        s = reader.read(line, prompt("... "));
-        if (s != LineReader::Status::kLine) return s;
+        s = input.read(line, prompt("... "), handled_);
+        if (s != ChatInput::Status::kLine) return s;
         if (line == "\"\"\"") break;
         text += text.empty() ? line : "\n" + line;
       }
-      return LineReader::Status::kLine;
+      return ChatInput::Status::kLine;
     }
     while (!line.empty() && line.back() == '\\') {
       line.pop_back();
       text += line + "\n";
-      s = reader.read(line, prompt("... "));
-      if (s != LineReader::Status::kLine) return s;
+      s = input.read(line, prompt("... "), handled_);
+      if (s != ChatInput::Status::kLine) return s;
     }
     text += line;
-    return LineReader::Status::kLine;
+    return ChatInput::Status::kLine;
   }
 
   // Returns false to leave.
@@ -204,23 +181,22 @@ class ChatSession {
       stats();
     } else {
       std::string hint = nearest(name, kCommands);
-      std::cerr << "error: unknown command '" << name << "'"
-                << (hint.empty() ? "" : " (did you mean '" + hint + "'?)")
-                << "; /help lists them\n";
+      error("unknown command '" + name + "'" +
+            (hint.empty() ? "" : " (did you mean '" + hint + "'?)") + "; /help lists them");
     }
     return true;
   }
 
   void save(const std::string& path) {
     if (path.empty()) {
-      std::cerr << "error: /save needs a file name\n";
+      error("/save needs a file name");
       return;
     }
     std::ofstream out(path, std::ios::binary);
     out << messages_.dump(2) << "\n";
     out.close();
     if (!out) {
-      std::cerr << "error: " << path << ": cannot write\n";
+      error(path + ": cannot write");
       return;
     }
     std::cerr << "(saved " << messages_.size() << " messages to " << path << ")\n";
@@ -228,7 +204,7 @@ class ChatSession {
 
   void load(const std::string& path) {
     if (path.empty()) {
-      std::cerr << "error: /load needs a file name\n";
+      error("/load needs a file name");
       return;
     }
     try {
@@ -247,7 +223,7 @@ class ChatSession {
       messages_ = std::move(loaded);
       std::cerr << "(loaded " << messages_.size() << " messages from " << path << ")\n";
     } catch (const Error& e) {
-      std::cerr << "error: " << e.what() << "\n";
+      error(e.what());
     }
   }
 
@@ -263,21 +239,52 @@ class ChatSession {
                  human_bytes(s.kv_cache_bytes).c_str(), num_context_, messages_.size());
   }
 
+  std::vector<TokenId> render() const {
+    return server::render_chat_prompt(context_, messages_, ordered_json::object());
+  }
+
+  // Drops the oldest turns (a user message and the replies after it; never the system message
+  // nor the message just sent) until the prompt leaves room for a reply of -n tokens, at most
+  // half the context. Returns how many messages went. Throws Error when the template fails.
+  size_t make_room(std::vector<TokenId>& prompt) {
+    const auto room =
+        static_cast<size_t>(std::max(1, std::min(o_.gen.num_tokens, num_context_ / 2)));
+    const size_t first = !messages_.empty() && messages_[0]["role"] == "system" ? 1 : 0;
+    size_t dropped = 0;
+    while (prompt.size() + room > static_cast<size_t>(num_context_) &&
+           messages_.size() > first + 1) {
+      size_t end = first + 1;
+      while (end + 1 < messages_.size() && messages_[end]["role"] != "user") ++end;
+      messages_.erase(messages_.begin() + static_cast<std::ptrdiff_t>(first),
+                      messages_.begin() + static_cast<std::ptrdiff_t>(end));
+      dropped += end - first;
+      prompt = render();
+    }
+    return dropped;
+  }
+
   void turn(const std::string& text) {
     messages_.push_back({{"role", "user"}, {"content", text}});
     std::vector<TokenId> prompt;
+    size_t dropped = 0;
     try {
-      prompt = server::render_chat_prompt(context_, messages_, ordered_json::object());
+      prompt = render();
+      dropped = make_room(prompt);
     } catch (const Error& e) {
       messages_.erase(messages_.end() - 1);
-      std::cerr << "error: the chat template failed: " << e.what() << "\n";
+      error(std::string("the chat template failed: ") + e.what());
       return;
+    }
+    if (dropped > 0) {
+      std::cerr << "(the conversation outgrew the context of " << num_context_
+                << " tokens: dropped the " << dropped << " oldest messages)\n";
     }
     const auto num_prompt = static_cast<int32_t>(prompt.size());
     if (num_prompt >= num_context_) {
       messages_.erase(messages_.end() - 1);
-      std::cerr << "error: the conversation is " << num_prompt << " tokens and the context holds "
-                << num_context_ << ": /clear to start again, or a larger -c\n";
+      error("the message makes a prompt of " + std::to_string(num_prompt) +
+            " tokens and the context holds " + std::to_string(num_context_) +
+            ": send a shorter one, or give a larger -c");
       return;
     }
     GenerationRequest request;
@@ -285,13 +292,15 @@ class ChatSession {
     request.sampling = sampling_;
     request.max_tokens = std::max(1, std::min(o_.gen.num_tokens, num_context_ - num_prompt));
     request.stop_ids = m_.tokenizer->vocab().eog;
+    const bool context_limits = request.max_tokens < o_.gen.num_tokens;
     const TurnResult r = run_turn(
         *engine_, *m_.tokenizer, std::move(request), o_.gen.special, handled_,
         [](const std::string& piece) { std::cout << piece << std::flush; });
-    std::cout << "\n" << std::flush;
+    // Piped, a blank line ends each reply, so replies of several lines stay apart.
+    std::cout << (interactive_ ? "\n" : "\n\n") << std::flush;
     if (!r.error.empty()) {
       messages_.erase(messages_.end() - 1);
-      std::cerr << "error: the engine failed: " << r.error << "\n";
+      error("the engine failed: " + r.error);
       return;
     }
     // An interrupted reply stays in the history as far as it went: that is what the user saw.
@@ -301,14 +310,16 @@ class ChatSession {
     totals_.num_cached_tokens += r.num_cached_tokens;
     totals_.num_output_tokens += r.num_output_tokens;
     const double tps = r.num_decode_tokens / std::max(r.decode_seconds, 1e-9);
+    const bool cut = !r.interrupted && r.finish == FinishReason::kLength;
     std::fprintf(stderr,
                  "prompt: %d tokens, %d from the prefix cache | first token: %.2f s | reply: %d "
                  "tokens at %.1f tok/s%s\n",
                  r.num_prompt_tokens, r.num_cached_tokens, r.prefill_seconds, r.num_output_tokens,
                  r.num_decode_tokens > 0 ? tps : 0.0,
-                 r.interrupted                       ? " | stopped (Ctrl-C)"
-                 : r.finish == FinishReason::kLength ? " | cut at -n tokens"
-                                                     : "");
+                 r.interrupted                 ? " | stopped (Ctrl-C)"
+                 : cut && context_limits       ? " | cut at the end of the context (-c)"
+                 : cut                         ? " | cut at -n tokens"
+                                               : "");
   }
 
   ChatOptions& o_;
@@ -318,6 +329,7 @@ class ChatSession {
   int32_t num_context_ = 0;
   std::unique_ptr<Engine> engine_;
   int handled_ = 0;  // interrupts acted on so far (g_num_interrupts starts at 0)
+  bool failed_ = false;  // piped: a turn or a command failed
   SamplingParams sampling_;
   ordered_json messages_ = ordered_json::array();
   SessionTotals totals_;
@@ -337,7 +349,11 @@ Action add_chat(CLI::App& app) {
                   "System prompt (default: none; the template's own if it has one)");
   cmd->add_option("--chat-template", o->chat_template_file,
                   "Jinja chat template file (default: the model's, or pagoda's for its family)");
+  cmd->add_flag("--no-history", o->no_history,
+                "Keep no history file (default: $XDG_STATE_HOME/pagoda/history, else "
+                "~/.local/state/pagoda/history)");
   return [o] {
+    apply_gpu_layers(o->gen);
     LoadedModel m = load_model(o->gen);
     const Vocab& vocab = m.tokenizer->vocab();
     const std::string source = chat_template_source(o->chat_template_file, *m.file, vocab);
@@ -351,14 +367,20 @@ Action add_chat(CLI::App& app) {
     ChatSession session(*o, m, chat, interactive);
     if (interactive) {
       std::fprintf(stderr,
-                   "pagoda chat: %s (chat template: %s). /help for commands; Ctrl-C stops a "
-                   "reply, Ctrl-D leaves.\n",
+                   "pagoda chat: %s (chat template: %s; context %d tokens). /help for commands; "
+                   "Ctrl-C stops a reply, Ctrl-D leaves.\n",
                    o->gen.model.c_str(),
-                   chat_template_origin(o->chat_template_file, *m.file, vocab).c_str());
+                   chat_template_origin(o->chat_template_file, *m.file, vocab).c_str(),
+                   session.context_size());
     }
     g_num_interrupts = 0;
     install_interrupt_handler();
-    const int code = session.loop();
+    int code = 0;
+    {
+      std::unique_ptr<ChatInput> input =
+          make_chat_input(o->no_history ? std::string() : default_history_file());
+      code = session.loop(*input);
+    }
     restore_interrupt_handler();
     return code;
   };

@@ -5,10 +5,15 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 
 #include "backend/backend_choice.h"
+#include "backend/cuda/cuda_backend.h"
 #include "backend/kv_format.h"
+#include "cli/commands.h"
 #include "core/error.h"
+#include "core/memory.h"
+#include "model/kv_storage.h"
 #include "model/model_check.h"
 
 namespace pagoda::cli {
@@ -36,17 +41,25 @@ void restore_interrupt_handler() { sigaction(SIGINT, &g_old_action, nullptr); }
 void add_generation_options(CLI::App* cmd, GenerationOptions& o,
                             const std::string& num_tokens_help) {
   cmd->add_option("-m,--model", o.model, "GGUF file or Hugging Face model folder")->required();
-  cmd->add_option("-n,--num-tokens", o.num_tokens, num_tokens_help)->check(CLI::Range(0, 1 << 20));
-  cmd->add_option("-c,--context", o.context,
-                  "Context length in tokens (0: the model's, at most 4096)")
+  cmd->add_option("-n,--num-tokens,--n-predict", o.num_tokens, num_tokens_help)
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("-c,--context,--ctx-size", o.context,
+                  "Context length in tokens (0: the model's trained length, at most 16384 and "
+                  "what a quarter of the free memory holds)")
       ->check(CLI::Range(0, 1 << 22));
   cmd->add_option("-t,--threads", o.threads, "Threads (0: all cores)")->check(CLI::Range(0, 1024));
-  cmd->add_option("--backend,--device", o.backend, backend_help())
-      ->check(CLI::IsMember(backend_names()));
+  o.backend_option = cmd->add_option("--backend,--device", o.backend, backend_help())
+                         ->check(CLI::IsMember(backend_names()));
+  cmd->add_option("--n-gpu-layers", o.gpu_layers,
+                  "llama.cpp's -ngl: N > 0 puts the whole model on the GPU (--backend cuda; "
+                  "pagoda does not split layers), 0 keeps it on the CPU")
+      ->default_str("none")
+      ->check(CLI::Range(0, 1 << 20));
   cmd->add_option("--kv-type", o.kv_type, kv_type_help())
       ->capture_default_str()
       ->check(CLI::IsMember(kv_type_name_list()));
-  cmd->add_option("--temp", o.sampling.temperature, "Temperature; 0 = greedy")->default_val(0.8f);
+  cmd->add_option("--temp,--temperature", o.sampling.temperature, "Temperature; 0 = greedy")
+      ->default_val(0.8f);
   cmd->add_option("--top-k", o.sampling.top_k, "Keep the k most likely tokens; 0 = off")
       ->default_val(40);
   cmd->add_option("--top-p", o.sampling.top_p, "Nucleus sampling threshold")->default_val(0.95f);
@@ -73,8 +86,45 @@ SamplingParams sampling_params(GenerationOptions& o) {
 
 int32_t resolve_context(const GenerationOptions& o, const Model& model) {
   if (o.context > 0) return o.context;
-  const uint32_t trained = model.config().context_length;
-  return static_cast<int32_t>(trained == 0 || trained > 4096 ? 4096 : trained);
+  const ModelConfig& config = model.config();
+  int64_t tokens = config.context_length == 0
+                       ? kContextWithoutTrainedLength
+                       : std::min<int64_t>(config.context_length, kMaxDefaultContext);
+  const uint64_t per_token =
+      KvStorage::slot_bytes(config, parse_kv_type(o.kv_type)) * 2 * config.num_layers;
+  const std::optional<uint64_t> available = available_memory_bytes();
+  if (available && per_token > 0) {
+    // At most a quarter of the free memory, in whole blocks of 256 tokens (and at least one).
+    const auto fits = static_cast<int64_t>(*available / 4 / per_token) / 256 * 256;
+    tokens = std::min(tokens, std::max<int64_t>(fits, 256));
+  }
+  return static_cast<int32_t>(tokens);
+}
+
+void apply_gpu_layers(GenerationOptions& o) {
+  if (o.gpu_layers < 0) return;
+  const bool backend_given = o.backend_option != nullptr && o.backend_option->count() > 0;
+  const std::string wanted = o.gpu_layers > 0 ? "cuda" : "cpu";
+  if (backend_given && o.backend != wanted) {
+    throw UsageError(str_cat("-ngl ", o.gpu_layers, " asks for the ",
+                             o.gpu_layers > 0 ? "GPU" : "CPU", " but --backend is ", o.backend,
+                             ": give one of the two"));
+  }
+  if (o.gpu_layers == 0) {
+    o.backend = "cpu";
+    return;
+  }
+  if (!cuda_backend_built() || cuda_device_count() == 0) {
+    std::fprintf(stderr, "warning: -ngl %d: %s; running on the CPU\n", o.gpu_layers,
+                 cuda_backend_built() ? "no CUDA device here" : "this pagoda has no CUDA backend");
+    o.backend = "cpu";
+    return;
+  }
+  std::fprintf(stderr,
+               "-ngl %d: the whole model goes on the GPU (CUDA backend; pagoda does not split "
+               "layers)\n",
+               o.gpu_layers);
+  o.backend = "cuda";
 }
 
 LoadedModel load_model(const GenerationOptions& o, Communicator* tp) {
@@ -113,8 +163,10 @@ TurnResult run_turn(Engine& engine, const Tokenizer& tokenizer, GenerationReques
       aborted = true;
       result.interrupted = true;
     }
-    for (const OutputEvent& e : events) {
+    for (OutputEvent& e : events) {
       result.num_cached_tokens = std::max(result.num_cached_tokens, e.num_cached_tokens);
+      // The tokens of the step a Ctrl-C came during are not shown: the ^C was the last word.
+      if (aborted) e.token_ids.clear();
       // Tokens delivered after the first: several per step when proposals are accepted.
       if (decoding) result.num_decode_tokens += static_cast<int32_t>(e.token_ids.size());
       for (TokenId token : e.token_ids) {

@@ -25,9 +25,11 @@ namespace pagoda::cli {
 struct GenerationOptions {
   std::string model;
   int32_t num_tokens = 128;  // -n
-  int32_t context = 0;       // 0: the model's, at most 4096
+  int32_t context = 0;       // 0: resolve_context's default
   int threads = 0;           // 0: all cores
   std::string backend = "cpu";
+  CLI::Option* backend_option = nullptr;
+  int32_t gpu_layers = -1;  // -ngl / --n-gpu-layers; -1: not given
   std::string kv_type = "f16";
   bool special = false;  // print control tokens the model emits
   SamplingParams sampling;
@@ -40,10 +42,18 @@ struct GenerationOptions {
 void add_generation_options(CLI::App* cmd, GenerationOptions& o,
                             const std::string& num_tokens_help);
 
+// -ngl N into a backend: the GPU for N > 0 where this build and machine have one (said in a line),
+// else the CPU with a warning; the CPU for 0. Throws UsageError when --backend says otherwise.
+void apply_gpu_layers(GenerationOptions& o);
+
 // The options' sampling params, checked (the seed applied when given).
 SamplingParams sampling_params(GenerationOptions& o);
 
-// The context a run gets: -c, else the model's trained length at most 4096.
+// The context a run gets: -c, else the model's trained length (kContextWithoutTrainedLength
+// where the file gives none), at most kMaxDefaultContext and what a quarter of the free memory
+// holds at --kv-type (KV memory is taken, and zeroed, up front).
+inline constexpr int64_t kMaxDefaultContext = 16384;
+inline constexpr int64_t kContextWithoutTrainedLength = 4096;
 int32_t resolve_context(const GenerationOptions& o, const Model& model);
 
 // A model file opened and checked, its tokenizer, weights and backend.

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <iostream>
 #include <optional>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -57,6 +58,26 @@ std::string one_line(std::string s) {
   return s;
 }
 
+// The option nearest an unknown one: a typo (nearest), else the option sharing the longest
+// start with the word, of three letters at least ("--ctx" -> "--ctx-size", "--threads-batch"
+// -> "--threads").
+std::string nearest_option(const std::string& word, const std::vector<std::string>& names) {
+  std::string hint = pagoda::cli::nearest(word, names);
+  if (!hint.empty()) return hint;
+  const std::string bare = word.substr(std::min(word.find_first_not_of('-'), word.size()));
+  if (bare.size() < 3) return "";
+  size_t best = 0;
+  for (const std::string& n : names) {
+    const std::string b = n.substr(std::min(n.find_first_not_of('-'), n.size()));
+    const size_t shared = std::min(b.size(), bare.size());
+    if (shared >= 3 && b.compare(0, shared, bare, 0, shared) == 0 && shared > best) {
+      best = shared;
+      hint = n;
+    }
+  }
+  return hint;
+}
+
 // Every name an option of `cmd` answers to ("-n", "--num-tokens"), help included.
 std::vector<std::string> option_names(const CLI::App* cmd) {
   std::vector<std::string> names = {"--help", "-h"};
@@ -65,6 +86,20 @@ std::vector<std::string> option_names(const CLI::App* cmd) {
     for (const std::string& l : opt->get_lnames()) names.push_back("--" + l);
   }
   return names;
+}
+
+// llama.cpp's options of several letters after one dash, which CLI11 would read as a short
+// option and its value ("-ngl 99" as "-n gl"): their long names, where `cmd` has them. Returns
+// the first such option `cmd` lacks, or "".
+std::string rename_llama_options(const CLI::App* cmd, int argc, char** argv) {
+  static char n_gpu_layers[] = "--n-gpu-layers";
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) != "-ngl") continue;
+    const std::vector<std::string> names = option_names(cmd);
+    if (std::find(names.begin(), names.end(), n_gpu_layers) == names.end()) return argv[i];
+    argv[i] = n_gpu_layers;
+  }
+  return "";
 }
 
 // The deepest subcommand the command line chose ("pagoda bench latency" -> latency).
@@ -91,6 +126,52 @@ std::string command_path(const CLI::App* cmd) {
   return path;
 }
 
+// "-n/--num-tokens" for the option called `name` in `cmd`, and what its values are ("a number").
+std::pair<std::string, std::string> describe_option(const CLI::App* cmd, const std::string& name) {
+  const CLI::Option* opt = nullptr;
+  for (const CLI::Option* o : cmd->get_options()) {
+    if (o->check_name(name)) opt = o;
+  }
+  if (opt == nullptr) return {name, "a value"};
+  const std::string full_type = opt->get_type_name();  // "INT:INT in [0 - 1048576]" with a Range
+  const std::string type = full_type.substr(0, full_type.find(':'));
+  std::string names = opt->get_name(false, true);
+  std::replace(names.begin(), names.end(), ',', '/');
+  const std::string kind = type == "FLOAT"  ? "a number"
+                           : type == "INT"  ? "a whole number"
+                           : type == "UINT" ? "a whole number, 0 or more"
+                                            : "a value of type " + type;
+  return {names, kind};
+}
+
+// A value CLI11 could not take, worded as pagoda's other errors are (CLI11 says "Could not
+// convert: --temp = abc" or "--num-tokens: Value gl not in range 0 to 1048576"); empty for
+// other errors.
+std::string value_message(const CLI::ParseError& e, const CLI::App* cmd) {
+  const std::string what = one_line(e.what());
+  std::smatch m;
+  static const std::regex convert(R"(^Could not convert: (\S+) = (.*)$)");
+  static const std::regex range(R"(^(\S+): Value (.*) not in range (\S+) to (\S+)$)");
+  static const std::regex member(R"(^(\S+): (.*) not in \{(.*)\}$)");
+  if (dynamic_cast<const CLI::ConversionError*>(&e) != nullptr &&
+      std::regex_match(what, m, convert)) {
+    const auto [names, kind] = describe_option(cmd, m[1]);
+    return names + " takes " + kind + ", not '" + m[2].str() + "'";
+  }
+  if (dynamic_cast<const CLI::ValidationError*>(&e) == nullptr) return "";
+  if (std::regex_match(what, m, range)) {
+    const auto [names, kind] = describe_option(cmd, m[1]);
+    return names + " takes " + kind + " from " + m[3].str() + " to " + m[4].str() + ", not '" +
+           m[2].str() + "'";
+  }
+  if (std::regex_match(what, m, member)) {
+    const auto [names, kind] = describe_option(cmd, m[1]);
+    return names + " takes one of " + std::regex_replace(m[3].str(), std::regex(","), ", ") +
+           ", not '" + m[2].str() + "'";
+  }
+  return "";
+}
+
 // One line for a CLI11 parse error, naming the command and, for a typo, the nearest option.
 std::string usage_message(const CLI::ParseError& e, const CLI::App& app, int argc, char** argv) {
   const CLI::App* cmd = chosen_command(app, argc, argv);
@@ -113,7 +194,7 @@ std::string usage_message(const CLI::ParseError& e, const CLI::App& app, int arg
     if (!extra.empty() && extra[0] == '-') {
       const std::string name = extra.substr(0, extra.find('='));
       return "unknown option '" + name + "' for '" + path + "'" +
-             did_you_mean(pagoda::cli::nearest(name, option_names(cmd))) + "; see " + path +
+             did_you_mean(nearest_option(name, option_names(cmd))) + "; see " + path +
              " --help";
     }
     std::vector<std::string> subs;
@@ -126,6 +207,9 @@ std::string usage_message(const CLI::ParseError& e, const CLI::App& app, int arg
   }
   if (cmd == &app && dynamic_cast<const CLI::RequiredError*>(&e) != nullptr) {
     return "no command given; see pagoda --help";
+  }
+  if (std::string value_error = value_message(e, cmd); !value_error.empty()) {
+    return path + ": " + value_error + "; see " + path + " --help";
   }
   return path + ": " + what + "; see " + path + " --help";
 }
@@ -178,6 +262,13 @@ int main(int argc, char** argv) {
       }
       cmd = next;
     }
+  }
+  const CLI::App* chosen = chosen_command(app, argc, argv);
+  if (const std::string lacking = rename_llama_options(chosen, argc, argv); !lacking.empty()) {
+    const std::string path = command_path(chosen);
+    std::cerr << "error: unknown option '" << lacking << "' for '" << path << "'; see " << path
+              << " --help\n";
+    return 2;
   }
   try {
     app.parse(argc, argv);

@@ -76,6 +76,7 @@ Action add_run(CLI::App& app) {
       throw UsageError("pagoda run: --system and --chat-template go with --chat");
     }
     const SamplingParams sampling = sampling_params(o->gen);
+    apply_gpu_layers(o->gen);
     // Under mpirun only rank 0 reads the prompt (stdin goes to it alone); the others follow.
     const std::string text = is_follower() ? std::string() : prompt_text(*o);
     LoadedModel m = load_model(o->gen, ranks());

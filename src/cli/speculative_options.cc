@@ -11,7 +11,8 @@ void add_speculative_options(CLI::App* cmd, SpeculativeOptions& o) {
   cmd->add_option("--draft-model", o.draft_model,
                   "Draft model for speculative decoding (same vocabulary as -m)");
   cmd->add_option("--num-speculative-tokens", o.num_tokens,
-                  "Tokens proposed per step, 0 = off (default: 4 with --draft-model, else 0)")
+                  "Tokens proposed per step, 0 = off (default: 4 with --draft-model or "
+                  "--spec-method, else 0)")
       ->check(CLI::Range(0, kMaxSpeculativeTokens));
   cmd->add_option("--spec-method", o.method,
                   "Where proposals come from: ngram (the sequence's own tokens), draft, or both "
@@ -34,7 +35,8 @@ SpeculativeConfig speculative_config(const SpeculativeOptions& o, const ModelFil
   if (c.method != SpecMethod::kNgram && !has_draft) {
     fail("--spec-method ", method, " needs --draft-model");
   }
-  c.num_tokens = o.num_tokens >= 0 ? o.num_tokens : (has_draft ? 4 : 0);
+  // A draft model or a named method turns speculation on at the default k.
+  c.num_tokens = o.num_tokens >= 0 ? o.num_tokens : (has_draft || !o.method.empty() ? 4 : 0);
   c.max_num_running = o.max_num_running;
   if (!has_draft) return c;
   draft.file = ModelFile::open(o.draft_model);

@@ -15,7 +15,7 @@ namespace pagoda::cli {
 
 struct SpeculativeOptions {
   std::string draft_model;  // a GGUF file or Hugging Face folder with the same vocabulary
-  int32_t num_tokens = -1;  // -1: 4 with a draft model, else 0 (off)
+  int32_t num_tokens = -1;  // -1: 4 with a draft model or a method, else 0 (off)
   std::string method;       // ngram, draft or both; empty: draft with a draft model
   int32_t max_num_running = 8;
 };

@@ -1,7 +1,9 @@
 #include "model/recipe.h"
 
 #include "core/error.h"
+#include "format/gguf.h"
 #include "model/architecture.h"
+#include "model/model_file.h"
 #include "quant/weight_types.h"
 
 namespace pagoda {
@@ -49,6 +51,16 @@ std::span<const WeightRecipe> weight_recipes() { return kRecipes; }
 const WeightRecipe* find_weight_recipe(std::string_view name) {
   for (const WeightRecipe& r : kRecipes) {
     if (r.name == name) return &r;
+  }
+  return nullptr;
+}
+
+const WeightRecipe* file_recipe(const ModelFile& file) {
+  const GgufValue* number =
+      file.gguf() != nullptr ? file.gguf()->find("general.file_type") : nullptr;
+  if (number == nullptr || !number->is_unsigned()) return nullptr;
+  for (const WeightRecipe& r : kRecipes) {
+    if (r.file_type == number->u) return &r;
   }
   return nullptr;
 }

@@ -17,6 +17,8 @@
 
 namespace pagoda {
 
+class ModelFile;
+
 struct WeightRecipe {
   std::string_view name;  // "q4_k_m"
   DType base;             // most matrices
@@ -28,6 +30,9 @@ struct WeightRecipe {
 std::span<const WeightRecipe> weight_recipes();
 // nullptr when `name` is no recipe.
 const WeightRecipe* find_weight_recipe(std::string_view name);
+// The recipe whose number the GGUF file's general.file_type holds; nullptr for none, for a
+// number pagoda has no recipe for, or for safetensors.
+const WeightRecipe* file_recipe(const ModelFile& file);
 // Throws Error "<who>: unknown type 'x' (known: f32 f16 ...)".
 const WeightRecipe& weight_recipe(std::string_view name, std::string_view who);
 // "f32 f16 bf16 ...": for errors and help texts.

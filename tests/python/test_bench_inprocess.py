@@ -14,6 +14,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SMOLLM = ROOT / "models" / "smollm2-135m-instruct-q4_1.gguf"
+QWEN = ROOT / "models" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 SUMMARY_KEYS = {"n", "mean", "median", "p90", "p99", "min", "max", "std"}
 HEADER_KEYS = {"benchmark", "engine", "model", "model_path", "precision", "weight_types",
                "weight_bytes", "threads", "interrupted"}
@@ -89,6 +90,15 @@ def test_latency_with_text_prompt_and_one_token(pagoda_bin):
     assert d["decode_ms_per_token"]["n"] == 0 and d["decode_ms_per_token"]["mean"] is None
     assert d["decode_tokens_per_s"] is None
     assert d["precision"] == "Q4_1"
+
+
+def test_latency_names_the_files_precision(pagoda_bin):
+    """A Q4_K_M file whose rows of 896 fall back to Q5_0 (the type holding most bytes) is
+    still a Q4_K_M file."""
+    d, _ = bench_json(pagoda_bin, "latency", "-m", need(QWEN), "--prompt-len", 4,
+                      "--output-len", 1, "--runs", 1, "--warmup", 0, "-t", 2)
+    assert d["precision"] == "Q4_K_M", d["precision"]
+    assert d["weight_types"].startswith("Q5_0"), d["weight_types"]
 
 
 def test_throughput_batched_and_sequential_add_up(pagoda_bin, stories, tmp_path):

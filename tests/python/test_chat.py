@@ -4,11 +4,13 @@ replies out); `run --chat`, the instruct-model hint, the prompt from stdin, and 
 one-line usage errors with their exit codes."""
 import json
 import os
+import pathlib
 import pty
 import re
 import select
 import signal
 import subprocess
+import tempfile
 import time
 
 import pytest
@@ -23,11 +25,15 @@ class Terminal:
     """`pagoda chat` on a pseudo-terminal: it is the session leader, so a typed Ctrl-C reaches it
     as SIGINT the way it does in a real terminal. stdout and stderr both land in `seen`."""
 
-    def __init__(self, pagoda_bin, *args):
+    def __init__(self, pagoda_bin, *args, env=None):
+        if env is None:  # the history file goes to a fresh folder, not the user's
+            env = dict(os.environ, XDG_STATE_HOME=tempfile.mkdtemp(prefix="pagoda-chat-"))
         self.pid, self.fd = pty.fork()
         if self.pid == 0:
-            os.execv(str(pagoda_bin), [str(pagoda_bin), "chat", *map(str, args)])
+            argv = [str(pagoda_bin), "chat", *map(str, args)]
+            os.execve(str(pagoda_bin), argv, env)
         self.seen = ""
+        self.transcript = ""  # everything the terminal showed, escape sequences included
 
     def expect(self, pattern, timeout=300):
         """Reads until `pattern` (a regex) matches the text after what earlier calls consumed;
@@ -49,7 +55,9 @@ class Terminal:
                     data = b""
                 if not data:
                     raise AssertionError(f"chat ended waiting for {pattern!r}; saw {self.seen!r}")
-                self.seen += data.decode("utf-8", "replace").replace("\r\n", "\n")
+                text = data.decode("utf-8", "replace").replace("\r\n", "\n")
+                self.seen += text
+                self.transcript += text
 
     def send(self, text):
         os.write(self.fd, text.encode())
@@ -120,6 +128,8 @@ def test_two_turns_system_clear_and_ctrl_c_in_a_terminal(pagoda_bin):
         t.send("\x03")
         stopped = t.expect(r">>> ")
         assert "stopped (Ctrl-C)" in stopped
+        # No token after the ^C the terminal echoed: the reply's line ends there.
+        assert "^C\n" in stopped, stopped
         t.send("What is 2 + 2? Answer with the number.\n")
         assert "4" in t.expect(r">>> ")
 
@@ -180,8 +190,9 @@ def test_piped_chat_prints_only_the_replies(pagoda_bin, tmp_path):
     assert r.returncode == 0, r.stderr.decode()
     out = r.stdout.decode()
     assert ">>>" not in out and "prompt:" not in out
-    replies = out.strip().split("\n")
-    assert len(replies) >= 2, out
+    # A blank line ends each reply, so replies of several lines stay apart.
+    replies = out.strip().split("\n\n")
+    assert out.endswith("\n\n") and len(replies) == 2, out
     assert "Paris" in out and "Rome" in out
     err = r.stderr.decode()
     turns = [stats_of(line) for line in err.splitlines() if STATS.search(line)]
@@ -246,5 +257,129 @@ def test_cli_errors_are_one_line_with_exit_codes(pagoda_bin, args, code, needle)
 def test_help_shows_every_default(pagoda_bin):
     out = subprocess.run([str(pagoda_bin), "run", "--help"], capture_output=True,
                          timeout=60).stdout.decode()
-    for needle in ("--temp FLOAT=0.8", "--top-k INT=40", "=128", "--seed UINT=random"):
+    for needle in ("--temperature FLOAT=0.8", "--top-k INT=40", "=128", "--seed UINT=random"):
         assert needle in out, out
+
+
+# A paste as a terminal sends it once the program turns bracketed paste on (tmux paste-buffer
+# -p): between the markers, its line ends as CR.
+PASTE = "Fix the bug in this Python:\ndef add(a, b):\n    return a - b\nprint(add(2, 3))"
+UP, ENTER, CTRL_R = "\x1b[A", "\r", "\x12"
+
+
+def bracketed(text):
+    return "\x1b[200~" + text.replace("\n", "\r") + "\x1b[201~"
+
+
+def terminal_env(tmp_path, term="xterm"):
+    """The environment with TERM as given (None: unset) and the history under tmp_path."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TERM", "XDG_STATE_HOME")}
+    if term:
+        env["TERM"] = term
+    env["XDG_STATE_HOME"] = str(tmp_path / "state")
+    return env
+
+
+def turn(t, text):
+    """Sends `text` (keys), waits for the reply's figures and the next prompt; returns the
+    output."""
+    t.send(text)
+    out = t.expect(STATS.pattern)
+    return out + t.expect(r">>> ")
+
+
+def saved_users(t, path):
+    t.send(f"/save {path}{ENTER}")
+    t.expect(r"\(saved \d+ messages")
+    t.expect(r">>> ")
+    return [m["content"] for m in json.loads(path.read_text()) if m["role"] == "user"]
+
+
+def test_paste_recall_and_context_overflow_in_a_terminal(pagoda_bin, tmp_path):
+    """A person's session on a real terminal (TERM=xterm, libedit): a pasted block is one
+    message, Up brings it back, and a chat longer than -c 256 goes on by dropping old turns."""
+    t = Terminal(pagoda_bin, "-m", need(SMOLLM), "--temp", "0", "-t", "2", "-n", "40", "-c",
+                 "256", "--system", "You are terse.", env=terminal_env(tmp_path))
+    try:
+        t.expect(r"context 256 tokens")
+        t.expect(r">>> ")
+        turn(t, bracketed(PASTE) + ENTER)
+        turn(t, UP + ENTER)  # the paste again, whole
+        assert saved_users(t, tmp_path / "a.json") == [PASTE, PASTE]
+        seen = ""
+        for q in ("What is the capital of France?", "Name three colors.",
+                  "What is two plus two?", "Tell me about the sea."):
+            seen += turn(t, q + ENTER)
+        assert re.search(r"\(the conversation outgrew the context of 256 tokens: dropped the "
+                         r"\d+ oldest messages\)", seen), seen
+        assert "error" not in seen, seen
+        users = saved_users(t, tmp_path / "b.json")
+        assert users[-1] == "Tell me about the sea." and len(users) < 6, users
+        t.send("\x04")
+        assert t.wait() == 0
+    finally:
+        t.kill()
+    if os.environ.get("PAGODA_CHAT_TRANSCRIPT"):
+        pathlib.Path(os.environ["PAGODA_CHAT_TRANSCRIPT"]).write_text(t.transcript)
+    # The history file holds the paste as one entry; the next session recalls it (and Ctrl-R
+    # finds it) from the file.
+    history = tmp_path / "state" / "pagoda" / "history"
+    assert history.exists() and "Fix" in history.read_text()
+    t = Terminal(pagoda_bin, "-m", need(SMOLLM), "--temp", "0", "-t", "2", "-n", "4",
+                 env=terminal_env(tmp_path))
+    try:
+        t.expect(r">>> ")
+        turn(t, CTRL_R + "Fix the" + ENTER)
+        assert saved_users(t, tmp_path / "c.json") == [PASTE]
+        t.send("/exit" + ENTER)
+        assert t.wait() == 0
+    finally:
+        t.kill()
+
+
+def test_no_history_keeps_no_file(pagoda_bin, tmp_path):
+    t = Terminal(pagoda_bin, "-m", need(SMOLLM), "-t", "1", "-n", "2", "--no-history",
+                 env=terminal_env(tmp_path))
+    try:
+        t.expect(r">>> ")
+        turn(t, "hello" + ENTER)
+        t.send("/exit" + ENTER)
+        assert t.wait() == 0
+    finally:
+        t.kill()
+    assert not (tmp_path / "state" / "pagoda" / "history").exists()
+
+
+def test_paste_is_one_message_without_term(pagoda_bin, tmp_path):
+    """No TERM (no line editor): the paste markers are still understood in the raw input."""
+    t = Terminal(pagoda_bin, "-m", need(SMOLLM), "--temp", "0", "-t", "2", "-n", "4",
+                 env=terminal_env(tmp_path, term=None))
+    try:
+        t.expect(r">>> ")
+        turn(t, bracketed(PASTE) + ENTER)
+        assert saved_users(t, tmp_path / "a.json") == [PASTE]
+        t.send("\x04")
+        assert t.wait() == 0
+    finally:
+        t.kill()
+
+
+def test_piped_chat_stops_with_an_error_on_a_message_too_long(pagoda_bin):
+    script = "Hello\n" + "word " * 400 + "\nNever sent\n"
+    r = subprocess.run([str(pagoda_bin), "chat", "-m", str(need(SMOLLM)), "--temp", "0", "-t",
+                        "2", "-n", "4", "-c", "256"], input=script.encode(), capture_output=True,
+                       timeout=120)
+    err = r.stderr.decode()
+    assert r.returncode == 1, err
+    assert re.search(r"error: the message makes a prompt of \d+ tokens and the context holds 256",
+                     err), err
+    assert len([line for line in err.splitlines() if STATS.search(line)]) == 1, err
+
+
+def test_default_context_follows_the_model(pagoda_bin):
+    r = subprocess.run([str(pagoda_bin), "chat", "-m", str(need(SMOLLM)), "-t", "1"],
+                       input=b"/stats\n", capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr.decode()
+    m = re.search(r"KV cache .* for (\d+) tokens", r.stderr.decode())
+    # SmolLM2 was trained on 8192 tokens: that, unless memory is short.
+    assert m and 4096 < int(m.group(1)) <= 8192, r.stderr.decode()

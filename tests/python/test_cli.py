@@ -1,5 +1,6 @@
 """The pagoda command line: inspect, tokenize and detokenize on real files, and bad input."""
 import pathlib
+import re
 import subprocess
 
 import pytest
@@ -86,3 +87,77 @@ def test_detokenize_rejects_bad_ids(pagoda_bin, shared_dir):
     spm = shared_dir / "testdata" / "vocab" / "ggml-vocab-llama-spm.gguf"
     r = run(pagoda_bin, "detokenize", "-m", spm, "1", "99999999")
     assert r.returncode != 0 and b"99999999" in r.stderr
+
+
+STORIES = ("models", "stories260K.gguf")
+
+
+def test_llama_cpp_spellings_mean_the_same(pagoda_bin, shared_dir):
+    model = shared_dir.joinpath(*STORIES)
+    ours = run(pagoda_bin, "run", "-m", model, "-p", "Once", "--temp", "0", "-c", "64", "-n", "8")
+    theirs = run(pagoda_bin, "run", "-m", model, "-p", "Once", "--temperature", "0",
+                 "--ctx-size", "64", "--n-predict", "8")
+    assert ours.returncode == 0 and theirs.returncode == 0, theirs.stderr
+    assert ours.stdout == theirs.stdout and len(ours.stdout.split()) > 4
+
+
+def test_ngl_without_a_gpu_warns_and_runs_on_the_cpu(pagoda_bin, shared_dir):
+    model = shared_dir.joinpath(*STORIES)
+    r = run(pagoda_bin, "run", "-m", model, "-p", "Once", "--temp", "0", "-n", "4", "-ngl", "99")
+    err = r.stderr.decode()
+    assert r.returncode == 0, err
+    if "the whole model goes on the GPU" not in err:  # a CUDA build on a machine with a GPU
+        assert re.search(r"^warning: -ngl 99: (this pagoda has no CUDA backend|no CUDA device "
+                         r"here); running on the CPU$", err, re.M), err
+    r = run(pagoda_bin, "run", "-m", model, "-p", "Once", "-ngl", "1", "--backend", "cpu")
+    assert r.returncode == 2 and "-ngl 1 asks for the GPU but --backend is cpu" in r.stderr.decode()
+    # A command without the option names it as typed.
+    r = run(pagoda_bin, "tokenize", "-m", model, "-ngl", "1", "hi")
+    assert r.returncode == 2 and "unknown option '-ngl' for 'pagoda tokenize'" in r.stderr.decode()
+
+
+@pytest.mark.parametrize("option, hint", [
+    ("--temperatur", "--temperature"), ("--ctx", "--ctx-size"), ("--predict", "--n-predict"),
+    ("--top_k", "--top-k"), ("--gpu-layers", "--n-gpu-layers"), ("--threads-batch", "--threads"),
+    ("--tmep", "--temp"),
+])
+def test_unknown_options_get_the_nearest(pagoda_bin, option, hint):
+    r = run(pagoda_bin, "run", "-m", "x", option, "1")
+    err = r.stderr.decode()
+    assert r.returncode == 2 and err.count("\n") == 1, err
+    assert f"unknown option '{option}' for 'pagoda run' (did you mean '{hint}'?)" in err, err
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--temp", "abc"], "pagoda run: --temp/--temperature takes a number, not 'abc'"),
+    (["-n", "gl"], "pagoda run: -n/--num-tokens/--n-predict takes a whole number from 0 to "
+                   "1048576, not 'gl'"),
+    (["-ngl", "x"], "pagoda run: --n-gpu-layers takes a whole number from 0 to 1048576, not 'x'"),
+    (["--kv-type", "f8"], "pagoda run: --kv-type takes one of f32, f16, q8_0, fp8, not 'f8'"),
+    (["--top-k", "many"], "pagoda run: --top-k takes a whole number, not 'many'"),
+])
+def test_bad_values_are_worded_as_pagoda_errors(pagoda_bin, args, needle):
+    r = run(pagoda_bin, "run", "-m", "x", "-p", "hi", *args)
+    err = r.stderr.decode()
+    assert r.returncode == 2 and err.count("\n") == 1, err
+    assert needle in err and "Could not convert" not in err and "Value " not in err, err
+
+
+def test_naming_a_speculation_method_turns_it_on(pagoda_bin, shared_dir):
+    r = run(pagoda_bin, "run", "-m", shared_dir.joinpath(*STORIES), "--temp", "0", "-n", "24",
+            "-p", "the cat the cat the cat the cat the cat", "--spec-method", "ngram")
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"proposed \d+, accepted \d+", r.stderr.decode()), r.stderr
+
+
+def test_server_doc_defaults_match_serve_help(pagoda_bin):
+    """Each option docs/SERVER.md gives a plain default for shows the same one in --help."""
+    doc = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "SERVER.md").read_text()
+    help_text = run(pagoda_bin, "serve", "--help").stdout.decode()
+    checked = 0
+    for option, default in re.findall(r"^\| `(--[a-z-]+)` \| `?([a-z0-9_.]+)`? \|", doc, re.M):
+        m = re.search(re.escape(option) + r"\b[^\n]*?=(\S+)", help_text)
+        if m:
+            assert m.group(1) == default, f"{option}: docs say {default}, --help {m.group(1)}"
+            checked += 1
+    assert checked >= 5
