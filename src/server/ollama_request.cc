@@ -235,10 +235,13 @@ ApiError in_ollama_terms(const ApiError& e, bool generate) {
     to = "prompt";
   }
   if (!to.empty()) {
+    bool named = false;
     for (size_t at = 0; (at = message.find(in_quotes(param), at)) != std::string::npos;) {
       message.replace(at, param.size() + 2, in_quotes(to));
       at += to.size() + 2;
+      named = true;
     }
+    if (!named) message += " (" + in_quotes(to) + ")";
     param = to;
   }
   return ApiError(e.status(), e.type(), message, param, e.code());
@@ -326,7 +329,9 @@ ordered_json ollama_to_openai(const json& body, const ordered_json& ordered,
     out = translate_generate(body, raw);
   } else {
     out["messages"] = translate_messages(body, ordered);
-    if (field(body, "tools") != nullptr) out["tools"] = ordered["tools"];
+    // An empty list is what the Python client sends for no tools.
+    const json* tools = field(body, "tools");
+    if (tools != nullptr && !(tools->is_array() && tools->empty())) out["tools"] = ordered["tools"];
   }
   out["model"] = model.name;
   translate_common(body, out);
