@@ -26,12 +26,16 @@ void only_keys(const json& object, const std::set<std::string>& known, const std
   }
 }
 
-// A field that must be absent, null or empty: what the server cannot honour.
-void refuse_unless_empty(const json& body, const char* name, const std::string& why) {
-  const json* v = field(body, name);
+// A field that must be absent, null or empty (a string, or a list when `list`): what the
+// server cannot honour. `where` names it.
+void refuse_unless_empty(const json& object, const char* name, bool list, const std::string& where,
+                         const std::string& why) {
+  const json* v = field(object, name);
   if (v == nullptr) return;
-  if ((v->is_string() || v->is_array() || v->is_object()) && v->empty()) return;
-  throw bad_param(name, in_quotes(name) + " is not supported by this server: " + why);
+  if (list ? !v->is_array() : !v->is_string()) {
+    throw bad_param(where, in_quotes(where) + (list ? " must be a list" : " must be a string"));
+  }
+  if (!v->empty()) throw bad_param(where, in_quotes(where) + " is not supported by this server: " + why);
 }
 
 const char* kOptionsHonoured =
@@ -98,7 +102,7 @@ void translate_format(const json& body, const ordered_json& ordered, ordered_jso
   }
 }
 
-// stream (Ollama streams unless told not to), think, keep_alive, logprobs, top_logprobs.
+// stream (Ollama streams unless told not to), think, keep_alive.
 void translate_common(const json& body, ordered_json& out) {
   out["stream"] = bool_field(body, "stream", true);
   if (const json* think = field(body, "think")) {
@@ -115,8 +119,24 @@ void translate_common(const json& body, ordered_json& out) {
   if (const json* k = field(body, "keep_alive"); k != nullptr && !k->is_number() && !k->is_string()) {
     throw bad_param("keep_alive", "'keep_alive' must be a duration string or a number of seconds");
   }
-  if (const json* v = field(body, "logprobs")) out["logprobs"] = *v;
-  if (const json* v = field(body, "top_logprobs")) out["top_logprobs"] = *v;
+}
+
+// logprobs, top_logprobs: the chat path's fields, or for a raw prompt (the completions path)
+// its one integer logprobs.
+void translate_logprobs(const json& body, bool raw, ordered_json& out) {
+  const json* logprobs = field(body, "logprobs");
+  const json* top = field(body, "top_logprobs");
+  if (!raw) {
+    if (logprobs != nullptr) out["logprobs"] = *logprobs;
+    if (top != nullptr) out["top_logprobs"] = *top;
+    return;
+  }
+  if (logprobs != nullptr && !logprobs->is_boolean()) {
+    throw bad_param("logprobs", "'logprobs' must be a boolean");
+  }
+  const bool on = logprobs != nullptr && logprobs->get<bool>();
+  if (top != nullptr && !on) throw bad_param("top_logprobs", "'top_logprobs' requires 'logprobs' to be true");
+  if (on) out["logprobs"] = top != nullptr ? *top : json(0);
 }
 
 // message.tool_calls [{function: {name, arguments: {...}}}] in the OpenAI shape.
@@ -165,9 +185,9 @@ ordered_json translate_messages(const json& body, const ordered_json& ordered) {
     if (content != nullptr && !content->is_string()) {
       throw bad_param(where + ".content", in_quotes(where + ".content") + " must be a string");
     }
-    refuse_unless_empty(m, "images", "this model takes text only (" + where + ".images)");
-    refuse_unless_empty(m, "thinking", "it does not split out a model's reasoning (" + where +
-                                           ".thinking)");
+    refuse_unless_empty(m, "images", true, where + ".images", "this model takes text only");
+    refuse_unless_empty(m, "thinking", false, where + ".thinking",
+                        "it does not split out a model's reasoning");
     ordered_json copy = {{"role", *role}, {"content", content ? *content : json("")}};
     if (const json* calls = field(m, "tool_calls")) {
       copy["tool_calls"] = translate_calls(*calls, ordered["messages"][i]["tool_calls"],
@@ -193,11 +213,12 @@ void check_string(const json& body, const char* name) {
 ordered_json translate_generate(const json& body, bool* raw) {
   check_string(body, "prompt");
   check_string(body, "system");
-  refuse_unless_empty(body, "suffix", "fill-in-the-middle is not available");
-  refuse_unless_empty(body, "template", "the prompt is rendered with the model's own chat "
-                                        "template (or give raw: true)");
-  refuse_unless_empty(body, "context", "send the conversation to /api/chat instead");
-  refuse_unless_empty(body, "images", "this model takes text only");
+  refuse_unless_empty(body, "suffix", false, "suffix", "fill-in-the-middle is not available");
+  refuse_unless_empty(body, "template", false, "template",
+                      "the prompt is rendered with the model's own chat template (or give "
+                      "raw: true)");
+  refuse_unless_empty(body, "context", true, "context", "send the conversation to /api/chat instead");
+  refuse_unless_empty(body, "images", true, "images", "this model takes text only");
   *raw = bool_field(body, "raw", false);
   const json* prompt = field(body, "prompt");
   const std::string text = prompt ? prompt->get<std::string>() : "";
@@ -312,6 +333,21 @@ bool is_ollama_load_request(const json& body, bool generate) {
   return !generate || (field(body, "system") == nullptr && !bool_field(body, "raw", false));
 }
 
+std::string check_ollama_load_request(const json& body, const ModelContext& model, bool generate) {
+  const std::string name = ollama_model_name(body, model);
+  // The rest of the body is checked as a generation request's would be.
+  json probe = body;
+  if (generate) {
+    probe["prompt"] = "x";
+  } else {
+    probe["messages"] = json::array({{{"role", "user"}, {"content", "x"}}});
+  }
+  bool raw = false;
+  ollama_to_openai(probe, ordered_json::parse(probe.dump()), model, generate, &raw);
+  num_ctx_option(probe, model);
+  return name;
+}
+
 ordered_json ollama_to_openai(const json& body, const ordered_json& ordered,
                               const ModelContext& model, bool generate, bool* raw) {
   if (!body.is_object()) throw bad_param("", "the request body must be a JSON object");
@@ -335,6 +371,7 @@ ordered_json ollama_to_openai(const json& body, const ordered_json& ordered,
   }
   out["model"] = model.name;
   translate_common(body, out);
+  translate_logprobs(body, *raw, out);
   translate_options(body, out);
   translate_format(body, ordered, out);
   return out;

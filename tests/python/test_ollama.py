@@ -156,6 +156,19 @@ def test_stop_num_predict_and_num_ctx(client):
     assert penalised.message.content != free
 
 
+def test_logprobs(client):
+    r = client.chat(model="smol", messages=[{"role": "user", "content": "Hi"}], logprobs=True,
+                    top_logprobs=2, options={**GREEDY, "num_predict": 4})
+    assert len(r.logprobs) == r.eval_count == 4
+    assert "".join(lp.token for lp in r.logprobs) == r.message.content
+    assert all(lp.logprob <= 0 and len(lp.top_logprobs) == 2 for lp in r.logprobs)
+    # Greedy: each token is its step's most likely one.
+    assert all(lp.top_logprobs[0].logprob == lp.logprob for lp in r.logprobs)
+    raw = client.generate(model="smol", prompt="The sea is", raw=True, logprobs=True,
+                          options={**GREEDY, "num_predict": 3})
+    assert len(raw.logprobs) == 3 and not raw.logprobs[0].top_logprobs
+
+
 def test_format_json_and_schema(client):
     r = client.chat(model="smol", format="json", options={**GREEDY, "num_predict": 64},
                     messages=[{"role": "user",
@@ -265,6 +278,9 @@ def test_errors_have_ollamas_shape(client, server):
     ("/api/generate", {"model": "smol", "prompt": "x", "options": {"num_ctx": "big"}}),
     ("/api/generate", {"model": "smol", "prompt": "x", "stream": "yes"}),
     ("/api/show", [1]),
+    # Nothing to generate (a load), but the other fields are still checked.
+    ("/api/generate", {"model": "smol", "prompt": "", "options": [1]}),
+    ("/api/chat", {"model": "smol", "messages": [], "format": 5}),
     ("/api/chat", b"not json"),
 ])
 def test_hostile_bodies_are_400(server, path, body):
