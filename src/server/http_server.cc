@@ -303,7 +303,7 @@ void HttpServer::ollama_generation(const HttpRequest& req, const std::shared_ptr
     return start_generation(req, ex, generate ? Endpoint::kOllamaGenerate : Endpoint::kOllamaChat);
   }
   // Nothing to generate: Ollama's way of asking for the model to be loaded, which it is.
-  nlohmann::ordered_json out = {{"model", check_ollama_load_request(body, model_, generate)},
+  nlohmann::ordered_json out = {{"model", check_ollama_load_request(body, model_, options_.limits, generate)},
                                 {"created_at", ollama_time_now()}};
   if (generate) {
     out["response"] = "";

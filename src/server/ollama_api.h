@@ -36,7 +36,7 @@ std::string ollama_model_name(const nlohmann::json& body, const ModelContext& mo
 bool is_ollama_load_request(const nlohmann::json& body, bool generate);
 // Checks such a request's fields as a generation's would be checked; returns its model name.
 std::string check_ollama_load_request(const nlohmann::json& body, const ModelContext& model,
-                                      bool generate);
+                                      const RequestLimits& limits, bool generate);
 
 // The OpenAI body an /api/chat (`generate` false) or /api/generate request means; throws
 // ApiError naming Ollama's field. `*raw` is set for a raw generate (a completions body).

@@ -333,7 +333,8 @@ bool is_ollama_load_request(const json& body, bool generate) {
   return !generate || (field(body, "system") == nullptr && !bool_field(body, "raw", false));
 }
 
-std::string check_ollama_load_request(const json& body, const ModelContext& model, bool generate) {
+std::string check_ollama_load_request(const json& body, const ModelContext& model,
+                                      const RequestLimits& limits, bool generate) {
   const std::string name = ollama_model_name(body, model);
   // The rest of the body is checked as a generation request's would be.
   json probe = body;
@@ -342,9 +343,7 @@ std::string check_ollama_load_request(const json& body, const ModelContext& mode
   } else {
     probe["messages"] = json::array({{{"role", "user"}, {"content", "x"}}});
   }
-  bool raw = false;
-  ollama_to_openai(probe, ordered_json::parse(probe.dump()), model, generate, &raw);
-  num_ctx_option(probe, model);
+  parse_ollama_request(probe.dump(), model, limits, generate);
   return name;
 }
 

@@ -281,6 +281,8 @@ def test_errors_have_ollamas_shape(client, server):
     # Nothing to generate (a load), but the other fields are still checked.
     ("/api/generate", {"model": "smol", "prompt": "", "options": [1]}),
     ("/api/chat", {"model": "smol", "messages": [], "format": 5}),
+    ("/api/chat", {"model": "smol", "messages": [], "top_logprobs": {}}),
+    ("/api/chat", {"model": "smol", "options": {"temperature": "hot"}}),
     ("/api/chat", b"not json"),
 ])
 def test_hostile_bodies_are_400(server, path, body):
