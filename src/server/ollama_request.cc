@@ -26,6 +26,11 @@ void only_keys(const json& object, const std::set<std::string>& known, const std
   }
 }
 
+// An empty string, list or object (json::empty() is false for any string).
+bool is_empty(const json& v) {
+  return v.is_string() ? v.get_ref<const std::string&>().empty() : v.empty();
+}
+
 // A field that must be absent, null or empty (a string, or a list when `list`): what the
 // server cannot honour. `where` names it.
 void refuse_unless_empty(const json& object, const char* name, bool list, const std::string& where,
@@ -35,7 +40,7 @@ void refuse_unless_empty(const json& object, const char* name, bool list, const 
   if (list ? !v->is_array() : !v->is_string()) {
     throw bad_param(where, in_quotes(where) + (list ? " must be a list" : " must be a string"));
   }
-  if (!v->empty()) throw bad_param(where, in_quotes(where) + " is not supported by this server: " + why);
+  if (!is_empty(*v)) throw bad_param(where, in_quotes(where) + " is not supported by this server: " + why);
 }
 
 const char* kOptionsHonoured =
@@ -91,7 +96,7 @@ void translate_options(const json& body, ordered_json& out) {
 // format: "json" or a JSON schema (in key order), as response_format.
 void translate_format(const json& body, const ordered_json& ordered, ordered_json& out) {
   const json* f = field(body, "format");
-  if (f == nullptr || (f->is_string() && f->empty())) return;
+  if (f == nullptr || (f->is_string() && is_empty(*f))) return;
   if (*f == "json") {
     out["response_format"] = {{"type", "json_object"}};
   } else if (f->is_object()) {
@@ -328,7 +333,7 @@ std::string ollama_model_name(const json& body, const ModelContext& model) {
 bool is_ollama_load_request(const json& body, bool generate) {
   if (!body.is_object()) return false;
   const json* v = field(body, generate ? "prompt" : "messages");
-  if (v != nullptr && !((v->is_string() || v->is_array()) && v->empty())) return false;
+  if (v != nullptr && !((v->is_string() || v->is_array()) && is_empty(*v))) return false;
   // A generate with a system prompt, or a raw one, still asks for output.
   return !generate || (field(body, "system") == nullptr && !bool_field(body, "raw", false));
 }

@@ -222,8 +222,11 @@ def test_tags_show_ps_version(client, server):
     assert ps.models[0].expires_at is not None
     assert isinstance(get(server, "/api/version")["version"], str)
     # No prompt: Ollama's way of loading a model, answered at once.
-    status, out = post(server, "/api/generate", {"model": "smol"})
-    assert status == 200 and out["done"] and out["done_reason"] == "load"
+    for body in ({"model": "smol"}, {"model": "smol", "prompt": "", "suffix": ""}):
+        status, out = post(server, "/api/generate", body)
+        assert status == 200 and out["done"] and out["done_reason"] == "load", out
+    status, out = post(server, "/api/chat", {"model": "smol:latest", "messages": []})
+    assert status == 200 and out["done_reason"] == "load" and out["model"] == "smol:latest"
 
 
 @pytest.mark.parametrize("kw, named", [
