@@ -1,11 +1,14 @@
 // pagoda serve -m FILE: the OpenAI-compatible HTTP server (docs/SERVER.md).
 #include <pthread.h>
+#include <sys/stat.h>
 
 #include <atomic>
 #include <csignal>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <thread>
 
 #include "backend/backend.h"
@@ -15,6 +18,7 @@
 #include "cli/format_util.h"
 #include "cli/ranks.h"
 #include "cli/speculative_options.h"
+#include "core/dtype.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "engine/engine_thread.h"
@@ -60,6 +64,45 @@ int32_t resolve_max_model_len(const ServeOptions& o, const Model& model) {
   if (o.max_model_len > 0) return o.max_model_len;
   const uint32_t trained = model.config().context_length;
   return static_cast<int32_t>(trained == 0 || trained > 8192 ? 8192 : trained);
+}
+
+// The file's time, RFC 3339 UTC; empty when it cannot be read.
+std::string modified_at(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return "";
+  const std::time_t secs = st.st_mtime;
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+// What Ollama's /api/tags, /api/show and /api/ps describe: the quantization is the tensor type
+// holding the most bytes.
+server::ModelDescription describe_model(const ModelFile& file, const std::string& chat_template,
+                                        bool on_accelerator) {
+  server::ModelDescription d;
+  d.architecture = file.config().architecture;
+  d.format = file.gguf() != nullptr ? "gguf" : "safetensors";
+  d.chat_template = chat_template;
+  d.modified_at = modified_at(file.path());
+  d.trained_context = file.config().context_length;
+  std::map<std::string, uint64_t> bytes_by_type;
+  for (const TensorRef& t : file.tensors()) {
+    d.size_bytes += t.num_bytes;
+    d.num_parameters += t.num_elements;
+    bytes_by_type[std::string(dtype_traits(t.type).name)] += t.num_bytes;
+  }
+  uint64_t most = 0;
+  for (const auto& [type, bytes] : bytes_by_type) {
+    if (bytes > most) {
+      most = bytes;
+      d.quantization = type;
+    }
+  }
+  d.size_vram = on_accelerator ? d.size_bytes : 0;
+  return d;
 }
 
 // SIGINT / SIGTERM are blocked in every thread and taken here, so the shutdown runs on a
@@ -227,12 +270,14 @@ Action add_serve(CLI::App& app) {
     context.max_model_len = config.max_model_len;
     context.vocab_size = static_cast<int32_t>(vocab.size());
     context.allow_special_in_content = o->allow_special_in_content;
+    std::string template_text;
     if (chat) {
-      const std::string source = chat_template_source(o->chat_template_file, *file, vocab);
-      context.tool_format = server::tool_format_for_template(source);
-      context.template_renders_tools = server::template_renders_tools(source);
-      context.template_traits = server::template_traits(source);
+      template_text = chat_template_source(o->chat_template_file, *file, vocab);
+      context.tool_format = server::tool_format_for_template(template_text);
+      context.template_renders_tools = server::template_renders_tools(template_text);
+      context.template_traits = server::template_traits(template_text);
     }
+    context.description = describe_model(*file, template_text, o->backend == "cuda");
     context.grammars = std::make_shared<GrammarCompiler>(std::make_shared<GrammarCache>(*tokenizer),
                                                          o->grammar_limits, kGrammarThreads);
     if (chat) set_chat_renderer(context, chat, vocab);

@@ -26,8 +26,11 @@ void HttpServer::start_generation(const HttpRequest& req, const std::shared_ptr<
   const auto arrival = std::chrono::steady_clock::now();
   if (draining_) throw ApiError(503, "server_error", "the server is shutting down");
   const json body = parse_json_body(req.body, options_.limits.max_json_depth);
+  const bool ollama = endpoint == Endpoint::kOllamaChat || endpoint == Endpoint::kOllamaGenerate;
   auto request = std::make_shared<ApiRequest>(
-      endpoint == Endpoint::kMessages ? parse_messages_request(req.body, model_, options_.limits)
+      ollama ? parse_ollama_request(req.body, model_, options_.limits,
+                                    endpoint == Endpoint::kOllamaGenerate)
+      : endpoint == Endpoint::kMessages ? parse_messages_request(req.body, model_, options_.limits)
       : endpoint == Endpoint::kChat   ? parse_chat_request(body, model_, options_.limits, req.body)
                                   : parse_completion_request(body, model_, options_.limits, req.body));
   // Admission counts sequences: a request of 64 prompts with n = 16 weighs 1024 short ones.
@@ -55,8 +58,8 @@ void HttpServer::start_generation(const HttpRequest& req, const std::shared_ptr<
     }
     ResponseHead head;
     head.id = (endpoint == Endpoint::kMessages ? "msg_"
-               : endpoint == Endpoint::kChat   ? "chatcmpl-"
-                                               : "cmpl-") +
+               : endpoint == Endpoint::kCompletions ? "cmpl-"
+                                                    : "chatcmpl-") +
               std::to_string(next_id_++);
     head.created = static_cast<int64_t>(std::time(nullptr));
     head.model = model_.name;
@@ -70,10 +73,12 @@ void HttpServer::start_generation(const HttpRequest& req, const std::shared_ptr<
   // starts from there. A client that leaves cancels its compile; so does the shutdown.
   auto cancelled = std::make_shared<std::atomic<bool>>(false);
   ex->on_closed([cancelled] { cancelled->store(true); });
-  auto done = [this, ex, request, endpoint, num_sequences, launch](
+  auto done = [this, ex, request, endpoint, ollama, num_sequences, launch](
                   std::shared_ptr<GrammarMasks> masks, std::exception_ptr error) {
-    auto answer = [&ex, endpoint](const ApiError& e) {
-      const auto body = endpoint == Endpoint::kMessages ? anthropic_error_json(e) : e.to_json();
+    auto answer = [&ex, endpoint, ollama](const ApiError& e) {
+      const auto body = endpoint == Endpoint::kMessages ? anthropic_error_json(e)
+                        : ollama                        ? ollama_error_json(e)
+                                                        : e.to_json();
       ex->respond({e.status(), "application/json", dump(body), {}});
     };
     if (error) {
@@ -120,6 +125,9 @@ GenerationTask::GenerationTask(HttpServer& server, std::shared_ptr<Exchange> ex,
       offsets_(g_->choices().size(), 0) {
   if (request_->endpoint == Endpoint::kMessages) {
     messages_ = std::make_unique<MessagesWriter>(head_, *request_);
+  } else if (request_->endpoint == Endpoint::kOllamaChat ||
+             request_->endpoint == Endpoint::kOllamaGenerate) {
+    ollama_ = std::make_unique<OllamaWriter>(*request_, *server_.model_.tokenizer);
   } else if (request_->endpoint == Endpoint::kChat && request_->stream && !request_->tools.empty()) {
     for (size_t i = 0; i < g_->choices().size(); ++i) {
       tool_streams_.emplace_back(request_->tool_format, &request_->tools);
@@ -134,7 +142,8 @@ void GenerationTask::start() {
   });
   ex_->annotate(dump(json{{"prompt_tokens", g_->num_prompt_tokens()}}));
   if (request_->stream) {
-    ex_->start_stream(200, "text/event-stream", {{"Cache-Control", "no-cache"}});
+    ex_->start_stream(200, ollama_ ? "application/x-ndjson" : "text/event-stream",
+                      {{"Cache-Control", "no-cache"}});
     if (messages_) ex_->write(messages_->start(g_->num_prompt_tokens()));
     if (request_->echo) {
       for (size_t i = 0; i < g_->choices().size(); ++i) {
@@ -172,7 +181,8 @@ void GenerationTask::pump() {
 void GenerationTask::abort() {
   ex_->post([self = shared_from_this()] {
     if (self->ended_) return;
-    if (self->messages_) {  // Anthropic's stop reasons have none for a cut-off generation
+    // Anthropic's stop reasons and Ollama's done reasons have none for a cut-off generation.
+    if (self->messages_ || self->ollama_) {
       return self->fail(ApiError(503, "server_error",
                                  "the server is shutting down; the generation was ended"));
     }
@@ -191,6 +201,10 @@ void GenerationTask::send(const std::vector<ChoiceDelta>& deltas) {
   if (!request_->stream) return;
   if (messages_) {
     for (const ChoiceDelta& d : deltas) ex_->write(messages_->delta(d));
+    return;
+  }
+  if (ollama_) {
+    for (const ChoiceDelta& d : deltas) ex_->write(ollama_->delta(d));
     return;
   }
   const Tokenizer& tok = *server_.model_.tokenizer;
@@ -244,6 +258,11 @@ void GenerationTask::complete() {
     ex_->finish();
   } else if (messages_) {
     ex_->respond({200, "application/json", dump(messages_->response(g)), {}});
+  } else if (ollama_ && request_->stream) {
+    ex_->write(ollama_->finish(g));
+    ex_->finish();
+  } else if (ollama_) {
+    ex_->respond({200, "application/json", dump(ollama_->response(g)), {}});
   } else if (request_->stream) {
     if (request_->include_usage) ex_->write(sse(usage_chunk(head_, *request_, g)));
     ex_->write("data: [DONE]\n\n");
@@ -264,13 +283,17 @@ void GenerationTask::fail(const ApiError& e) {
     // The status line went out with the first byte of the stream: the error is an event.
     if (messages_) {
       ex_->write(MessagesWriter::error_event(e));
+    } else if (ollama_) {
+      ex_->write(OllamaWriter::error_line(e));
     } else {
       ex_->write(sse(e.to_json()));
       ex_->write("data: [DONE]\n\n");
     }
     ex_->finish();
   } else {
-    const json body = messages_ ? anthropic_error_json(e) : e.to_json();
+    const json body = messages_ ? anthropic_error_json(e)
+                      : ollama_ ? ollama_error_json(e)
+                                : e.to_json();
     ex_->respond({e.status(), "application/json", dump(body), {}});
   }
   release();

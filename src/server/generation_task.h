@@ -1,4 +1,5 @@
-// One generation request in flight on the server (POST /v1/completions, /v1/chat/completions):
+// One generation request in flight on the server (POST /v1/completions, /v1/chat/completions,
+// /v1/messages, /api/chat, /api/generate):
 // its Generation, the exchange it answers through, and the pump that turns engine events into
 // the answer. The engine thread's events only post the pump to the connection's strand, so the
 // request costs no thread while it waits; the status line goes out once the engine has
@@ -14,6 +15,7 @@
 #include "server/api_error.h"
 #include "server/generation.h"
 #include "server/http_server.h"
+#include "server/ollama_api.h"
 #include "server/responses.h"
 
 namespace pagoda::server {
@@ -52,6 +54,7 @@ class GenerationTask : public std::enable_shared_from_this<GenerationTask> {
   std::vector<size_t> offsets_;
   std::vector<ToolCallStream> tool_streams_;  // chat streams with tools: one per choice
   std::unique_ptr<MessagesWriter> messages_;  // the Messages API's answer (kMessages)
+  std::unique_ptr<OllamaWriter> ollama_;      // Ollama's answer (kOllamaChat, kOllamaGenerate)
 };
 
 }  // namespace pagoda::server

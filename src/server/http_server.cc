@@ -12,6 +12,7 @@
 #include "server/anthropic_messages.h"
 #include "server/api_error.h"
 #include "server/generation_task.h"
+#include "server/ollama_api.h"
 #include "server/openapi.h"
 #include "server/responses.h"
 #include "server/web_page.h"
@@ -30,6 +31,7 @@ HttpResponse error_response(const ApiError& e) { return json_response(e.status()
 // An error in the shape of the API the path belongs to.
 HttpResponse error_response(const std::string& path, const ApiError& e) {
   if (is_messages_path(path)) return json_response(e.status(), anthropic_error_json(e));
+  if (is_ollama_path(path)) return json_response(e.status(), ollama_error_json(e));
   return error_response(e);
 }
 
@@ -114,7 +116,8 @@ HttpServer::~HttpServer() {
 bool HttpServer::needs_key(const std::string& path) const {
   if (path == "/metrics" || path == "/stats" || path == "/openapi.json")
     return !options_.public_metrics;
-  return path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize";
+  return path.rfind("/v1/", 0) == 0 || is_ollama_path(path) || path == "/tokenize" ||
+         path == "/detokenize";
 }
 
 bool HttpServer::authorized(const HttpRequest& req) const {
@@ -157,7 +160,9 @@ void HttpServer::log_access(const AccessRecord& r) {
   static const std::set<std::string> routes = {
       "/v1/completions", "/v1/chat/completions", "/v1/models",   "/health",
       "/metrics",        "/stats",               "/tokenize",    "/detokenize",
-      "/",               "/openapi.json",        "/v1/messages", "/v1/messages/count_tokens"};
+      "/",               "/openapi.json",        "/v1/messages", "/v1/messages/count_tokens",
+      "/api/chat",       "/api/generate",        "/api/tags",    "/api/show",
+      "/api/ps",         "/api/version",         "/api/embed"};
   metrics_.count_request(routes.count(r.path) ? r.path : "other", r.status);
   if (options_.log_format == LogFormat::kNone || is_poll(r)) return;
   json note = r.note.empty() ? json::object() : json::parse(r.note, nullptr, false);
@@ -238,6 +243,7 @@ void HttpServer::route(const HttpRequest& req, const std::shared_ptr<Exchange>& 
       const ApiRequest r = parse_messages_request(req.body, model_, options_.limits, true);
       return ex->respond(json_response(200, {{"input_tokens", r.prompts.at(0).size()}}));
     }
+    if (p == "/api/chat" || p == "/api/generate") return ollama_generation(req, ex);
     if (p == "/tokenize") return ex->respond(tokenize(req));
     if (p == "/detokenize") return ex->respond(detokenize(req));
   } else if (req.method == "GET" || req.method == "HEAD") {
@@ -253,6 +259,7 @@ void HttpServer::route(const HttpRequest& req, const std::shared_ptr<Exchange>& 
       }
       return ex->respond(json_response(200, model_info_));
     }
+    if (p == "/api/tags" || p == "/api/ps" || p == "/api/version") return ollama_info(req, ex);
     if (p == "/health") {
       if (draining_) throw ApiError(503, "server_error", "the server is shutting down");
       return ex->respond(json_response(200, {{"status", "ok"}}));
@@ -266,11 +273,17 @@ void HttpServer::route(const HttpRequest& req, const std::shared_ptr<Exchange>& 
     if (p == "/")
       return ex->respond({200, "text/html; charset=utf-8", std::string(web_page_html()), {}});
   }
+  if (req.method == "POST" && is_ollama_path(p) && p != "/api/tags" && p != "/api/ps" &&
+      p != "/api/version") {
+    return ollama_info(req, ex);
+  }
   static const std::set<std::string> post_routes = {
       "/v1/completions", "/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens",
-      "/tokenize",       "/detokenize"};
-  static const std::set<std::string> get_routes = {"/v1/models", "/health", "/metrics", "/stats",
-                                                   "/openapi.json", "/"};
+      "/tokenize",       "/detokenize",          "/api/chat",    "/api/generate",
+      "/api/show",       "/api/embed",           "/api/embeddings"};
+  static const std::set<std::string> get_routes = {"/v1/models", "/health",   "/metrics",
+                                                   "/stats",     "/openapi.json", "/",
+                                                   "/api/tags",  "/api/ps",   "/api/version"};
   const bool is_post_route = post_routes.count(p) > 0;
   if (is_post_route || get_routes.count(p) || p.rfind("/v1/models/", 0) == 0) {
     const std::string allow = is_post_route ? "POST" : "GET, HEAD";
@@ -281,6 +294,34 @@ void HttpServer::route(const HttpRequest& req, const std::shared_ptr<Exchange>& 
     return ex->respond(std::move(r));
   }
   throw ApiError(404, "invalid_request_error", "no route " + req.method + " " + p, "", "not_found");
+}
+
+void HttpServer::ollama_generation(const HttpRequest& req, const std::shared_ptr<Exchange>& ex) {
+  const bool generate = req.path == "/api/generate";
+  const json body = parse_json_body(req.body, options_.limits.max_json_depth);
+  if (!is_ollama_load_request(body, generate)) {
+    return start_generation(req, ex, generate ? Endpoint::kOllamaGenerate : Endpoint::kOllamaChat);
+  }
+  // Nothing to generate: Ollama's way of asking for the model to be loaded, which it is.
+  nlohmann::ordered_json out = {{"model", check_ollama_load_request(body, model_, options_.limits, generate)},
+                                {"created_at", ollama_time_now()}};
+  if (generate) {
+    out["response"] = "";
+  } else {
+    out["message"] = {{"role", "assistant"}, {"content", ""}};
+  }
+  out["done"] = true;
+  out["done_reason"] = "load";
+  ex->respond({200, "application/json", dump(out), {}});
+}
+
+void HttpServer::ollama_info(const HttpRequest& req, const std::shared_ptr<Exchange>& ex) {
+  nlohmann::ordered_json out;
+  if (!ollama_info_route(req.path, req.body, model_, options_.limits, out)) {
+    throw ApiError(404, "invalid_request_error", "no route " + req.method + " " + req.path, "",
+                   "not_found");
+  }
+  ex->respond({200, "application/json", dump(out), {}});
 }
 
 HttpResponse HttpServer::tokenize(const HttpRequest& req) {

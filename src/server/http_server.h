@@ -75,6 +75,10 @@ class HttpServer {
   void route(const HttpRequest& req, const std::shared_ptr<Exchange>& ex);
   void start_generation(const HttpRequest& req, const std::shared_ptr<Exchange>& ex,
                         Endpoint endpoint);
+  // Ollama's /api/chat and /api/generate (a request with nothing to generate is answered at
+  // once, as Ollama answers a load), and the routes that describe the model (ollama_api.h).
+  void ollama_generation(const HttpRequest& req, const std::shared_ptr<Exchange>& ex);
+  void ollama_info(const HttpRequest& req, const std::shared_ptr<Exchange>& ex);
   HttpResponse tokenize(const HttpRequest& req);
   HttpResponse detokenize(const HttpRequest& req);
   nlohmann::json stats_json() const;

@@ -21,6 +21,20 @@
 
 namespace pagoda::server {
 
+// What Ollama's /api/tags, /api/show and /api/ps tell of the served model (request parsing
+// does not read it).
+struct ModelDescription {
+  std::string architecture;   // "llama", "qwen2", ...
+  std::string format;         // "gguf", "safetensors"
+  std::string quantization;   // the tensor type holding most of the weights' bytes: "Q4_K"
+  std::string chat_template;  // the template's source; empty when none
+  std::string modified_at;    // the model file's time, RFC 3339
+  uint64_t size_bytes = 0;    // the weights
+  uint64_t size_vram = 0;     // of those, in accelerator memory
+  uint64_t num_parameters = 0;
+  uint32_t trained_context = 0;
+};
+
 // The served model, as request parsing needs it.
 struct ModelContext {
   std::string name;  // the id /v1/models lists and responses carry
@@ -51,6 +65,7 @@ struct ModelContext {
   bool template_renders_tools = false;
   // What the chat template reads (the developer role, reasoning_effort).
   TemplateTraits template_traits;
+  ModelDescription description;
 };
 
 // Limits a server operator sets (pagoda serve options).
@@ -62,8 +77,10 @@ struct RequestLimits {
   int32_t max_json_depth = 64;  // nesting of arrays and objects in a request body
 };
 
-// kMessages: Anthropic's Messages API, parsed as a chat (anthropic_messages.h).
-enum class Endpoint { kCompletions, kChat, kMessages };
+// kMessages: Anthropic's Messages API, parsed as a chat (anthropic_messages.h). kOllamaChat,
+// kOllamaGenerate: Ollama's /api/chat and /api/generate, parsed as a chat or, for a raw
+// generate, a completion (ollama_api.h).
+enum class Endpoint { kCompletions, kChat, kMessages, kOllamaChat, kOllamaGenerate };
 
 struct ApiRequest {
   Endpoint endpoint = Endpoint::kCompletions;

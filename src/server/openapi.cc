@@ -10,7 +10,7 @@ namespace {
 constexpr const char* kSpec = R"json({
   "openapi": "3.0.3",
   "info": {"title": "pagoda serve", "version": "1",
-           "description": "OpenAI-compatible completions and chat completions, Anthropic's Messages API, tokenization, metrics. See docs/SERVER.md."},
+           "description": "OpenAI-compatible completions and chat completions, Anthropic's Messages API, Ollama's API, tokenization, metrics. See docs/SERVER.md."},
   "paths": {
     "/v1/completions": {"post": {
       "operationId": "createCompletion",
@@ -221,6 +221,119 @@ constexpr const char* kSpec = R"json({
   }
 })json";
 
+// Ollama's routes (ollama_api.h), merged into kSpec's paths and schemas. /api/embed is left out:
+// it answers 501 until the server has embeddings.
+constexpr const char* kOllamaSpec = R"json({
+  "paths": {
+    "/api/chat": {"post": {
+      "operationId": "ollamaChat",
+      "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/OllamaChatRequest"}}}},
+      "responses": {
+        "200": {"description": "Ollama's chat answer, or its NDJSON stream unless stream is false",
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/OllamaAnswer"}},
+                            "application/x-ndjson": {"schema": {"type": "string"}}}},
+        "400": {"$ref": "#/components/responses/OllamaError"}, "401": {"$ref": "#/components/responses/OllamaError"},
+        "404": {"$ref": "#/components/responses/OllamaError"}, "413": {"$ref": "#/components/responses/Error"},
+        "503": {"$ref": "#/components/responses/OllamaError"}}}},
+    "/api/generate": {"post": {
+      "operationId": "ollamaGenerate",
+      "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/OllamaGenerateRequest"}}}},
+      "responses": {
+        "200": {"description": "Ollama's generate answer, or its NDJSON stream unless stream is false",
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/OllamaAnswer"}},
+                            "application/x-ndjson": {"schema": {"type": "string"}}}},
+        "400": {"$ref": "#/components/responses/OllamaError"}, "401": {"$ref": "#/components/responses/OllamaError"},
+        "404": {"$ref": "#/components/responses/OllamaError"}, "413": {"$ref": "#/components/responses/Error"},
+        "503": {"$ref": "#/components/responses/OllamaError"}}}},
+    "/api/show": {"post": {
+      "operationId": "ollamaShow",
+      "requestBody": {"required": true, "content": {"application/json": {"schema": {"type": "object", "required": ["model"],
+        "properties": {"model": {"$ref": "#/components/schemas/OllamaModel"}, "verbose": {"type": "boolean", "nullable": true}}}}}},
+      "responses": {
+        "200": {"description": "the served model", "content": {"application/json": {"schema": {"type": "object",
+          "required": ["template", "details", "model_info", "capabilities"],
+          "properties": {"template": {"type": "string"}, "details": {"$ref": "#/components/schemas/OllamaDetails"},
+                         "model_info": {"type": "object"}, "capabilities": {"type": "array", "items": {"type": "string"}}}}}}},
+        "400": {"$ref": "#/components/responses/OllamaError"}, "401": {"$ref": "#/components/responses/OllamaError"},
+        "404": {"$ref": "#/components/responses/OllamaError"}, "413": {"$ref": "#/components/responses/Error"}}}},
+    "/api/tags": {"get": {"operationId": "ollamaTags", "responses": {
+        "200": {"description": "the served model", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/OllamaModels"}}}},
+        "401": {"$ref": "#/components/responses/OllamaError"}}}},
+    "/api/ps": {"get": {"operationId": "ollamaPs", "responses": {
+        "200": {"description": "the loaded model (the one served)", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/OllamaModels"}}}},
+        "401": {"$ref": "#/components/responses/OllamaError"}}}},
+    "/api/version": {"get": {"operationId": "ollamaVersion", "responses": {
+        "200": {"description": "the version of Ollama's API these routes follow", "content": {"application/json": {"schema": {"type": "object",
+          "required": ["version"], "properties": {"version": {"type": "string"}}}}}},
+        "401": {"$ref": "#/components/responses/OllamaError"}}}}
+  },
+  "responses": {
+    "OllamaError": {"description": "an error in Ollama's shape",
+                    "content": {"application/json": {"schema": {"type": "object", "required": ["error"],
+                      "properties": {"error": {"type": "string"}}}}}}
+  },
+  "schemas": {
+    "OllamaModel": {"type": "string"},
+    "OllamaOptions": {"type": "object", "nullable": true, "properties": {
+      "temperature": {"type": "number", "minimum": 0, "maximum": 2, "nullable": true},
+      "top_k": {"type": "integer", "minimum": -1, "maximum": 1073741824, "nullable": true},
+      "top_p": {"type": "number", "exclusiveMinimum": true, "minimum": 0, "maximum": 1, "nullable": true},
+      "min_p": {"type": "number", "minimum": 0, "maximum": 1, "nullable": true},
+      "seed": {"type": "integer", "nullable": true},
+      "num_predict": {"type": "integer", "minimum": -2, "maximum": 8192, "not": {"enum": [0]}, "nullable": true},
+      "num_ctx": {"type": "integer", "minimum": 1, "maximum": 1, "nullable": true},
+      "stop": {"$ref": "#/components/schemas/Stop"},
+      "repeat_penalty": {"type": "number", "minimum": 0.001, "maximum": 100, "nullable": true},
+      "repeat_last_n": {"type": "integer", "enum": [-1, 0, null], "nullable": true},
+      "presence_penalty": {"type": "number", "minimum": -2, "maximum": 2, "nullable": true},
+      "frequency_penalty": {"type": "number", "minimum": -2, "maximum": 2, "nullable": true}}},
+    "OllamaCommon": {"type": "object", "required": ["model"], "properties": {
+      "model": {"$ref": "#/components/schemas/OllamaModel"},
+      "options": {"$ref": "#/components/schemas/OllamaOptions"},
+      "format": {"nullable": true, "oneOf": [{"type": "string", "enum": ["", "json"]}, {"type": "object"}]},
+      "stream": {"type": "boolean", "nullable": true},
+      "keep_alive": {"nullable": true, "oneOf": [{"type": "string"}, {"type": "number"}]},
+      "think": {"type": "boolean", "enum": [false, null], "nullable": true},
+      "logprobs": {"type": "boolean", "nullable": true},
+      "top_logprobs": {"type": "integer", "minimum": 0, "maximum": 20, "nullable": true}}},
+    "OllamaChatRequest": {"allOf": [{"$ref": "#/components/schemas/OllamaCommon"}, {"type": "object", "properties": {
+      "messages": {"type": "array", "nullable": true, "items": {"type": "object", "required": ["role"], "properties": {
+        "role": {"type": "string"}, "content": {"type": "string", "nullable": true},
+        "images": {"type": "array", "maxItems": 0, "nullable": true},
+        "thinking": {"type": "string", "maxLength": 0, "nullable": true},
+        "tool_name": {"type": "string", "nullable": true}, "tool_call_id": {"type": "string", "nullable": true},
+        "tool_calls": {"type": "array", "nullable": true, "items": {"type": "object", "required": ["function"],
+          "properties": {"function": {"type": "object", "required": ["name"],
+            "properties": {"name": {"type": "string"}, "arguments": {"type": "object", "nullable": true}}}}}}}}},
+      "tools": {"type": "array", "nullable": true, "items": {"type": "object"}}}}]},
+    "OllamaGenerateRequest": {"allOf": [{"$ref": "#/components/schemas/OllamaCommon"}, {"type": "object", "properties": {
+      "prompt": {"type": "string", "nullable": true},
+      "system": {"type": "string", "nullable": true},
+      "raw": {"type": "boolean", "nullable": true},
+      "suffix": {"type": "string", "maxLength": 0, "nullable": true},
+      "template": {"type": "string", "maxLength": 0, "nullable": true},
+      "context": {"type": "array", "maxItems": 0, "nullable": true},
+      "images": {"type": "array", "maxItems": 0, "nullable": true}}}]},
+    "OllamaAnswer": {"type": "object", "required": ["model", "created_at", "done"], "properties": {
+      "model": {"type": "string"}, "created_at": {"type": "string"}, "done": {"type": "boolean"},
+      "done_reason": {"type": "string", "enum": ["stop", "length", "load"]},
+      "response": {"type": "string"},
+      "message": {"type": "object", "required": ["role", "content"],
+                  "properties": {"role": {"type": "string", "enum": ["assistant"]}, "content": {"type": "string"},
+                                 "tool_calls": {"type": "array", "items": {"type": "object"}}}},
+      "total_duration": {"type": "integer"}, "load_duration": {"type": "integer"},
+      "prompt_eval_count": {"type": "integer"}, "prompt_eval_duration": {"type": "integer"},
+      "eval_count": {"type": "integer"}, "eval_duration": {"type": "integer"}}},
+    "OllamaDetails": {"type": "object", "required": ["format", "family", "parameter_size", "quantization_level"],
+      "properties": {"format": {"type": "string"}, "family": {"type": "string"}, "families": {"type": "array", "items": {"type": "string"}},
+                     "parameter_size": {"type": "string"}, "quantization_level": {"type": "string"}}},
+    "OllamaModels": {"type": "object", "required": ["models"], "properties": {"models": {"type": "array", "items": {
+      "type": "object", "required": ["name", "model", "size", "details"],
+      "properties": {"name": {"type": "string"}, "model": {"type": "string"}, "size": {"type": "integer"},
+                     "details": {"$ref": "#/components/schemas/OllamaDetails"}}}}}}
+  }
+})json";
+
 }  // namespace
 
 std::string openapi_json(const RequestLimits& limits, const ModelContext& model) {
@@ -240,6 +353,19 @@ std::string openapi_json(const RequestLimits& limits, const ModelContext& model)
   s["CountTokensRequest"]["properties"]["model"]["enum"] = json::array({model.name, nullptr});
   s["MessagesRequest"]["allOf"][1]["properties"]["max_tokens"]["maximum"] = limits.max_tokens;
   s["MessagesRequest"]["allOf"][1]["properties"]["stop_sequences"]["maxItems"] = limits.max_stop;
+  static const json ollama = json::parse(kOllamaSpec);
+  spec["paths"].update(ollama["paths"]);
+  spec["components"]["responses"].update(ollama["responses"]);
+  s.update(ollama["schemas"]);
+  json& o = s["OllamaOptions"]["properties"];
+  o["num_predict"]["maximum"] = limits.max_tokens;
+  o["num_ctx"]["maximum"] = model.max_model_len;
+  // Ollama's names: the id or an alias, bare or with the ":latest" tag.
+  json names = json::array();
+  for (const std::string& n : model.aliases) names.push_back(n);
+  names.push_back(model.name);
+  for (size_t i = 0, n = names.size(); i < n; ++i) names.push_back(names[i].get<std::string>() + ":latest");
+  s["OllamaModel"]["enum"] = names;
   spec["paths"]["/detokenize"]["post"]["requestBody"]["content"]["application/json"]["schema"]
       ["properties"]["tokens"]["items"]["maximum"] = model.vocab_size - 1;
   return spec.dump(1);

@@ -39,9 +39,14 @@ def test_the_description_is_served_and_names_this_servers_limits(pagoda_bin):
         assert sampling["model"]["enum"] == ["smol"]
         assert set(spec["paths"]) >= {"/v1/completions", "/v1/chat/completions", "/tokenize",
                                       "/detokenize", "/v1/models", "/health", "/metrics",
-                                      "/v1/messages", "/v1/messages/count_tokens"}
+                                      "/v1/messages", "/v1/messages/count_tokens",
+                                      "/api/chat", "/api/generate", "/api/show", "/api/tags",
+                                      "/api/ps", "/api/version"}
         messages = spec["components"]["schemas"]["MessagesRequest"]["allOf"][1]["properties"]
         assert messages["max_tokens"]["maximum"] == 8
+        options = spec["components"]["schemas"]["OllamaOptions"]["properties"]
+        assert options["num_predict"]["maximum"] == 8
+        assert "smol:latest" in spec["components"]["schemas"]["OllamaModel"]["enum"]
     finally:
         s.stop()
 
