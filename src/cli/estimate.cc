@@ -12,6 +12,7 @@
 #include <random>
 #include <sstream>
 
+#include "bench/engine_probe.h"
 #include "planner/calibrate.h"
 #include "planner/deployment.h"
 #include "planner/estimate_report.h"
@@ -462,6 +463,16 @@ HardwareProfile deployment_hardware(const EstimateArgs& a, const CLI::App& cmd,
                                     std::optional<Calibration>& calibration) {
   std::vector<CalibrationRun> runs;
   for (const auto& path : a.calibrate) runs.push_back(read_calibration_run(path));
+  const bool this_machine = a.hardware.empty() || a.hardware == "this";
+  if (runs.empty() && this_machine && !a.model_path.empty()) {
+    // The model itself, timed through the engine: what the kernel probe cannot see (the
+    // model's mix of weight types, thread hand-offs, sampling) is then in the profile.
+    const bench::EngineProbeOptions probe;
+    std::fprintf(stderr,
+                 "timing the engine on the model (a %d-token prompt, %d tokens, %d runs)...\n",
+                 probe.prompt_len, probe.output_len, probe.runs);
+    runs.push_back(bench::engine_probe_run(a.model_path, cost, probe));
+  }
   // The probe times the products the fit will see: the calibration runs' model, else this one.
   const ModelCost& probed = runs.empty() ? cost : runs[0].cost;
   HardwareProfile profile =
