@@ -31,8 +31,16 @@ Deployment estimate_deployment(const ModelCost& cost, const HardwareProfile& pro
 
   const int64_t prompt = std::max<int64_t>(1, std::llround(d.mean_prompt_len));
   const int64_t output = std::max<int64_t>(1, std::llround(d.mean_output_len));
-  for (int64_t b : batch_sizes(static_cast<int64_t>(d.memory.max_batch))) {
+  const int64_t fits = static_cast<int64_t>(d.memory.max_batch);
+  d.batches_end = fits <= o.max_num_seqs ? "memory" : "max_num_seqs";
+  for (int64_t b : batch_sizes(std::min(fits, o.max_num_seqs))) {
     d.batches.push_back(batch_point(cost, d.rates, b, prompt, output, o.max_num_batched_tokens));
+    const size_t n = d.batches.size();
+    if (n >= 2 && d.batches[n - 1].decode_tokens_per_s <
+                      d.batches[n - 2].decode_tokens_per_s * (1 + kBatchGain)) {
+      d.batches_end = "throughput";
+      break;
+    }
   }
   if (!o.capacity) return d;
   SimEngine engine;

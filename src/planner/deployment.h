@@ -17,6 +17,8 @@
 namespace pagoda {
 
 inline constexpr double kHoursPerMonth = 730;  // 365 x 24 / 12
+// A batch size that adds less than this share of decode throughput ends the speed table.
+inline constexpr double kBatchGain = 0.05;
 
 struct DeploymentOptions {
   int num_devices = 1;
@@ -38,7 +40,12 @@ struct Deployment {
   uint64_t seq_len = 0;
   double mean_prompt_len = 0;
   double mean_output_len = 0;
-  std::vector<BatchPoint> batches;         // at the mean prompt and output lengths
+  // At the mean prompt and output lengths: batch sizes 1, 2, 4, ... up to the largest that
+  // fits and that a step holds (max_num_seqs), ending early at the first whose decode throughput
+  // is less than kBatchGain above the row before (past it a larger batch only adds latency).
+  std::vector<BatchPoint> batches;
+  // Why the table ends: "throughput" (it stopped growing), "max_num_seqs" or "memory".
+  const char* batches_end = "";
   std::optional<CapacityResult> capacity;  // when it fits and capacity was asked
   CostFigures cost;                        // at capacity->max_qps
   CostFigures saturated_cost;              // at capacity->saturated_qps, whatever the latency

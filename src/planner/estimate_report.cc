@@ -76,6 +76,26 @@ EstimateJson hardware_json(const HardwareProfile& p, int num_devices, const Devi
             {"link_gbs", r.link_bandwidth / 1e9}}}};
 }
 
+namespace {
+// The line under the speed table saying why it ends where it does.
+std::string batches_end_text(const Deployment& d, const DeploymentOptions& o) {
+  if (d.batches.empty()) return "";
+  const long long last = static_cast<long long>(d.batches.back().batch);
+  const unsigned long long fits = static_cast<unsigned long long>(d.memory.max_batch);
+  if (std::string(d.batches_end) == "throughput") {
+    return strf(
+        "  (ends at %lld: it decodes less than %.0f %% more than the row before; a step holds "
+        "%lld sequences and memory %llu)\n",
+        last, kBatchGain * 100, static_cast<long long>(o.max_num_seqs), fits);
+  }
+  if (std::string(d.batches_end) == "max_num_seqs") {
+    return strf("  (ends at %lld: a step holds at most --max-seqs %lld sequences; memory %llu)\n",
+                last, static_cast<long long>(o.max_num_seqs), fits);
+  }
+  return strf("  (ends at %lld: the most that fit in memory)\n", last);
+}
+}  // namespace
+
 std::string deployment_text(const Deployment& d, const DeploymentOptions& o,
                             const std::string& workload) {
   const DeviceMemory& m = d.memory;
@@ -111,6 +131,7 @@ std::string deployment_text(const Deployment& d, const DeploymentOptions& o,
               b.prefill_tokens_per_s, b.ttft_mean_s * 1e3, b.ttft_last_s * 1e3,
               b.decode_compute_bound ? "compute" : "memory");
   }
+  s += batches_end_text(d, o);
   if (!d.capacity) return s;
   const CapacityResult& c = *d.capacity;
   s += strf(
@@ -187,7 +208,8 @@ EstimateJson deployment_json(const Deployment& d, const DeploymentOptions& o) {
       {"decode_context", std::llround(d.mean_prompt_len) + std::llround(d.mean_output_len) / 2},
       {"ttft_ms",
        d.batches.empty() ? EstimateJson(nullptr) : EstimateJson(d.batches[0].ttft_mean_s * 1e3)},
-      {"batches", batches}};
+      {"batches", batches},
+      {"batches_end", d.batches_end}};
   if (!d.capacity) {
     j["capacity"] = nullptr;
     j["cost"] = nullptr;
