@@ -1,9 +1,13 @@
 """pagoda estimate: memory arithmetic for presets and real files, as JSON and as a table."""
 import json
+import pathlib
 import re
 import subprocess
 
 import gguf
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def estimate(pagoda_bin, *args):
@@ -374,3 +378,46 @@ def test_readme_question(pagoda_bin):
     text = r.stdout.decode()
     assert re.search(r"largest batch of 4096-token sequences: \d+", text)
     assert re.search(r"per million tokens: +\$[\d.]+ input, \$[\d.]+ output", text)
+
+
+def test_the_speed_table_ends_where_throughput_stops_growing(pagoda_bin):
+    # A 2-core box with room for hundreds of sequences: decode turns compute-bound after a few,
+    # so the table ends where a larger batch adds under 5 % more tokens a second, far below
+    # what fits (and below the 256 sequences a step holds).
+    j = estimate_json(pagoda_bin, "--preset", "qwen2-7b", "--weights-type", "q4_k_m",
+                      "--hardware", "cpu-2c-1ch-64gb", "--prompt-len", 512, "--output-len", 128)
+    rows = j["speed"]["batches"]
+    rates = [b["decode_tokens_per_s"] for b in rows]
+    assert j["speed"]["batches_end"] == "throughput"
+    assert j["per_device"]["max_batch"] > 256 > rows[-1]["batch"]
+    assert len(rows) >= 3 and rates[-1] < 1.05 * rates[-2]
+    for before, after in zip(rates[:-2], rates[1:-1]):
+        assert after >= 1.05 * before
+    text = estimate(pagoda_bin, "--preset", "qwen2-7b", "--weights-type", "q4_k_m",
+                    "--hardware", "cpu-2c-1ch-64gb", "--prompt-len", 512, "--output-len", 128)
+    assert f"(ends at {rows[-1]['batch']}: it decodes less than 5 % more" in text.stdout.decode()
+
+
+def test_this_machine_predicts_what_bench_latency_measures(pagoda_bin, shared_dir):
+    # `--hardware this` with a model file times a short request through the engine on it, so
+    # its prediction for a longer prompt follows what `bench latency` then measures. The bound
+    # is loose for a loaded CI machine; the error measured on a quiet one is in BENCHMARKS.md.
+    model = ROOT / "models" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+    if not model.exists():
+        pytest.skip(f"*** {model.name} is not installed (scripts/setup): SKIPPING ***")
+    r = subprocess.run([str(pagoda_bin), "estimate", "-m", str(model), "--hardware", "this",
+                        "--prompt-len", "256", "--output-len", "32", "--json", "-"],
+                       capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr.decode()
+    j = json.loads(r.stdout)
+    figures = {f["figure"] for f in j["calibration"]["figures"] if f["path"] == "engine probe"}
+    assert figures == {"TTFT", "decode per token"}
+    predicted = j["speed"]["batches"][0]
+    r = subprocess.run([str(pagoda_bin), "bench", "latency", "-m", str(model), "--prompt-len",
+                        "256", "--output-len", "32", "--runs", "2", "--no-progress", "--json",
+                        "-"], capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stderr.decode()
+    measured = json.loads(r.stdout)
+    for name, p, m in [("TTFT", predicted["ttft_ms"], measured["ttft_ms"]["mean"]),
+                       ("decode", predicted["tpot_ms"], measured["decode_ms_per_token"]["mean"])]:
+        assert 1 / 1.6 < p / m < 1.6, f"{name}: predicted {p:.1f} ms, measured {m:.1f} ms"
