@@ -471,7 +471,13 @@ HardwareProfile deployment_hardware(const EstimateArgs& a, const CLI::App& cmd,
     std::fprintf(stderr,
                  "timing the engine on the model (a %d-token prompt, %d tokens, %d runs)...\n",
                  probe.prompt_len, probe.output_len, probe.runs);
-    runs.push_back(bench::engine_probe_run(a.model_path, cost, probe));
+    try {
+      runs.push_back(bench::engine_probe_run(a.model_path, cost, probe));
+    } catch (const Error& e) {
+      // A file the engine cannot run still has a shape to estimate: the kernel probe alone.
+      std::fprintf(stderr, "the engine cannot run the model (%s): the kernel probe alone\n",
+                   e.what());
+    }
   }
   // The probe times the products the fit will see: the calibration runs' model, else this one.
   const ModelCost& probed = runs.empty() ? cost : runs[0].cost;
