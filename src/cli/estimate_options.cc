@@ -52,7 +52,8 @@ void add_estimate_options(CLI::App* cmd, EstimateArgs& a) {
                   "Also write the numbers as JSON to PATH ('-': stdout only)");
   cmd->add_option("--hardware", a.hardware,
                   "Hardware profile: " + joined(hardware_preset_names()) +
-                      " (measured now), or a JSON file of figures (docs/BENCHMARKS.md)");
+                      " (measured now: kernels, then with -m a short request through the engine "
+                      "on the model), or a JSON file of figures (docs/BENCHMARKS.md)");
   cmd->add_option("--hw", a.hw,
                   "Override one figure of the profile, KEY=VALUE (repeatable): memory_gib, "
                   "bandwidth_gbs, bandwidth_efficiency, f16_tflops, int8_tops, fp8_tflops, "
