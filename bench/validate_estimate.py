@@ -5,7 +5,8 @@ For each model and batch size B: `pagoda bench latency` (B = 1) or `pagoda bench
 (B requests at once, --max-seqs B, a token budget of B x prompt up to 8192, so up to 16 prompts
 are prefilled in one step and every later step is pure decode) at a P-token prompt and N output
 tokens. Then
-`pagoda estimate --hardware this` (the run-time probe, uncalibrated) and `pagoda estimate
+`pagoda estimate --hardware this` (the run-time probe, fitted to a short request through the
+engine on the model) and `pagoda estimate
 --calibrate` on another batch size's report (16, or 4 when 16 is the one checked) predict the
 same figures:
 
