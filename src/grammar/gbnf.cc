@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <tuple>
 
 #include "core/error.h"
@@ -34,6 +35,14 @@ class Parser {
   }
 
  private:
+  // The largest count of a repetition, written or merged.
+  static constexpr int kMaxCount = 100000;
+
+  struct Repetition {
+    GrammarElement item;
+    int min, max;
+  };
+
   [[noreturn]] void error(const std::string& what) const {
     size_t line = 1, col = 1;
     for (size_t i = 0; i < pos_ && i < s_.size(); ++i) {
@@ -86,14 +95,20 @@ class Parser {
     return std::string(s_.substr(start, pos_ - start));
   }
 
-  void parse_alternatives(uint32_t rule, bool nested) {
-    for (;;) {
-      g_.add_alternative(rule, parse_sequence(nested));
+  // Returns the only element of the only alternative, where the rule is just that.
+  std::optional<GrammarElement> parse_alternatives(uint32_t rule, bool nested) {
+    std::optional<GrammarElement> only;
+    for (int n = 0;; ++n) {
+      const std::vector<GrammarElement> seq = parse_sequence(nested);
+      g_.add_alternative(rule, seq);
+      only.reset();
+      if (n == 0 && seq.size() == 1) only = seq[0];
       skip_space(nested);
       if (peek() != '|') break;
       ++pos_;
       skip_space(true);
     }
+    return only;
   }
 
   uint32_t parse_hex(int digits) {
@@ -247,12 +262,13 @@ class Parser {
       ++pos_;
       skip_space(true);
       const uint32_t group = g_.new_rule("group");
-      parse_alternatives(group, true);
+      const std::optional<GrammarElement> only = parse_alternatives(group, true);
       skip_space(true);
       if (peek() != ')') error("expected ')'");
       ++pos_;
       --depth_;
-      out.push_back(Grammar::ref(group));
+      // A group of one element is that element, so that (X{m,n}){p,q} is seen as nested.
+      out.push_back(only ? *only : Grammar::ref(group));
     } else if (name_char(c)) {
       const size_t start = pos_;
       const std::string name = parse_name();
@@ -274,6 +290,11 @@ class Parser {
   // one-element X with the same bounds shares the rule made the first time: a schema's fifty
   // strings of maxLength 100 unroll json-char{0,100} once, not fifty times.
   GrammarElement repeat(const std::vector<GrammarElement>& x, int min, int max) {
+    if (x.size() == 1 && x[0].kind == GrammarElement::Kind::kRule) {
+      if (auto it = repeat_of_.find(x[0].rule); it != repeat_of_.end()) {
+        if (auto merged = merge(it->second, min, max)) return *merged;
+      }
+    }
     // One element standing for X.
     GrammarElement one;
     if (x.size() == 1) {
@@ -291,24 +312,26 @@ class Parser {
     }
     const uint32_t rule = g_.new_rule("repeat");
     if (x.size() == 1) repeats_.emplace(key, rule);
+    repeat_of_.emplace(rule, Repetition{one, min, max});
     std::vector<GrammarElement> seq(static_cast<size_t>(min), one);
     if (max < 0) {
       seq.push_back(Grammar::ref(g_.add_star(one, "star")));  // star ::= X star | (empty)
     } else if (max > min) {
-      // opt_k ::= X opt_{k-1} | (empty), nested so at most max - min more.
-      uint32_t tail = g_.new_rule("opt");
-      g_.add_alternative(tail, {one});
-      g_.add_alternative(tail, {});
-      for (int i = 1; i < max - min; ++i) {
-        const uint32_t outer = g_.new_rule("opt");
-        g_.add_alternative(outer, {one, Grammar::ref(tail)});
-        g_.add_alternative(outer, {});
-        tail = outer;
-      }
-      seq.push_back(Grammar::ref(tail));
+      seq.push_back(Grammar::ref(g_.add_optionals(one, max - min, "opt")));  // at most max - min
     }
     g_.add_alternative(rule, seq);
     return Grammar::ref(rule);
+  }
+
+  // (X{a,b}){min,max} as X{a*min, b*max}, where that is the same set of strings: the counts
+  // a*i..b*i of i = min..max leave no gap. Nested as written, each X could end either
+  // repetition, and the stacks of a parse state would multiply with every byte.
+  std::optional<GrammarElement> merge(const Repetition& inner, int min, int max) {
+    const int64_t a = inner.min, b = inner.max;  // b < 0: unbounded
+    const bool no_gap = min == max || (b < 0 ? min >= 1 || a <= 1 : (b - a) * min >= a - 1);
+    const int64_t lo = a * min, hi = b < 0 || max < 0 ? -1 : b * max;
+    if (!no_gap || lo > kMaxCount || hi > kMaxCount) return std::nullopt;
+    return repeat({inner.item}, static_cast<int>(lo), static_cast<int>(hi));
   }
 
   int parse_int() {
@@ -316,7 +339,7 @@ class Parser {
     int v = 0;
     while (std::isdigit(static_cast<unsigned char>(peek()))) {
       v = v * 10 + (peek() - '0');
-      if (v > 100000) error("repetition count too large");
+      if (v > kMaxCount) error("repetition count too large");
       ++pos_;
     }
     if (pos_ == start) error("expected a number");
@@ -371,6 +394,7 @@ class Parser {
   size_t pos_ = 0;
   int depth_ = 0;
   std::map<RepeatKey, uint32_t> repeats_;
+  std::map<uint32_t, Repetition> repeat_of_;  // the rules made by repeat()
   std::vector<bool> defined_;
 };
 

@@ -38,8 +38,24 @@ uint32_t Grammar::add_star(const GrammarElement& item, const std::string& hint) 
   const uint32_t star = new_rule(hint);
   add_alternative(star, {item, ref(star)});
   add_alternative(star, {});
-  stars_.emplace_back(star, item);
+  repeated_.emplace_back(star, item);
   return star;
+}
+
+uint32_t Grammar::add_optionals(const GrammarElement& item, int count, const std::string& hint) {
+  uint32_t tail = new_rule(hint);
+  add_alternative(tail, {item});
+  add_alternative(tail, {});
+  repeated_.emplace_back(tail, item);
+  for (int i = 1; i < count; ++i) {
+    const uint32_t outer = new_rule(hint);
+    add_alternative(outer, {item, ref(tail)});
+    add_alternative(outer, {});
+    repeated_.emplace_back(outer, item);
+    tail = outer;
+  }
+  if (count >= 2 && item.kind == GrammarElement::Kind::kRule) bounded_.push_back(tail);
+  return tail;
 }
 
 void Grammar::set_budget(GrammarBudget* budget) {
@@ -141,10 +157,11 @@ uint32_t Grammar::nonempty(uint32_t rule, const std::vector<char>& nullable,
 }
 
 // X* with an X that can match nothing would expand X* again without consuming a byte: it
-// repeats X without its empty match instead, which matches the same strings.
+// repeats X without its empty match instead, which matches the same strings. So does X{0,n}:
+// its optionals would each expand the next through X's empty match, n deep at every byte.
 void Grammar::repeat_nonempty_items(const std::vector<char>& nullable) {
   std::vector<uint32_t> made(names_.size(), UINT32_MAX);
-  for (const auto& [star, item] : stars_) {
+  for (const auto& [star, item] : repeated_) {
     if (item.kind != GrammarElement::Kind::kRule || !nullable[item.rule]) continue;
     const uint32_t x = nonempty(item.rule, nullable, made);
     pending_[star][0][0] = ref(x);
@@ -217,10 +234,11 @@ void Grammar::compile(const std::string& root) {
       }
     }
   }
-  for (auto& [star, item] : stars_) {
+  for (auto& [star, item] : repeated_) {
     star = remap(star);
     if (item.kind == GrammarElement::Kind::kRule) item.rule = remap(item.rule);
   }
+  for (uint32_t& r : bounded_) r = remap(r);
   for (uint32_t r = 0; r < names_.size(); ++r) {
     if (pending_[r].empty()) fail("grammar: rule '", names_[r], "' is used but never defined");
   }
@@ -240,7 +258,8 @@ void Grammar::compile(const std::string& root) {
   pending_.shrink_to_fit();
   index_.clear();
   next_suffix_.clear();
-  stars_.clear();
+  repeated_.clear();
+  repeated_.shrink_to_fit();
   budget_ = nullptr;
   compiled_ = true;
 }

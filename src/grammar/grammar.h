@@ -9,9 +9,10 @@
 //
 // Invariants (check()): every alternative ends with kEnd; every rule has at least one
 // alternative; every reference names a rule; no rule can reach itself without consuming a byte
-// (left recursion would expand forever), which compile() refuses. A repetition X* whose X can
-// match nothing, as in (a*)* or ("" | "a")*, is not left recursion: compile() repeats X without
-// its empty match instead.
+// (left recursion would expand forever), which compile() refuses. A repetition X* or X{m,n}
+// whose X can match nothing, as in (a*)* or ("" | "a")*, is not left recursion: compile()
+// repeats X without its empty match instead (the same strings, without a chain of empty
+// matches to expand at every byte).
 //
 // Building counts against a GrammarBudget (set_budget): each position, alternative and rule.
 #pragma once
@@ -44,6 +45,9 @@ class Grammar {
   void add_alternative(uint32_t rule, const std::vector<GrammarElement>& elements);
   // A fresh rule matching `item` repeated any number of times: star ::= item star | (empty).
   uint32_t add_star(const GrammarElement& item, const std::string& hint);
+  // A fresh rule matching `item` repeated 0 to `count` (>= 1) times, as nested optionals:
+  // opt_k ::= item opt_(k-1) | (empty).
+  uint32_t add_optionals(const GrammarElement& item, int count, const std::string& hint);
   // Building counts against `budget` (nullptr: no limits); compile() ends the counting. The
   // matcher's stacks per parse state are limited to budget's max_states from then on.
   void set_budget(GrammarBudget* budget);
@@ -61,6 +65,9 @@ class Grammar {
   const std::string& rule_name(uint32_t rule) const { return names_[rule]; }
   // Stacks (and expansion steps) one parse state may take (see matcher.h).
   size_t max_stacks() const { return max_stacks_; }
+  // The rules of add_optionals() whose item is a rule, repeated twice or more: where the
+  // stacks of a state can multiply (see probe_states() in matcher.h).
+  const std::vector<uint32_t>& bounded_repetitions() const { return bounded_; }
   // Bytes the compiled grammar holds, for cache accounting.
   size_t memory_bytes() const;
 
@@ -75,7 +82,9 @@ class Grammar {
   std::vector<std::vector<std::vector<GrammarElement>>> pending_;  // per rule, before compile()
   std::vector<GrammarElement> elements_;
   std::vector<std::vector<uint32_t>> rule_alternatives_;  // per rule: start positions
-  std::vector<std::pair<uint32_t, GrammarElement>> stars_;  // add_star's rules and items
+  // The rules of add_star and add_optionals whose first alternative starts with the item.
+  std::vector<std::pair<uint32_t, GrammarElement>> repeated_;
+  std::vector<uint32_t> bounded_;
   GrammarBudget* budget_ = nullptr;
   size_t max_stacks_ = GrammarLimits{}.max_states;
   bool compiled_ = false;

@@ -22,6 +22,10 @@ struct GrammarLimits {
   // unrolled), and the parse stacks (and expansion steps) one state may take. The largest
   // schema of bench/grammar_corpus takes 10,815 states and 32 stacks (docs/BENCHMARKS.md).
   size_t max_states = 200'000;
+  // The stacks one parse state may hold, found by the compile's probe of nested repetitions
+  // (probe_states() in matcher.h), are max_states / kStatesPerStack: each distinct stack may
+  // cost a walk of the vocabulary when masking (the corpus needs at most 32).
+  static constexpr size_t kStatesPerStack = 200;
   // Wall-clock time of one compile, from the request's source to its first token mask (the
   // corpus compiles in at most 11 ms).
   double max_ms = 2'000;

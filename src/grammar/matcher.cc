@@ -1,6 +1,7 @@
 #include "grammar/matcher.h"
 
 #include <algorithm>
+#include <map>
 
 namespace pagoda {
 
@@ -82,11 +83,67 @@ void check_expansions(const Grammar& g, GrammarBudget* budget) {
     out.clear();
     expand_stack(g, {pos}, out, &emptied, steps);
   }
+  probe_states(g, budget);
 }
 
-GrammarState advance(const Grammar& g, const GrammarState& state, uint8_t byte) {
+namespace {
+
+// One byte of each class of bytes that the same tops of `stacks` accept (bytes of a class
+// lead to the same state).
+std::vector<uint8_t> distinct_bytes(const Grammar& g, const std::vector<GrammarStack>& stacks) {
+  std::vector<uint32_t> tops;
+  for (const GrammarStack& s : stacks) tops.push_back(s.back());
+  std::sort(tops.begin(), tops.end());
+  tops.erase(std::unique(tops.begin(), tops.end()), tops.end());
+  std::map<std::vector<bool>, uint8_t> classes;
+  for (int b = 255; b >= 0; --b) {
+    std::vector<bool> accepting(tops.size());
+    bool any = false;
+    for (size_t i = 0; i < tops.size(); ++i) {
+      accepting[i] = g.at(tops[i]).bytes.test(static_cast<size_t>(b));
+      any = any || accepting[i];
+    }
+    if (any) classes[accepting] = static_cast<uint8_t>(b);  // the lowest byte of its class
+  }
+  std::vector<uint8_t> out;
+  for (const auto& [accepting, b] : classes) out.push_back(b);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void probe_from(const Grammar& g, uint32_t rule, size_t limit, GrammarBudget* budget) {
+  GrammarState s;
+  ExpandBudget steps(g, budget);
+  for (uint32_t alt : g.alternatives(rule)) expand_stack(g, {alt}, s.stacks, &s.complete, steps);
+  sort_unique(s.stacks);
+  for (int i = 0; i < kProbeBytes && !s.stacks.empty(); ++i) {
+    GrammarState most;
+    for (uint8_t b : distinct_bytes(g, s.stacks)) {
+      GrammarState next = advance(g, s, b, budget);
+      if (next.stacks.size() > most.stacks.size()) most = std::move(next);
+    }
+    if (most.stacks.size() > limit) {
+      throw GrammarLimitError(str_cat(
+          "grammar: a parse state would hold more than ", limit, " stacks (--max-grammar-states / ",
+          GrammarLimits::kStatesPerStack, "): a repetition nested in another, each byte may end "
+          "either (rule '", g.rule_name(rule), "')"));
+    }
+    if (most.stacks == s.stacks) break;  // a loop: nothing more to find here
+    s = std::move(most);
+  }
+}
+
+}  // namespace
+
+void probe_states(const Grammar& g, GrammarBudget* budget) {
+  const size_t limit = std::max<size_t>(1, g.max_stacks() / GrammarLimits::kStatesPerStack);
+  for (uint32_t rule : g.bounded_repetitions()) probe_from(g, rule, limit, budget);
+}
+
+GrammarState advance(const Grammar& g, const GrammarState& state, uint8_t byte,
+                     GrammarBudget* budget) {
   GrammarState next;
-  ExpandBudget steps(g);
+  ExpandBudget steps(g, budget);
   for (const GrammarStack& stack : state.stacks) {
     if (!g.at(stack.back()).bytes.test(byte)) continue;
     GrammarStack moved = stack;

@@ -63,12 +63,23 @@ GrammarState initial_state(const Grammar& g, GrammarBudget* budget = nullptr);
 
 // Expands every rule reference of `g` on its own, each within the stack limit, so a rule whose
 // expansion explodes (anyOf over $refs doubling at each level) is refused when compiled even
-// where the first state does not reach it (a tool's arguments, a nested property). Throws
-// GrammarLimitError, or the budget's own errors.
+// where the first state does not reach it (a tool's arguments, a nested property); then
+// probe_states(). Throws GrammarLimitError, or the budget's own errors.
 void check_expansions(const Grammar& g, GrammarBudget* budget);
 
+// Walks each rule of g.bounded_repetitions() on its own, byte after byte (at most
+// kProbeBytes), each time taking the byte whose next state holds the most stacks: a repetition
+// nested in another so that each byte may end either one (("a"{0,100} | "b"){0,100}) grows
+// its states with every byte, to thousands of stacks that each cost a walk of the vocabulary
+// when generating. Past max_stacks() / GrammarLimits::kStatesPerStack stacks, GrammarLimitError
+// at compile time rather than a failure in the middle of a generation.
+constexpr int kProbeBytes = 512;
+void probe_states(const Grammar& g, GrammarBudget* budget);
+
 // The state after `byte`: each stack whose top matches it advances. Dead when none does.
-GrammarState advance(const Grammar& g, const GrammarState& state, uint8_t byte);
+// `budget` (optional) is ticked too, for its clock.
+GrammarState advance(const Grammar& g, const GrammarState& state, uint8_t byte,
+                     GrammarBudget* budget = nullptr);
 
 // The state after every byte of `bytes`, or a dead state.
 GrammarState advance(const Grammar& g, const GrammarState& state, std::string_view bytes);

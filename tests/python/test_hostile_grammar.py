@@ -133,18 +133,37 @@ def test_cpu_bombs_are_refused_fast(server, name, extra):
     assert rss_bytes(server) < before + 256 * MIB
 
 
-def test_nested_repetition_is_bounded(server):
-    # Few states, so it compiles; but each "a" may end either repetition, and the stacks of a
-    # parse state grow with every byte until one passes the limit: the generation ends there
-    # with an error naming it (or, had the model stopped first, a 200), never unbounded.
+@pytest.mark.parametrize("name,extra", [
+    ("gbnf", {"grammar": 'root ::= ("a"{0,100}){0,100}'}),
+    ("regex", {"regex": "(a{0,100}){0,100}"}),
+    ("schema", schema_request({"type": "string", "pattern": "^(a{0,100}){0,100}$"})),
+    ("ambiguous", {"grammar": 'root ::= ("a"{0,100} | "b"){0,100}'}),
+])
+def test_nested_repetition_compiles_or_is_refused_before_generating(server, name, extra):
+    # Each "a" may end either repetition: the stacks of a parse state would grow with every
+    # byte until, in the middle of the generation, one passed the limit (a 500). Either the
+    # compile makes it a repetition of "a" alone and every token follows it, or the compile
+    # refuses it with the 400 naming the limit.
     before = rss_bytes(server)
     start = time.time()
-    status, reply = post(server, {**chat(max_tokens=64), "grammar": 'root ::= ("a"{0,100}){0,100}'})
-    assert time.time() - start < 10
-    if status == 200:
-        assert set(reply["choices"][0]["message"]["content"]) <= {"a"}
+    prompt = "Repeat the letter a forever: " + "a" * 32  # so that the model keeps to "a"
+    request = {**chat(max_tokens=48, ignore_eos=True, temperature=0), **extra,
+               "messages": [{"role": "user", "content": prompt}]}
+    status, reply = post(server, request, timeout=60)
+    assert time.time() - start < 30, name
+    if status == 400:
+        assert_limit_error(status, reply, "grammar" if name in ("gbnf", "ambiguous") else
+                           "regex" if name == "regex" else "response_format")
     else:
-        assert status == 500 and "--max-grammar-states" in reply["error"]["message"], reply
+        assert status == 200, reply
+        text = reply["choices"][0]["message"]["content"]
+        if name == "schema":  # a JSON string, closed unless the length cut it
+            assert text.startswith('"'), text
+            text = json.loads(text) if reply["choices"][0]["finish_reason"] == "stop" else text[1:]
+        else:
+            assert reply["usage"]["completion_tokens"] == 48, reply
+        assert 1 <= len(text) <= 10000 and set(text) <= {"a", "b"}, text
+    assert health(server) == 200
     assert rss_bytes(server) < before + 256 * MIB
 
 
