@@ -123,10 +123,12 @@ void probe_from(const Grammar& g, uint32_t rule, size_t limit, GrammarBudget* bu
       if (next.stacks.size() > most.stacks.size()) most = std::move(next);
     }
     if (most.stacks.size() > limit) {
-      throw GrammarLimitError(str_cat(
-          "grammar: a parse state would hold more than ", limit, " stacks (--max-grammar-states / ",
-          GrammarLimits::kStatesPerStack, "): a repetition nested in another, each byte may end "
-          "either (rule '", g.rule_name(rule), "')"));
+      throw GrammarLimitError(str_cat("grammar: a parse state would hold more than ", limit,
+                                      " stacks (--max-grammar-states / ",
+                                      GrammarLimits::kStatesPerStack,
+                                      "): a repetition nested in another, each byte may end "
+                                      "either (rule '",
+                                      g.rule_name(rule), "')"));
     }
     if (most.stacks == s.stacks) break;  // a loop: nothing more to find here
     s = std::move(most);

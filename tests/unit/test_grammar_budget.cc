@@ -172,7 +172,8 @@ TEST(GrammarBudget, AmbiguousRepetitionsAreRefusedWhenCompiledOrStayFew) {
       {"gbnf", R"(root ::= ("a"{0,100} "b"?){0,100})"},
       {"gbnf", R"(root ::= ((("a"?)?){0,50} ("a"? "a"?)?){0,50})"},
       {"regex", "(a{0,100}|b){0,100}"},
-      {"schema", R"({"type":"object","properties":{"x":{"type":"string","pattern":"^(a{0,60}b?){0,60}$"}}})"}};
+      {"schema",
+       R"({"type":"object","properties":{"x":{"type":"string","pattern":"^(a{0,60}b?){0,60}$"}}})"}};
   for (const Hostile& h : shapes) {
     const auto start = Clock::now();
     std::optional<Grammar> g;
@@ -263,8 +264,7 @@ TEST(GrammarBudget, TheCacheStaysWithinItsBytes) {
   const double rss_before = peak_rss_mib();
   for (int i = 0; i < 12; ++i) {  // twelve distinct 5,000-value enums
     json values = json::array();
-    for (int v = 0; v < 5000; ++v)
-      values.push_back(numbered("v", i) + numbered("-", v));
+    for (int v = 0; v < 5000; ++v) values.push_back(numbered("v", i) + numbered("-", v));
     GrammarBudget budget;
     auto masks = cache.get(json_schema_to_gbnf(json{{"enum", values}}, &budget), budget);
     EXPECT_LE(masks->memory_bytes(), GrammarLimits{}.max_mask_bytes + (size_t{16} << 20));
@@ -336,6 +336,26 @@ TEST(GrammarFixes, RepetitionsOfWhatMayMatchNothing) {
               parse_gbnf("root ::= x root \"a\" | \"b\"\nx ::= \"\"");
             }).find("left-recursive"),
             std::string::npos);
+}
+
+TEST(GrammarFixes, NestedRepetitionsMergeOnlyWhereTheStringsAreTheSame) {
+  // Each grammar, then the counts of "a" it matches among 0..12.
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"(("a"{2,3}){0,2})", "1011111000000"},  // 0, 2-3, 4-6: 1 is a gap, not merged
+      {R"(("a"{3}){2})", "0000001000000"},
+      {R"(("a"{2,3}){2})", "0000111000000"},
+      {R"(("a"{2,}){0,3})", "1011111111111"},
+      {R"(("a"{1,}){2,})", "0011111111111"},
+      {R"(("a"{0,2}){0,3})", "1111111000000"},
+      {R"(("a"{3,4}){1,3})", "0001101111111"},  // 3-4, 6-8, 9-12: 5 is a gap
+      {R"((("a"?){0,2}){0,2})", "1111100000000"}};
+  for (const auto& [gbnf, counts] : cases) {
+    const Grammar g = parse_gbnf("root ::= " + gbnf);
+    std::string got;
+    for (int n = 0; n <= 12; ++n)
+      got += matches(g, std::string(static_cast<size_t>(n), 'a')) ? '1' : '0';
+    EXPECT_EQ(got, counts) << gbnf;
+  }
 }
 
 TEST(GrammarFixes, CodePointsMustBeUnicodeScalarValues) {
