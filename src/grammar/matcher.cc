@@ -116,6 +116,9 @@ void probe_from(const Grammar& g, uint32_t rule, size_t limit, GrammarBudget* bu
   ExpandBudget steps(g, budget);
   for (uint32_t alt : g.alternatives(rule)) expand_stack(g, {alt}, s.stacks, &s.complete, steps);
   sort_unique(s.stacks);
+  // What a state grows to, not how wide the rule starts (a 5,000-value enum starts with
+  // 5,000 stacks and only narrows).
+  limit = std::max(limit, s.stacks.size());
   for (int i = 0; i < kProbeBytes && !s.stacks.empty(); ++i) {
     GrammarState most;
     for (uint8_t b : distinct_bytes(g, s.stacks)) {
@@ -139,6 +142,7 @@ void probe_from(const Grammar& g, uint32_t rule, size_t limit, GrammarBudget* bu
 
 void probe_states(const Grammar& g, GrammarBudget* budget) {
   const size_t limit = std::max<size_t>(1, g.max_stacks() / GrammarLimits::kStatesPerStack);
+  probe_from(g, 0, limit, budget);  // the root: repetitions written out as rules
   for (uint32_t rule : g.bounded_repetitions()) probe_from(g, rule, limit, budget);
 }
 

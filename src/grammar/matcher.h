@@ -67,12 +67,13 @@ GrammarState initial_state(const Grammar& g, GrammarBudget* budget = nullptr);
 // probe_states(). Throws GrammarLimitError, or the budget's own errors.
 void check_expansions(const Grammar& g, GrammarBudget* budget);
 
-// Walks each rule of g.bounded_repetitions() on its own, byte after byte (at most
+// Walks the root and each rule of g.bounded_repetitions() on its own, byte after byte (at most
 // kProbeBytes), each time taking the byte whose next state holds the most stacks: a repetition
 // nested in another so that each byte may end either one (("a"{0,100} | "b"){0,100}) grows
 // its states with every byte, to thousands of stacks that each cost a walk of the vocabulary
-// when generating. Past max_stacks() / GrammarLimits::kStatesPerStack stacks, GrammarLimitError
-// at compile time rather than a failure in the middle of a generation.
+// when generating. A state past max_stacks() / GrammarLimits::kStatesPerStack stacks, and past
+// the stacks the walk started with, is GrammarLimitError at compile time rather than a
+// failure in the middle of a generation.
 constexpr int kProbeBytes = 512;
 void probe_states(const Grammar& g, GrammarBudget* budget);
 

@@ -164,6 +164,18 @@ TEST(GrammarBudget, NestedRepetitionCompilesAndMatchesInFewStacks) {
   }
 }
 
+// ("a"{0,n}){0,n} written out as rules, without a repetition operator.
+std::string handwritten_nested_repetition(int n) {
+  std::string gbnf = "root ::= o" + std::to_string(n) + "\nx ::= i" + std::to_string(n) +
+                     "\no0 ::= \"\"\ni0 ::= \"\"\n";
+  for (int k = 1; k <= n; ++k) {
+    const std::string prev = std::to_string(k - 1), me = std::to_string(k);
+    gbnf += "o" + me + " ::= x o" + prev + " | \"\"\n";
+    gbnf += "i" + me + " ::= \"a\" i" + prev + " | \"\"\n";
+  }
+  return gbnf;
+}
+
 TEST(GrammarBudget, AmbiguousRepetitionsAreRefusedWhenCompiledOrStayFew) {
   // Nested repetitions that cannot be merged into one: compiled, their states must stay few
   // while matching; otherwise the compile refuses them (a 400), not the generation (a 500).
@@ -172,6 +184,7 @@ TEST(GrammarBudget, AmbiguousRepetitionsAreRefusedWhenCompiledOrStayFew) {
       {"gbnf", R"(root ::= ("a"{0,100} "b"?){0,100})"},
       {"gbnf", R"(root ::= ((("a"?)?){0,50} ("a"? "a"?)?){0,50})"},
       {"regex", "(a{0,100}|b){0,100}"},
+      {"gbnf", handwritten_nested_repetition(100)},
       {"schema",
        R"({"type":"object","properties":{"x":{"type":"string","pattern":"^(a{0,60}b?){0,60}$"}}})"}};
   for (const Hostile& h : shapes) {
