@@ -110,8 +110,11 @@ void refusals(GrammarCache& cache) {
 
 int main(int argc, char** argv) {
   const std::string root = PAGODA_SOURCE_DIR;
-  const std::string vocab_path =
-      argc > 1 ? argv[1] : root + "/models/smollm2-135m-instruct-q4_1.gguf";
+  // bench_grammar [VOCAB.gguf] [--compile-only]: the last skips the random walks.
+  const bool walks = std::string(argv[argc - 1]) != "--compile-only";
+  const std::string vocab_path = argc > 1 && std::string(argv[1]) != "--compile-only"
+                                     ? argv[1]
+                                     : root + "/models/smollm2-135m-instruct-q4_1.gguf";
   auto file = GgufFile::open(vocab_path);
   auto tokenizer = Tokenizer::create(vocab_from_gguf(*file));
   GrammarCache cache(*tokenizer);
@@ -137,7 +140,7 @@ int main(int argc, char** argv) {
     size_t max_stacks = first_stacks;
     double max_mask_ms = 0;
     TokenBitmask mask(masks->trie().vocab_size());
-    for (int walk = 0; walk < 20; ++walk) {
+    for (int walk = 0; walk < (walks ? 20 : 0); ++walk) {
       GrammarState s = initial_state(g);
       for (int step = 0; step < 300 && !s.dead(); ++step) {
         const auto t = Clock::now();

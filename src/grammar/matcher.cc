@@ -119,7 +119,8 @@ void probe_from(const Grammar& g, uint32_t rule, size_t limit, GrammarBudget* bu
   // What a state grows to, not how wide the rule starts (a 5,000-value enum starts with
   // 5,000 stacks and only narrows).
   limit = std::max(limit, s.stacks.size());
-  for (int i = 0; i < kProbeBytes && !s.stacks.empty(); ++i) {
+  size_t widest = s.stacks.size();
+  for (int i = 0, flat = 0; i < kProbeBytes && !s.stacks.empty() && flat < kProbeFlatBytes; ++i) {
     GrammarState most;
     for (uint8_t b : distinct_bytes(g, s.stacks)) {
       GrammarState next = advance(g, s, b, budget);
@@ -134,6 +135,8 @@ void probe_from(const Grammar& g, uint32_t rule, size_t limit, GrammarBudget* bu
                                       g.rule_name(rule), "')"));
     }
     if (most.stacks == s.stacks) break;  // a loop: nothing more to find here
+    flat = most.stacks.size() > widest ? 0 : flat + 1;
+    widest = std::max(widest, most.stacks.size());
     s = std::move(most);
   }
 }

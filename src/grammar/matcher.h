@@ -74,7 +74,9 @@ void check_expansions(const Grammar& g, GrammarBudget* budget);
 // when generating. A state past max_stacks() / GrammarLimits::kStatesPerStack stacks, and past
 // the stacks the walk started with, is GrammarLimitError at compile time rather than a
 // failure in the middle of a generation.
+// A walk also ends after kProbeFlatBytes bytes that left no more stacks than it had seen.
 constexpr int kProbeBytes = 512;
+constexpr int kProbeFlatBytes = 32;
 void probe_states(const Grammar& g, GrammarBudget* budget);
 
 // The state after `byte`: each stack whose top matches it advances. Dead when none does.
