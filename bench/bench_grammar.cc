@@ -80,6 +80,10 @@ void refusals(GrammarCache& cache) {
        }},
       {"regex .{0,65535}", [](GrammarBudget&) { return regex_to_gbnf(".{0,65535}", "root"); }},
       {"gbnf a{0,100000}", [](GrammarBudget&) { return std::string("root ::= \"a\"{0,100000}"); }},
+      {"(a{0,100}){0,100}",
+       [](GrammarBudget&) { return std::string("root ::= (\"a\"{0,100}){0,100}"); }},
+      {"(a{0,100}|b){0,100}",
+       [](GrammarBudget&) { return std::string("root ::= (\"a\"{0,100} | \"b\"){0,100}"); }},
       {"maxLength 65535",
        [](GrammarBudget& b) {
          return json_schema_to_gbnf({{"type", "string"}, {"maxLength", 65535}}, &b);
