@@ -60,6 +60,11 @@ class Terminal:
                 self.transcript += text
 
     def send(self, text):
+        """Types `text` a moment after what came before, as a person does: keys that arrive
+        before the line editor has put the terminal in raw mode are read by the terminal's own
+        line discipline (Ctrl-R echoed as ^R, Ctrl-D taken as end of file, all held until
+        Enter), for pagoda as for any libedit or readline program."""
+        time.sleep(0.25)
         os.write(self.fd, text.encode())
 
     def wait(self, timeout=60):
