@@ -79,6 +79,8 @@ void parse_tools(const json& body, const ordered_json& ordered, const ModelConte
                  ApiRequest& r, ordered_json& extra, ordered_json& messages) {
   const json* tools = field(body, "tools");
   const json* choice = field(body, "tool_choice");
+  // An empty list is no tools, as templates read it (clients such as Ollama's always send one).
+  if (tools != nullptr && tools->is_array() && tools->empty()) tools = nullptr;
   if (tools == nullptr) {
     if (choice != nullptr && !(choice->is_string() && *choice == "none")) {
       throw bad_param("tool_choice", "'tool_choice' needs 'tools'");

@@ -317,6 +317,16 @@ TEST_F(TemplateFields, DeveloperIsSystemForTemplatesWithoutTheRole) {
   EXPECT_EQ(render(body), "[dev]be briefhi");
 }
 
+TEST_F(TemplateFields, AnEmptyToolListIsNoTools) {
+  use_template(kQwenLike);
+  json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+  const std::string plain = render(body);
+  body["tools"] = json::array();
+  EXPECT_EQ(render(body), plain);  // no system message describing zero tools
+  body["tool_choice"] = "required";
+  EXPECT_THROW(render(body), ApiError);
+}
+
 TEST_F(TemplateFields, KwargsReachTheTemplateAndReservedNamesAreRefused) {
   use_template(kQwenLike);
   json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}},
