@@ -193,7 +193,7 @@ constexpr const char* kSpec = R"json({
           "top_logprobs": {"type": "integer", "minimum": 0, "maximum": 20, "nullable": true},
           "tools": {"type": "array", "nullable": true, "items": {"type": "object"}},
           "chat_template_kwargs": {"type": "object", "nullable": true},
-          "reasoning_effort": {"type": "string", "nullable": true, "enum": ["none", "minimal", "low", "medium", "high"]}}}]},
+          "reasoning_effort": {"type": "string", "nullable": true, "enum": ["none", "minimal", "low", "medium", "high", null]}}}]},
       "Usage": {"type": "object", "required": ["prompt_tokens", "completion_tokens", "total_tokens"],
                 "properties": {"prompt_tokens": {"type": "integer"}, "completion_tokens": {"type": "integer"},
                                "total_tokens": {"type": "integer"}}},
