@@ -421,8 +421,8 @@ def test_this_machine_predicts_what_bench_latency_measures(pagoda_bin, shared_di
     for name, p, m in [("TTFT", predicted["ttft_ms"], measured["ttft_ms"]["mean"]),
                        ("decode", predicted["tpot_ms"], measured["decode_ms_per_token"]["mean"])]:
         # Wide: CTest runs this beside other tests on two cores, so the load changes between
-        # the probe and the measurement (0.62 seen in one CI-like run); the errors on a quiet
-        # machine and under load are in docs/BENCHMARKS.md.
+        # the probe and the measurement (0.62 seen in one CI-like run); the errors measured
+        # on this loaded machine are in docs/BENCHMARKS.md.
         assert 1 / 2.5 < p / m < 2.5, f"{name}: predicted {p:.1f} ms, measured {m:.1f} ms"
 
 
