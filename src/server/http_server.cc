@@ -15,6 +15,7 @@
 #include "server/ollama_api.h"
 #include "server/openapi.h"
 #include "server/responses.h"
+#include "server/utc_time.h"
 #include "server/web_page.h"
 
 namespace pagoda::server {
@@ -44,19 +45,6 @@ bool is_poll(const AccessRecord& r) {
          (r.path == "/health" || r.path == "/metrics" || r.path == "/stats");
 }
 
-std::string utc_now() {
-  const auto now = std::chrono::system_clock::now();
-  const std::time_t t = std::chrono::system_clock::to_time_t(now);
-  const auto ms =
-      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()) % 1000;
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[80];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
-                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                static_cast<int>(ms.count()));
-  return buf;
-}
 
 }  // namespace
 
@@ -169,14 +157,14 @@ void HttpServer::log_access(const AccessRecord& r) {
   if (!note.is_object()) note = json::object();
   std::string line;
   if (options_.log_format == LogFormat::kJson) {
-    json j = {{"time", utc_now()}, {"client", r.client}, {"method", r.method},
+    json j = {{"time", utc_time_now(3)}, {"client", r.client}, {"method", r.method},
               {"path", r.path},    {"status", r.status}, {"duration_s", r.duration_s}};
     j.update(note);
     line = dump(j) + "\n";
   } else {
     char duration[32];
     std::snprintf(duration, sizeof duration, "%.3fs", r.duration_s);
-    line = utc_now() + " " + r.client + " " + (r.method.empty() ? "-" : r.method) + " " +
+    line = utc_time_now(3) + " " + r.client + " " + (r.method.empty() ? "-" : r.method) + " " +
            (r.path.empty() ? "-" : escape_log_field(r.path)) + " " + std::to_string(r.status) +
            " " + duration;
     for (const auto& [k, v] : note.items()) {
@@ -304,7 +292,7 @@ void HttpServer::ollama_generation(const HttpRequest& req, const std::shared_ptr
   }
   // Nothing to generate: Ollama's way of asking for the model to be loaded, which it is.
   nlohmann::ordered_json out = {{"model", check_ollama_load_request(body, model_, options_.limits, generate)},
-                                {"created_at", ollama_time_now()}};
+                                {"created_at", utc_time_now(6)}};
   if (generate) {
     out["response"] = "";
   } else {

@@ -49,9 +49,6 @@ nlohmann::ordered_json ollama_to_openai(const nlohmann::json& body,
 ApiRequest parse_ollama_request(const std::string& raw_body, const ModelContext& model,
                                 const RequestLimits& limits, bool generate);
 
-// RFC 3339 UTC time with microseconds, as Ollama writes created_at.
-std::string ollama_time_now();
-
 // Writes one generation as Ollama's answer: the NDJSON stream of chunks ending with a done
 // chunk that carries the counts and durations, or the one object of stream: false.
 class OllamaWriter {

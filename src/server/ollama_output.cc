@@ -9,6 +9,7 @@
 #include <set>
 
 #include "server/request_fields.h"
+#include "server/utc_time.h"
 
 namespace pagoda::server {
 namespace {
@@ -120,20 +121,6 @@ ordered_json show(const std::string& body_text, const ModelContext& model,
 
 }  // namespace
 
-std::string ollama_time_now() {
-  const auto now = std::chrono::system_clock::now();
-  const std::time_t t = std::chrono::system_clock::to_time_t(now);
-  const auto us =
-      std::chrono::duration_cast<std::chrono::microseconds>(now.time_since_epoch()) % 1000000;
-  std::tm tm{};
-  gmtime_r(&t, &tm);
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%04d-%02d-%02dT%02d:%02d:%02d.%06dZ", tm.tm_year + 1900,
-                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec,
-                static_cast<int>(us.count()));
-  return buf;
-}
-
 OllamaWriter::OllamaWriter(const ApiRequest& request, const Tokenizer& tokenizer)
     : request_(request), tokenizer_(tokenizer) {
   if (!request_.tools.empty()) tool_stream_.emplace_back(request_.tool_format, &request_.tools);
@@ -142,7 +129,7 @@ OllamaWriter::OllamaWriter(const ApiRequest& request, const Tokenizer& tokenizer
 bool OllamaWriter::chat() const { return request_.endpoint == Endpoint::kOllamaChat; }
 
 ordered_json OllamaWriter::chunk(const std::string& text) const {
-  ordered_json out = {{"model", request_.model}, {"created_at", ollama_time_now()}};
+  ordered_json out = {{"model", request_.model}, {"created_at", utc_time_now(6)}};
   if (chat()) {
     out["message"] = {{"role", "assistant"}, {"content", text}};
   } else {
