@@ -52,6 +52,7 @@ struct ServeOptions {
   double kv_cache_gb = 0;
   int64_t kv_tokens = 0;
   int32_t max_model_len = 0;
+  int64_t responses_max_mib = 256;
   EngineConfig engine;
 };
 
@@ -223,9 +224,16 @@ Action add_serve(CLI::App& app) {
       ->check(CLI::Range(1, kMaxNumSamples));
   cmd->add_option("--max-tokens-limit", o->server.limits.max_tokens, "Largest max_tokens")
       ->default_val(8192)->check(CLI::Range(1, 1 << 22));
+  cmd->add_option("--responses-max", o->server.responses_max_count,
+                  "Responses API: stored responses kept at most (least recently used go first; 0: "
+                  "none stored)")->default_val(1024)->check(CLI::Range(0, 1 << 24));
+  cmd->add_option("--responses-max-mib", o->responses_max_mib,
+                  "Responses API: MiB of stored responses at most")->default_val(256)
+      ->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--shutdown-timeout", o->server.shutdown_timeout_s,
                   "Seconds to let requests finish on SIGTERM")->default_val(30.0);
   return [o] {
+    o->server.responses_max_bytes = static_cast<size_t>(o->responses_max_mib) << 20;
     if (!server::is_loopback_host(o->server.host) && o->server.api_key.empty() && !o->insecure) {
       fail("refusing to listen on ", o->server.host,
            " without --api-key: anyone who can reach it could use it (add --insecure to do so "

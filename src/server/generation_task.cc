@@ -31,6 +31,8 @@ void HttpServer::start_generation(const HttpRequest& req, const std::shared_ptr<
       ollama ? parse_ollama_request(req.body, model_, options_.limits,
                                     endpoint == Endpoint::kOllamaGenerate)
       : endpoint == Endpoint::kMessages ? parse_messages_request(req.body, model_, options_.limits)
+      : endpoint == Endpoint::kResponses
+          ? parse_responses_request(req.body, model_, options_.limits, responses_)
       : endpoint == Endpoint::kChat   ? parse_chat_request(body, model_, options_.limits, req.body)
                                   : parse_completion_request(body, model_, options_.limits, req.body));
   // Admission counts sequences: a request of 64 prompts with n = 16 weighs 1024 short ones.
@@ -57,10 +59,12 @@ void HttpServer::start_generation(const HttpRequest& req, const std::shared_ptr<
       throw;
     }
     ResponseHead head;
-    head.id = (endpoint == Endpoint::kMessages ? "msg_"
-               : endpoint == Endpoint::kCompletions ? "cmpl-"
-                                                    : "chatcmpl-") +
-              std::to_string(next_id_++);
+    // A stored response is read back by its id alone: that id is random, the others count.
+    head.id = endpoint == Endpoint::kResponses ? ResponseStore::new_id()
+              : (endpoint == Endpoint::kMessages      ? "msg_"
+                 : endpoint == Endpoint::kCompletions ? "cmpl-"
+                                                      : "chatcmpl-") +
+                    std::to_string(next_id_++);
     head.created = static_cast<int64_t>(std::time(nullptr));
     head.model = model_.name;
     auto task = std::make_shared<GenerationTask>(*this, ex, std::move(request), std::move(g),
@@ -125,6 +129,8 @@ GenerationTask::GenerationTask(HttpServer& server, std::shared_ptr<Exchange> ex,
       offsets_(g_->choices().size(), 0) {
   if (request_->endpoint == Endpoint::kMessages) {
     messages_ = std::make_unique<MessagesWriter>(head_, *request_);
+  } else if (request_->endpoint == Endpoint::kResponses) {
+    responses_ = std::make_unique<ResponsesWriter>(head_, *request_);
   } else if (request_->endpoint == Endpoint::kOllamaChat ||
              request_->endpoint == Endpoint::kOllamaGenerate) {
     ollama_ = std::make_unique<OllamaWriter>(*request_, *server_.model_.tokenizer);
@@ -145,6 +151,7 @@ void GenerationTask::start() {
     ex_->start_stream(200, ollama_ ? "application/x-ndjson" : "text/event-stream",
                       {{"Cache-Control", "no-cache"}});
     if (messages_) ex_->write(messages_->start(g_->num_prompt_tokens()));
+    if (responses_) ex_->write(responses_->start());
     if (request_->echo) {
       for (size_t i = 0; i < g_->choices().size(); ++i) {
         ChoiceDelta d;
@@ -181,8 +188,9 @@ void GenerationTask::pump() {
 void GenerationTask::abort() {
   ex_->post([self = shared_from_this()] {
     if (self->ended_) return;
-    // Anthropic's stop reasons and Ollama's done reasons have none for a cut-off generation.
-    if (self->messages_ || self->ollama_) {
+    // Anthropic's stop reasons, Ollama's done reasons and a Response's statuses have none for
+    // a cut-off generation.
+    if (self->messages_ || self->ollama_ || self->responses_) {
       return self->fail(ApiError(503, "server_error",
                                  "the server is shutting down; the generation was ended"));
     }
@@ -205,6 +213,10 @@ void GenerationTask::send(const std::vector<ChoiceDelta>& deltas) {
   }
   if (ollama_) {
     for (const ChoiceDelta& d : deltas) ex_->write(ollama_->delta(d));
+    return;
+  }
+  if (responses_) {
+    for (const ChoiceDelta& d : deltas) ex_->write(responses_->delta(d));
     return;
   }
   const Tokenizer& tok = *server_.model_.tokenizer;
@@ -258,6 +270,15 @@ void GenerationTask::complete() {
     ex_->finish();
   } else if (messages_) {
     ex_->respond({200, "application/json", dump(messages_->response(g)), {}});
+  } else if (responses_ && request_->stream) {
+    const std::string last = responses_->finish(g);
+    store_response();  // before the client can see the id and ask for it
+    ex_->write(last);
+    ex_->finish();
+  } else if (responses_) {
+    const std::string body = dump(responses_->response(g));
+    store_response();
+    ex_->respond({200, "application/json", body, {}});
   } else if (ollama_ && request_->stream) {
     ex_->write(ollama_->finish(g));
     ex_->finish();
@@ -283,6 +304,8 @@ void GenerationTask::fail(const ApiError& e) {
     // The status line went out with the first byte of the stream: the error is an event.
     if (messages_) {
       ex_->write(MessagesWriter::error_event(e));
+    } else if (responses_) {
+      ex_->write(responses_->error_event(e));
     } else if (ollama_) {
       ex_->write(OllamaWriter::error_line(e));
     } else {
@@ -308,5 +331,10 @@ void GenerationTask::client_left() {
 }
 
 void GenerationTask::release() { server_.untrack(this, num_sequences_); }
+
+void GenerationTask::store_response() {
+  if (!request_->responses->store) return;
+  server_.responses_.put(head_.id, {responses_->final_response(), responses_->conversation()});
+}
 
 }  // namespace pagoda::server

@@ -1,5 +1,5 @@
 // One generation request in flight on the server (POST /v1/completions, /v1/chat/completions,
-// /v1/messages, /api/chat, /api/generate):
+// /v1/messages, /v1/responses, /api/chat, /api/generate):
 // its Generation, the exchange it answers through, and the pump that turns engine events into
 // the answer. The engine thread's events only post the pump to the connection's strand, so the
 // request costs no thread while it waits; the status line goes out once the engine has
@@ -17,6 +17,7 @@
 #include "server/http_server.h"
 #include "server/ollama_api.h"
 #include "server/responses.h"
+#include "server/responses_api.h"
 
 namespace pagoda::server {
 
@@ -41,6 +42,8 @@ class GenerationTask : public std::enable_shared_from_this<GenerationTask> {
   void fail(const ApiError& e);
   void client_left();
   void release();
+  // kResponses with store: keeps the finished Response for GET and previous_response_id.
+  void store_response();
 
   HttpServer& server_;
   const std::shared_ptr<Exchange> ex_;
@@ -55,6 +58,7 @@ class GenerationTask : public std::enable_shared_from_this<GenerationTask> {
   std::vector<ToolCallStream> tool_streams_;  // chat streams with tools: one per choice
   std::unique_ptr<MessagesWriter> messages_;  // the Messages API's answer (kMessages)
   std::unique_ptr<OllamaWriter> ollama_;      // Ollama's answer (kOllamaChat, kOllamaGenerate)
+  std::unique_ptr<ResponsesWriter> responses_;  // the Responses API's answer (kResponses)
 };
 
 }  // namespace pagoda::server

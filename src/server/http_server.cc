@@ -15,6 +15,7 @@
 #include "server/ollama_api.h"
 #include "server/openapi.h"
 #include "server/responses.h"
+#include "server/responses_api.h"
 #include "server/utc_time.h"
 #include "server/web_page.h"
 
@@ -86,6 +87,7 @@ HttpServer::HttpServer(ServerOptions options, ModelContext model, EngineThread& 
       model_(std::move(model)),
       engine_(engine),
       model_info_(std::move(model_info)),
+      responses_(options_.responses_max_count, options_.responses_max_bytes),
       started_(std::chrono::steady_clock::now()) {
   transport_ = std::make_unique<HttpTransport>(
       options_.http,
@@ -150,7 +152,7 @@ void HttpServer::log_access(const AccessRecord& r) {
       "/metrics",        "/stats",               "/tokenize",    "/detokenize",
       "/",               "/openapi.json",        "/v1/messages", "/v1/messages/count_tokens",
       "/api/chat",       "/api/generate",        "/api/tags",    "/api/show",
-      "/api/ps",         "/api/version",         "/api/embed"};
+      "/api/ps",         "/api/version",         "/api/embed",   "/v1/responses"};
   metrics_.count_request(routes.count(r.path) ? r.path : "other", r.status);
   if (options_.log_format == LogFormat::kNone || is_poll(r)) return;
   json note = r.note.empty() ? json::object() : json::parse(r.note, nullptr, false);
@@ -227,6 +229,7 @@ void HttpServer::route(const HttpRequest& req, const std::shared_ptr<Exchange>& 
     if (p == "/v1/completions") return start_generation(req, ex, Endpoint::kCompletions);
     if (p == "/v1/chat/completions") return start_generation(req, ex, Endpoint::kChat);
     if (p == "/v1/messages") return start_generation(req, ex, Endpoint::kMessages);
+    if (p == "/v1/responses") return start_generation(req, ex, Endpoint::kResponses);
     if (p == "/v1/messages/count_tokens") {
       const ApiRequest r = parse_messages_request(req.body, model_, options_.limits, true);
       return ex->respond(json_response(200, {{"input_tokens", r.prompts.at(0).size()}}));
@@ -248,6 +251,7 @@ void HttpServer::route(const HttpRequest& req, const std::shared_ptr<Exchange>& 
       return ex->respond(json_response(200, model_info_));
     }
     if (p == "/api/tags" || p == "/api/ps" || p == "/api/version") return ollama_info(req, ex);
+    if (is_responses_path(p) && p.size() > 14) return ex->respond(stored_response(req));
     if (p == "/health") {
       if (draining_) throw ApiError(503, "server_error", "the server is shutting down");
       return ex->respond(json_response(200, {{"status", "ok"}}));
@@ -261,6 +265,9 @@ void HttpServer::route(const HttpRequest& req, const std::shared_ptr<Exchange>& 
     if (p == "/")
       return ex->respond({200, "text/html; charset=utf-8", std::string(web_page_html()), {}});
   }
+  if (req.method == "DELETE" && is_responses_path(p) && p.size() > 14) {
+    return ex->respond(stored_response(req));
+  }
   if (req.method == "POST" && is_ollama_path(p) && p != "/api/tags" && p != "/api/ps" &&
       p != "/api/version") {
     return ollama_info(req, ex);
@@ -268,13 +275,17 @@ void HttpServer::route(const HttpRequest& req, const std::shared_ptr<Exchange>& 
   static const std::set<std::string> post_routes = {
       "/v1/completions", "/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens",
       "/tokenize",       "/detokenize",          "/api/chat",    "/api/generate",
-      "/api/show",       "/api/embed",           "/api/embeddings"};
+      "/api/show",       "/api/embed",           "/api/embeddings", "/v1/responses"};
   static const std::set<std::string> get_routes = {"/v1/models", "/health",   "/metrics",
                                                    "/stats",     "/openapi.json", "/",
                                                    "/api/tags",  "/api/ps",   "/api/version"};
   const bool is_post_route = post_routes.count(p) > 0;
-  if (is_post_route || get_routes.count(p) || p.rfind("/v1/models/", 0) == 0) {
-    const std::string allow = is_post_route ? "POST" : "GET, HEAD";
+  const bool is_stored_response = is_responses_path(p) && !is_post_route;
+  if (is_post_route || get_routes.count(p) || p.rfind("/v1/models/", 0) == 0 ||
+      is_stored_response) {
+    const std::string allow = is_post_route        ? "POST"
+                              : is_stored_response ? "GET, HEAD, DELETE"
+                                                   : "GET, HEAD";
     HttpResponse r = error_response(p, ApiError(405, "invalid_request_error",
                                              req.method + " is not allowed on " + p + "; use " + allow,
                                              "", "method_not_allowed"));
@@ -310,6 +321,25 @@ void HttpServer::ollama_info(const HttpRequest& req, const std::shared_ptr<Excha
                    "not_found");
   }
   ex->respond({200, "application/json", dump(out), {}});
+}
+
+HttpResponse HttpServer::stored_response(const HttpRequest& req) {
+  const std::string id = req.path.substr(std::string("/v1/responses/").size());
+  if (id.find('/') != std::string::npos) {
+    throw ApiError(404, "invalid_request_error",
+                   "no route " + req.method + " " + req.path +
+                       " (listing a response's input items and cancelling are not supported by "
+                       "this server)", "", "not_found");
+  }
+  std::optional<StoredResponse> r;
+  if (req.method == "DELETE" ? responses_.erase(id) : (r = responses_.get(id)).has_value()) {
+    if (r) return {200, "application/json", dump(r->response), {}};
+    return json_response(200, {{"id", id}, {"object", "response"}, {"deleted", true}});
+  }
+  throw ApiError(404, "invalid_request_error",
+                 "No response found with id '" + id + "' (responses made with store false are "
+                 "not kept, and the store keeps the " + std::to_string(responses_.max_count()) +
+                 " most recently used)", "", "not_found");
 }
 
 HttpResponse HttpServer::tokenize(const HttpRequest& req) {

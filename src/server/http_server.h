@@ -20,6 +20,7 @@
 #include "server/metrics.h"
 #include "server/openai_request.h"
 #include "server/origin_policy.h"
+#include "server/response_store.h"
 
 namespace pagoda::server {
 
@@ -39,6 +40,9 @@ struct ServerOptions {
   int work_threads = 4;  // threads parsing and tokenizing requests
   double shutdown_timeout_s = 30.0;
   RequestLimits limits;
+  // The Responses API's stored responses: at most this many, and this many bytes.
+  size_t responses_max_count = 1024;
+  size_t responses_max_bytes = size_t{256} << 20;
   LogFormat log_format = LogFormat::kText;
 };
 
@@ -79,6 +83,8 @@ class HttpServer {
   // once, as Ollama answers a load), and the routes that describe the model (ollama_api.h).
   void ollama_generation(const HttpRequest& req, const std::shared_ptr<Exchange>& ex);
   void ollama_info(const HttpRequest& req, const std::shared_ptr<Exchange>& ex);
+  // GET and DELETE /v1/responses/{id}.
+  HttpResponse stored_response(const HttpRequest& req);
   HttpResponse tokenize(const HttpRequest& req);
   HttpResponse detokenize(const HttpRequest& req);
   nlohmann::json stats_json() const;
@@ -103,6 +109,7 @@ class HttpServer {
   std::unordered_map<GenerationTask*, std::shared_ptr<GenerationTask>> tasks_;
   std::mutex log_mutex_;
   std::atomic<uint64_t> next_id_{1};
+  ResponseStore responses_;
   std::chrono::steady_clock::time_point started_;
   int port_ = 0;
 };

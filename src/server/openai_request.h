@@ -80,7 +80,10 @@ struct RequestLimits {
 // kMessages: Anthropic's Messages API, parsed as a chat (anthropic_messages.h). kOllamaChat,
 // kOllamaGenerate: Ollama's /api/chat and /api/generate, parsed as a chat or, for a raw
 // generate, a completion (ollama_api.h).
-enum class Endpoint { kCompletions, kChat, kMessages, kOllamaChat, kOllamaGenerate };
+// kResponses: OpenAI's Responses API, parsed as a chat (responses_api.h).
+enum class Endpoint { kCompletions, kChat, kMessages, kOllamaChat, kOllamaGenerate, kResponses };
+
+struct ResponsesInput;
 
 struct ApiRequest {
   Endpoint endpoint = Endpoint::kCompletions;
@@ -111,6 +114,8 @@ struct ApiRequest {
   // Chat function calling: the tools output is parsed for (empty: none, or tool_choice none).
   std::vector<ToolSpec> tools;
   ToolFormat tool_format = ToolFormat::kJson;
+  // kResponses: the conversation and the request fields its Response repeats.
+  std::shared_ptr<const ResponsesInput> responses;
 };
 
 // The prompt of a chat: `messages` rendered by model.render_chat with a generation prompt, then

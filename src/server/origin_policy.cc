@@ -158,7 +158,7 @@ HttpResponse OriginPolicy::preflight(const HttpRequest& req, const std::string& 
   }
   HttpResponse r{204, "", "", {}};
   r.headers = {{"Access-Control-Allow-Origin", origin},
-               {"Access-Control-Allow-Methods", "GET, HEAD, POST, OPTIONS"},
+               {"Access-Control-Allow-Methods", "GET, HEAD, POST, DELETE, OPTIONS"},
                {"Access-Control-Allow-Headers", allowed},
                {"Access-Control-Max-Age", "600"},
                {"Vary", "Origin"}};

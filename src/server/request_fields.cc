@@ -64,4 +64,14 @@ bool bool_field(const json& body, const char* name, bool fallback) {
   return v->get<bool>();
 }
 
+void refuse_unknown_keys(const json& object, const std::set<std::string>& known,
+                         const std::string& where, const std::string& tail) {
+  for (const auto& [key, value] : object.items()) {
+    if (known.count(key) == 0 && !value.is_null()) {
+      const std::string name = where.empty() ? key : where + "." + key;
+      throw bad_param(name, "'" + name + "' is not supported by this server" + tail);
+    }
+  }
+}
+
 }  // namespace pagoda::server

@@ -1,0 +1,214 @@
+// A generation written as a Response object or as the Responses API's event stream (see
+// responses_api.h).
+#include "server/responses_api.h"
+
+namespace pagoda::server {
+namespace {
+
+using nlohmann::ordered_json;
+
+ordered_json text_part(const std::string& text) {
+  return {{"type", "output_text"},
+          {"text", text},
+          {"annotations", ordered_json::array()},
+          {"logprobs", ordered_json::array()}};
+}
+
+ordered_json usage_of(const Generation& g) {
+  return {{"input_tokens", g.num_prompt_tokens()},
+          {"input_tokens_details", {{"cached_tokens", g.num_cached_tokens()}}},
+          {"output_tokens", g.num_completion_tokens()},
+          {"output_tokens_details", {{"reasoning_tokens", 0}}},
+          {"total_tokens", g.num_prompt_tokens() + g.num_completion_tokens()}};
+}
+
+bool cut_short(const std::string& finish_reason) { return finish_reason == "length"; }
+
+// Item ids share the response's random part: "resp_<hex>" -> "msg_<hex>_<index>".
+std::string item_id(const std::string& prefix, const std::string& response_id, size_t index) {
+  const size_t cut = response_id.find('_');
+  return prefix + response_id.substr(cut == std::string::npos ? 0 : cut + 1) + "_" +
+         std::to_string(index);
+}
+
+}  // namespace
+
+ResponsesWriter::ResponsesWriter(ResponseHead head, const ApiRequest& request)
+    : head_(std::move(head)), request_(request) {
+  if (!request_.tools.empty()) tool_stream_.emplace_back(request_.tool_format, &request_.tools);
+}
+
+std::string ResponsesWriter::event(const std::string& type, ordered_json data) {
+  ordered_json e = {{"type", type}};
+  for (auto& [k, v] : data.items()) e[k] = std::move(v);
+  e["sequence_number"] = sequence_++;
+  return "event: " + type + "\ndata: " + dump(e) + "\n\n";
+}
+
+ordered_json ResponsesWriter::object(const std::string& status, const Generation* g) const {
+  ordered_json o = {{"id", head_.id},
+                    {"object", "response"},
+                    {"created_at", head_.created},
+                    {"status", status},
+                    {"error", nullptr},
+                    {"incomplete_details", status == "incomplete"
+                                               ? ordered_json{{"reason", "max_output_tokens"}}
+                                               : ordered_json(nullptr)}};
+  for (const auto& [k, v] : request_.responses->echo.items()) o[k] = v;
+  o["model"] = head_.model;
+  o["output"] = g == nullptr ? ordered_json::array() : output_;
+  o["usage"] = g == nullptr ? ordered_json(nullptr) : usage_of(*g);
+  return o;
+}
+
+std::string ResponsesWriter::start() {
+  const ordered_json o = object("in_progress", nullptr);
+  // One statement per event: the operands of + are evaluated in no set order.
+  std::string out = event("response.created", {{"response", o}});
+  out += event("response.in_progress", {{"response", o}});
+  return out;
+}
+
+std::string ResponsesWriter::open_message() {
+  if (message_open_) return "";
+  message_open_ = true;
+  const size_t index = output_.size();
+  const std::string id = item_id("msg_", head_.id, index);
+  const ordered_json item = {{"id", id},
+                             {"type", "message"},
+                             {"status", "in_progress"},
+                             {"content", ordered_json::array()},
+                             {"role", "assistant"}};
+  std::string out = event("response.output_item.added", {{"output_index", index}, {"item", item}});
+  out += event("response.content_part.added", {{"item_id", id},
+                                              {"output_index", index},
+                                              {"content_index", 0},
+                                              {"part", text_part("")}});
+  return out;
+}
+
+std::string ResponsesWriter::close_message(const std::string& status) {
+  message_open_ = false;
+  const size_t index = output_.size();
+  const std::string id = item_id("msg_", head_.id, index);
+  const ordered_json part = text_part(text_);
+  ordered_json item = {{"id", id},
+                       {"type", "message"},
+                       {"status", status},
+                       {"content", ordered_json::array({part})},
+                       {"role", "assistant"}};
+  std::string out = event("response.output_text.done", {{"item_id", id},
+                                                       {"output_index", index},
+                                                       {"content_index", 0},
+                                                       {"text", text_},
+                                                       {"logprobs", ordered_json::array()}});
+  out += event("response.content_part.done",
+               {{"item_id", id}, {"output_index", index}, {"content_index", 0}, {"part", part}});
+  out += event("response.output_item.done", {{"output_index", index}, {"item", item}});
+  output_.push_back(std::move(item));
+  return out;
+}
+
+std::string ResponsesWriter::call_events(const ToolCall& c) {
+  const size_t index = output_.size();
+  const std::string id = item_id("fc_", head_.id, index);
+  ordered_json item = {{"id", id},         {"type", "function_call"}, {"status", "in_progress"},
+                       {"arguments", ""},  {"call_id", c.id},         {"name", c.name}};
+  std::string out = event("response.output_item.added", {{"output_index", index}, {"item", item}});
+  out += event("response.function_call_arguments.delta",
+               {{"item_id", id}, {"output_index", index}, {"delta", c.arguments}});
+  out += event("response.function_call_arguments.done", {{"item_id", id},
+                                                         {"output_index", index},
+                                                         {"name", c.name},
+                                                         {"arguments", c.arguments}});
+  item["status"] = "completed";
+  item["arguments"] = c.arguments;
+  out += event("response.output_item.done", {{"output_index", index}, {"item", item}});
+  output_.push_back(std::move(item));
+  calls_.push_back(c);
+  return out;
+}
+
+std::string ResponsesWriter::delta(const ChoiceDelta& d) {
+  std::string text = tool_stream_.empty() ? d.text : tool_stream_[0].feed(d.text);
+  std::vector<ToolCall> calls;
+  if (!d.finish_reason.empty() && !tool_stream_.empty()) {
+    ParsedToolCalls p = tool_stream_[0].finish();
+    text += p.content;
+    calls = std::move(p.calls);
+  }
+  std::string out;
+  if (!text.empty()) {
+    out += open_message();
+    text_ += text;
+    out += event("response.output_text.delta",
+                 {{"item_id", item_id("msg_", head_.id, output_.size())},
+                  {"output_index", output_.size()},
+                  {"content_index", 0},
+                  {"delta", text},
+                  {"logprobs", ordered_json::array()}});
+  }
+  if (d.finish_reason.empty()) return out;
+  // An answer of nothing at all is still a message, with empty text.
+  if (calls.empty()) out += open_message();
+  if (message_open_) out += close_message(cut_short(d.finish_reason) ? "incomplete" : "completed");
+  for (const ToolCall& c : calls) out += call_events(c);
+  return out;
+}
+
+std::string ResponsesWriter::finish(const Generation& g) {
+  const bool cut = cut_short(g.choices().at(0).finish_reason);
+  final_ = object(cut ? "incomplete" : "completed", &g);
+  return event(cut ? "response.incomplete" : "response.completed", {{"response", final_}});
+}
+
+ordered_json ResponsesWriter::response(const Generation& g) {
+  const Choice& c = g.choices().at(0);
+  ParsedToolCalls p;
+  if (request_.tools.empty()) {
+    p.content = c.text.text();
+  } else {
+    p = parse_tool_calls(c.text.text(), request_.tool_format, request_.tools);
+    if (p.calls.empty()) p.content = c.text.text();
+  }
+  const bool cut = cut_short(c.finish_reason);
+  if (!p.content.empty() || p.calls.empty()) {
+    text_ = p.content;
+    (void)close_message(cut ? "incomplete" : "completed");
+  }
+  for (const ToolCall& call : p.calls) (void)call_events(call);
+  sequence_ = 0;  // no stream: the events above were only the way to build the items
+  final_ = object(cut ? "incomplete" : "completed", &g);
+  return final_;
+}
+
+ordered_json ResponsesWriter::conversation() const {
+  ordered_json messages = request_.responses->conversation;
+  std::string text;
+  for (const auto& item : output_) {
+    if (item["type"] == "message") text += item["content"][0]["text"].get<std::string>();
+  }
+  ordered_json m = {{"role", "assistant"}, {"content", text}};
+  if (!calls_.empty()) {
+    if (text.empty()) m["content"] = nullptr;
+    m["tool_calls"] = ordered_json::array();
+    for (const ToolCall& c : calls_) {
+      m["tool_calls"].push_back({{"id", c.id},
+                                 {"type", "function"},
+                                 {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+    }
+  }
+  messages.push_back(std::move(m));
+  return messages;
+}
+
+std::string ResponsesWriter::error_event(const ApiError& e) {
+  auto null_if_empty = [](const std::string& s) {
+    return s.empty() ? ordered_json(nullptr) : ordered_json(s);
+  };
+  return event("error", {{"code", null_if_empty(e.code().empty() ? e.type() : e.code())},
+                         {"message", e.what()},
+                         {"param", null_if_empty(e.param())}});
+}
+
+}  // namespace pagoda::server
