@@ -79,6 +79,7 @@ void parse_tools(const json& body, const ordered_json& ordered, const ModelConte
                  ApiRequest& r, ordered_json& extra, ordered_json& messages) {
   const json* tools = field(body, "tools");
   const json* choice = field(body, "tool_choice");
+  const bool parallel = bool_field(body, "parallel_tool_calls", true);  // checked even unused
   // An empty list is no tools, as templates read it (clients such as Ollama's always send one).
   if (tools != nullptr && tools->is_array() && tools->empty()) tools = nullptr;
   if (tools == nullptr) {
@@ -136,7 +137,6 @@ void parse_tools(const json& body, const ordered_json& ordered, const ModelConte
     }
   }
   if (mode == "none") return;
-  const bool parallel = bool_field(body, "parallel_tool_calls", true);
   if (model.template_renders_tools) {
     extra["tools"] = ordered["tools"];
   } else {

@@ -10,7 +10,7 @@ namespace {
 constexpr const char* kSpec = R"json({
   "openapi": "3.0.3",
   "info": {"title": "pagoda serve", "version": "1",
-           "description": "OpenAI-compatible completions and chat completions, Anthropic's Messages API, Ollama's API, tokenization, metrics. See docs/SERVER.md."},
+           "description": "OpenAI-compatible completions and chat completions, Anthropic's Messages API, OpenAI's Responses API, Ollama's API, tokenization, metrics. See docs/SERVER.md."},
   "paths": {
     "/v1/completions": {"post": {
       "operationId": "createCompletion",
@@ -366,6 +366,7 @@ std::string openapi_json(const RequestLimits& limits, const ModelContext& model)
   names.push_back(model.name);
   for (size_t i = 0, n = names.size(); i < n; ++i) names.push_back(names[i].get<std::string>() + ":latest");
   s["OllamaModel"]["enum"] = names;
+  add_responses_openapi(spec, limits, model);
   spec["paths"]["/detokenize"]["post"]["requestBody"]["content"]["application/json"]["schema"]
       ["properties"]["tokens"]["items"]["maximum"] = model.vocab_size - 1;
   return spec.dump(1);

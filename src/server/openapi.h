@@ -5,10 +5,16 @@
 
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "server/openai_request.h"
 
 namespace pagoda::server {
 
 std::string openapi_json(const RequestLimits& limits, const ModelContext& model);
+
+// The Responses API's routes and schemas, added to `spec` (openapi_responses.cc).
+void add_responses_openapi(nlohmann::json& spec, const RequestLimits& limits,
+                           const ModelContext& model);
 
 }  // namespace pagoda::server

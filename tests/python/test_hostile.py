@@ -128,6 +128,10 @@ def test_deep_nesting_is_a_400_anywhere(server):
             '{"max_tokens":4,"messages":[{"role":"user","content":%s}]}' % deep(n),
             '{"max_tokens":4,"messages":[{"role":"user","content":"hi"}],"tools":%s}' % deep(n),
         ],
+        "/v1/responses": [
+            '{"input":[{"role":"user","content":%s}]}' % deep(n),
+            '{"input":"hi","tools":%s}' % deep(n),
+        ],
         "/v1/completions": ['{"prompt":%s}' % deep(n), '{"prompt":"hi","stop":%s}' % ("{\"a\":" * n + "1" + "}" * n)],
     }
     for path, items in bodies.items():
@@ -393,22 +397,27 @@ def test_streams_cut_by_the_shutdown_end_with_abort(pagoda_bin):
         s.stop()
 
 
-def test_a_messages_stream_cut_by_the_shutdown_ends_with_an_error_event(pagoda_bin):
-    # No time to finish: the Messages API has no ignore_eos, and a reply that ends by itself
-    # within a drain of a second (as a short story may on a busy machine) is not cut.
+@pytest.mark.parametrize("path, body, first, delta, error_type", [
+    ("/v1/messages", {"max_tokens": 4000, "messages": [{"role": "user", "content": "Tell a long story."}]},
+     "message_start", b"content_block_delta", b"overloaded_error"),
+    ("/v1/responses", {"max_output_tokens": 4000, "input": "Tell a long story."},
+     "response.created", b"response.output_text.delta", b"server_error"),
+])
+def test_a_messages_or_responses_stream_cut_by_the_shutdown_ends_with_an_error_event(
+        pagoda_bin, path, body, first, delta, error_type):
+    # No time to finish: neither API has ignore_eos, and a reply that ends by itself within a
+    # drain of a second (as a short story may on a busy machine) is not cut.
     s = Server(pagoda_bin, need(SMOLLM), "-t", "2", "--kv-tokens", "8192",
                "--shutdown-timeout", 0)
     try:
-        body = json.dumps({"max_tokens": 4000, "stream": True,
-                           "messages": [{"role": "user", "content": "Tell a long story."}]}).encode()
-        got = stream_until_shutdown(s, "/v1/messages", body, b"content_block_delta")
+        got = stream_until_shutdown(s, path, json.dumps({**body, "stream": True}).encode(), delta)
         assert s.proc.wait(60) == 0
         events = [line[7:] for line in got.decode(errors="replace").split("\n")
                   if line.startswith("event: ")]
-        # Anthropic has no stop reason for a cut-off message: it ends with an error event.
-        assert events[0] == "message_start" and events[-1] == "error", events[-3:]
-        assert "message_stop" not in events
-        assert b"overloaded_error" in got
+        # Neither API has a stop reason for a cut-off answer: it ends with an error event.
+        assert events[0] == first and events[-1] == "error", events[-3:]
+        assert "message_stop" not in events and "response.completed" not in events
+        assert error_type in got
     finally:
         s.stop()
 

@@ -41,9 +41,12 @@ def test_the_description_is_served_and_names_this_servers_limits(pagoda_bin):
                                       "/detokenize", "/v1/models", "/health", "/metrics",
                                       "/v1/messages", "/v1/messages/count_tokens",
                                       "/api/chat", "/api/generate", "/api/show", "/api/tags",
-                                      "/api/ps", "/api/version"}
+                                      "/api/ps", "/api/version", "/v1/responses",
+                                      "/v1/responses/{response_id}"}
         messages = spec["components"]["schemas"]["MessagesRequest"]["allOf"][1]["properties"]
         assert messages["max_tokens"]["maximum"] == 8
+        responses = spec["components"]["schemas"]["ResponsesRequest"]["properties"]
+        assert responses["max_output_tokens"]["maximum"] == 8
         options = spec["components"]["schemas"]["OllamaOptions"]["properties"]
         assert options["num_predict"]["maximum"] == 8
         assert "smol:latest" in spec["components"]["schemas"]["OllamaModel"]["enum"]
