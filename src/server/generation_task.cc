@@ -130,7 +130,7 @@ GenerationTask::GenerationTask(HttpServer& server, std::shared_ptr<Exchange> ex,
   if (request_->endpoint == Endpoint::kMessages) {
     messages_ = std::make_unique<MessagesWriter>(head_, *request_);
   } else if (request_->endpoint == Endpoint::kResponses) {
-    responses_ = std::make_unique<ResponsesWriter>(head_, *request_);
+    responses_ = std::make_unique<ResponsesWriter>(head_, *request_, *server_.model_.tokenizer);
   } else if (request_->endpoint == Endpoint::kOllamaChat ||
              request_->endpoint == Endpoint::kOllamaGenerate) {
     ollama_ = std::make_unique<OllamaWriter>(*request_, *server_.model_.tokenizer);

@@ -274,14 +274,16 @@ void check_settings(const json& body) {
   }
   if (const json* inc = field(body, "include")) {
     if (!inc->is_array()) throw bad_param("include", "'include' must be a list");
-    if (!inc->empty()) {
-      throw bad_param("include", "'include' " + (*inc)[0].dump() +
-                                     " is not supported by this server");
+    for (const json& entry : *inc) {
+      if (entry != "message.output_text.logprobs") {
+        throw bad_param("include", "'include' " + entry.dump() + " is not supported by this "
+                                   "server (it takes \"message.output_text.logprobs\")");
+      }
     }
   }
-  if (const json* n = field(body, "top_logprobs"); n != nullptr && *n != 0) {
-    throw bad_param("top_logprobs", "'top_logprobs' is not supported on /v1/responses by this "
-                                    "server; use /v1/chat/completions");
+  if (const json* n = field(body, "top_logprobs");
+      n != nullptr && !(n->is_number_integer() && n->get<int64_t>() >= 0 && n->get<int64_t>() <= 20)) {
+    throw bad_param("top_logprobs", "'top_logprobs' must be an integer from 0 to 20");
   }
   if (const json* n = field(body, "max_tool_calls");
       n != nullptr && !(n->is_number_integer() && n->get<int64_t>() >= 1)) {
@@ -312,6 +314,7 @@ void echo_request(const json& body, const ordered_json& ordered, ResponsesInput&
   out.echo["text"] = {{"format", {{"type", "text"}}}};
   given("tool_choice", "auto");
   given("tools", ordered_json::array());
+  given("top_logprobs", 0);
   given("top_p", 1.0);
   out.echo["truncation"] = "disabled";
   given("user", nullptr);
@@ -400,6 +403,13 @@ ordered_json responses_to_chat(const json& body, const ordered_json& ordered,
     if (const json* v = field(body, name)) chat[name] = *v;
   }
   if (const json* v = field(body, "max_output_tokens")) chat["max_tokens"] = *v;
+  // Log-probabilities of the output text: asked for by include or by top_logprobs.
+  const json* inc = field(body, "include");
+  const int64_t top = int_field(body, "top_logprobs", 0, 0, 20);
+  if ((inc != nullptr && !inc->empty()) || top > 0) {
+    chat["logprobs"] = true;
+    chat["top_logprobs"] = top;
+  }
   return chat;
 }
 

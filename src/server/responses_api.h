@@ -53,7 +53,7 @@ ApiRequest parse_responses_request(const std::string& raw_body, const ModelConte
 // response.incomplete). Every event carries its sequence_number.
 class ResponsesWriter {
  public:
-  ResponsesWriter(ResponseHead head, const ApiRequest& request);
+  ResponsesWriter(ResponseHead head, const ApiRequest& request, const Tokenizer& tokenizer);
 
   std::string start();
   // The events for one delta of the (only) choice; at its end, the function calls too.
@@ -75,14 +75,17 @@ class ResponsesWriter {
   std::string open_message();
   std::string close_message(const std::string& status);
   std::string call_events(const ToolCall& c);
-  void add_calls(const std::vector<ToolCall>& calls);
+  // The output_text logprobs entries of `lp` (none unless the request asked for them).
+  nlohmann::ordered_json token_logprobs(const std::vector<TokenLogprob>& lp) const;
 
   ResponseHead head_;
   const ApiRequest& request_;
+  const Tokenizer& tokenizer_;
   std::vector<ToolCallStream> tool_stream_;  // one when the request has tools
   int64_t sequence_ = 0;
   nlohmann::ordered_json output_ = nlohmann::ordered_json::array();  // finished items
   std::string text_;          // the open message's text so far
+  nlohmann::ordered_json logprobs_ = nlohmann::ordered_json::array();  // and its logprobs
   bool message_open_ = false;
   std::vector<ToolCall> calls_;  // every call of the output
   nlohmann::ordered_json final_;

@@ -7,11 +7,11 @@ namespace {
 
 using nlohmann::ordered_json;
 
-ordered_json text_part(const std::string& text) {
+ordered_json text_part(const std::string& text, ordered_json logprobs) {
   return {{"type", "output_text"},
           {"text", text},
           {"annotations", ordered_json::array()},
-          {"logprobs", ordered_json::array()}};
+          {"logprobs", std::move(logprobs)}};
 }
 
 ordered_json usage_of(const Generation& g) {
@@ -33,8 +33,9 @@ std::string item_id(const std::string& prefix, const std::string& response_id, s
 
 }  // namespace
 
-ResponsesWriter::ResponsesWriter(ResponseHead head, const ApiRequest& request)
-    : head_(std::move(head)), request_(request) {
+ResponsesWriter::ResponsesWriter(ResponseHead head, const ApiRequest& request,
+                                 const Tokenizer& tokenizer)
+    : head_(std::move(head)), request_(request), tokenizer_(tokenizer) {
   if (!request_.tools.empty()) tool_stream_.emplace_back(request_.tool_format, &request_.tools);
 }
 
@@ -61,6 +62,12 @@ ordered_json ResponsesWriter::object(const std::string& status, const Generation
   return o;
 }
 
+ordered_json ResponsesWriter::token_logprobs(const std::vector<TokenLogprob>& lp) const {
+  if (!request_.logprobs || lp.empty()) return ordered_json::array();
+  // The chat route's entries have the Responses API's shape: {token, logprob, bytes, top_logprobs}.
+  return chat_logprobs(tokenizer_, lp)["content"];
+}
+
 std::string ResponsesWriter::start() {
   const ordered_json o = object("in_progress", nullptr);
   // One statement per event: the operands of + are evaluated in no set order.
@@ -83,7 +90,7 @@ std::string ResponsesWriter::open_message() {
   out += event("response.content_part.added", {{"item_id", id},
                                               {"output_index", index},
                                               {"content_index", 0},
-                                              {"part", text_part("")}});
+                                              {"part", text_part("", ordered_json::array())}});
   return out;
 }
 
@@ -91,7 +98,7 @@ std::string ResponsesWriter::close_message(const std::string& status) {
   message_open_ = false;
   const size_t index = output_.size();
   const std::string id = item_id("msg_", head_.id, index);
-  const ordered_json part = text_part(text_);
+  const ordered_json part = text_part(text_, logprobs_);
   ordered_json item = {{"id", id},
                        {"type", "message"},
                        {"status", status},
@@ -101,7 +108,7 @@ std::string ResponsesWriter::close_message(const std::string& status) {
                                                        {"output_index", index},
                                                        {"content_index", 0},
                                                        {"text", text_},
-                                                       {"logprobs", ordered_json::array()}});
+                                                       {"logprobs", logprobs_}});
   out += event("response.content_part.done",
                {{"item_id", id}, {"output_index", index}, {"content_index", 0}, {"part", part}});
   out += event("response.output_item.done", {{"output_index", index}, {"item", item}});
@@ -138,15 +145,17 @@ std::string ResponsesWriter::delta(const ChoiceDelta& d) {
     calls = std::move(p.calls);
   }
   std::string out;
-  if (!text.empty()) {
+  const ordered_json logprobs = token_logprobs(d.logprobs);
+  if (!text.empty() || !logprobs.empty()) {
     out += open_message();
     text_ += text;
+    for (const auto& lp : logprobs) logprobs_.push_back(lp);
     out += event("response.output_text.delta",
                  {{"item_id", item_id("msg_", head_.id, output_.size())},
                   {"output_index", output_.size()},
                   {"content_index", 0},
                   {"delta", text},
-                  {"logprobs", ordered_json::array()}});
+                  {"logprobs", logprobs}});
   }
   if (d.finish_reason.empty()) return out;
   // An answer of nothing at all is still a message, with empty text.
@@ -174,6 +183,7 @@ ordered_json ResponsesWriter::response(const Generation& g) {
   const bool cut = cut_short(c.finish_reason);
   if (!p.content.empty() || p.calls.empty()) {
     text_ = p.content;
+    logprobs_ = token_logprobs(c.logprobs);
     (void)close_message(cut ? "incomplete" : "completed");
   }
   for (const ToolCall& call : p.calls) (void)call_events(call);

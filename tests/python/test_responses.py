@@ -149,6 +149,27 @@ def test_a_function_tool_round_trip(client):
     assert full.output_text == answer.output_text
 
 
+def test_log_probabilities_as_chat_completions_gives_them(client):
+    kw = dict(model="smol", input="Name a fruit.", max_output_tokens=6, **GREEDY)
+    r = client.responses.create(include=["message.output_text.logprobs"], top_logprobs=2, **kw)
+    lp = r.output[0].content[0].logprobs
+    chat = client.chat.completions.create(
+        model="smol", max_tokens=6, temperature=0, logprobs=True, top_logprobs=2,
+        messages=[{"role": "user", "content": "Name a fruit."}])
+    expected = chat.choices[0].logprobs.content
+    assert len(lp) == len(expected) == r.usage.output_tokens
+    for a, b in zip(lp, expected):
+        assert a.token == b.token and a.logprob == pytest.approx(b.logprob, abs=1e-4)
+        assert [t.token for t in a.top_logprobs] == [t.token for t in b.top_logprobs]
+    assert r.top_logprobs == 2
+    streamed = [e for e in client.responses.create(include=["message.output_text.logprobs"],
+                                                   top_logprobs=2, stream=True, **kw)
+                if e.type == "response.output_text.delta"]
+    assert [t.token for e in streamed for t in e.logprobs] == [t.token for t in lp]
+    # Not asked for: none.
+    assert client.responses.create(**kw).output[0].content[0].logprobs == []
+
+
 def test_text_format_json_schema(client):
     schema = {"type": "object", "properties": {"name": {"type": "string"},
                                                "age": {"type": "integer"}},
@@ -201,7 +222,8 @@ def test_ids_are_not_guessable(client):
      "input[0].content[0].type"),
     ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
     ({"background": True}, "background"),
-    ({"include": ["message.output_text.logprobs"]}, "include"),
+    ({"include": ["file_search_call.results"]}, "include"),
+    ({"top_logprobs": 21}, "top_logprobs"),
     ({"truncation": "auto"}, "truncation"),
     ({"reasoning": {"summary": "auto"}}, "reasoning.summary"),
     ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0].type"),

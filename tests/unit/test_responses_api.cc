@@ -124,7 +124,8 @@ TEST(ResponsesToChat, FieldsItCannotHonourAreRefusedByName) {
   EXPECT_EQ(param_of(R"({"input": "x", "tool_choice": {"type": "allowed_tools"}})"), "tool_choice");
   EXPECT_EQ(param_of(R"({"input": "x", "conversation": "c"})"), "conversation");
   EXPECT_EQ(param_of(R"({"input": "x", "service_tier": "flex"})"), "service_tier");
-  EXPECT_EQ(param_of(R"({"input": "x", "top_logprobs": 2})"), "top_logprobs");
+  EXPECT_EQ(param_of(R"({"input": "x", "top_logprobs": 21})"), "top_logprobs");
+  EXPECT_EQ(param_of(R"({"input": "x", "include": ["reasoning.encrypted_content"]})"), "include");
   EXPECT_EQ(param_of(R"({"input": []})"), "input");
   EXPECT_EQ(param_of(R"({"input": [{"role": "tool", "content": "x"}]})"), "input[0].role");
   EXPECT_EQ(param_of(R"({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]})"),
