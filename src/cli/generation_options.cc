@@ -50,11 +50,7 @@ void add_generation_options(CLI::App* cmd, GenerationOptions& o,
   cmd->add_option("-t,--threads", o.threads, "Threads (0: all cores)")->check(CLI::Range(0, 1024));
   o.backend_option = cmd->add_option("--backend,--device", o.backend, backend_help())
                          ->check(CLI::IsMember(backend_names()));
-  cmd->add_option("--n-gpu-layers", o.gpu_layers,
-                  "llama.cpp's -ngl: N > 0 puts the whole model on the GPU (--backend cuda; "
-                  "pagoda does not split layers), 0 keeps it on the CPU")
-      ->default_str("none")
-      ->check(CLI::Range(0, 1 << 20));
+  add_gpu_layers_option(cmd, o.gpu_layers);
   cmd->add_option("--kv-type", o.kv_type, kv_type_help())
       ->capture_default_str()
       ->check(CLI::IsMember(kv_type_name_list()));
@@ -101,31 +97,40 @@ int32_t resolve_context(const GenerationOptions& o, const Model& model) {
   return static_cast<int32_t>(tokens);
 }
 
-void apply_gpu_layers(GenerationOptions& o) {
-  if (o.gpu_layers < 0) return;
-  const bool backend_given = o.backend_option != nullptr && o.backend_option->count() > 0;
-  const std::string wanted = o.gpu_layers > 0 ? "cuda" : "cpu";
-  if (backend_given && o.backend != wanted) {
-    throw UsageError(str_cat("-ngl ", o.gpu_layers, " asks for the ",
-                             o.gpu_layers > 0 ? "GPU" : "CPU", " but --backend is ", o.backend,
-                             ": give one of the two"));
+void add_gpu_layers_option(CLI::App* cmd, int32_t& gpu_layers) {
+  cmd->add_option("--n-gpu-layers", gpu_layers,
+                  "llama.cpp's -ngl: N > 0 puts the whole model on the GPU (--backend cuda; "
+                  "pagoda does not split layers), 0 keeps it on the CPU")
+      ->default_str("none")
+      ->check(CLI::Range(0, 1 << 20));
+}
+
+void apply_gpu_layers(int32_t gpu_layers, const CLI::Option* backend_option, std::string& backend) {
+  if (gpu_layers < 0) return;
+  const bool backend_given = backend_option != nullptr && backend_option->count() > 0;
+  const std::string wanted = gpu_layers > 0 ? "cuda" : "cpu";
+  if (backend_given && backend != wanted) {
+    throw UsageError(str_cat("-ngl ", gpu_layers, " asks for the ", gpu_layers > 0 ? "GPU" : "CPU",
+                             " but --backend is ", backend, ": give one of the two"));
   }
-  if (o.gpu_layers == 0) {
-    o.backend = "cpu";
+  if (gpu_layers == 0) {
+    backend = "cpu";
     return;
   }
   if (!cuda_backend_built() || cuda_device_count() == 0) {
-    std::fprintf(stderr, "warning: -ngl %d: %s; running on the CPU\n", o.gpu_layers,
+    std::fprintf(stderr, "warning: -ngl %d: %s; running on the CPU\n", gpu_layers,
                  cuda_backend_built() ? "no CUDA device here" : "this pagoda has no CUDA backend");
-    o.backend = "cpu";
+    backend = "cpu";
     return;
   }
   std::fprintf(stderr,
                "-ngl %d: the whole model goes on the GPU (CUDA backend; pagoda does not split "
                "layers)\n",
-               o.gpu_layers);
-  o.backend = "cuda";
+               gpu_layers);
+  backend = "cuda";
 }
+
+void apply_gpu_layers(GenerationOptions& o) { apply_gpu_layers(o.gpu_layers, o.backend_option, o.backend); }
 
 LoadedModel load_model(const GenerationOptions& o, Communicator* tp) {
   LoadedModel m;

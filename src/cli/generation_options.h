@@ -45,6 +45,11 @@ void add_generation_options(CLI::App* cmd, GenerationOptions& o,
 // -ngl N into a backend: the GPU for N > 0 where this build and machine have one (said in a line),
 // else the CPU with a warning; the CPU for 0. Throws UsageError when --backend says otherwise.
 void apply_gpu_layers(GenerationOptions& o);
+// The same for any command: `backend` (given on the command line or not) after -ngl N (N < 0:
+// not given, `backend` unchanged).
+void apply_gpu_layers(int32_t gpu_layers, const CLI::Option* backend_option, std::string& backend);
+// Adds --n-gpu-layers (main.cc reads -ngl as it) writing `gpu_layers`.
+void add_gpu_layers_option(CLI::App* cmd, int32_t& gpu_layers);
 
 // The options' sampling params, checked (the seed applied when given).
 SamplingParams sampling_params(GenerationOptions& o);

@@ -15,6 +15,7 @@
 #include "backend/backend_choice.h"
 #include "cli/chat_support.h"
 #include "cli/commands.h"
+#include "cli/generation_options.h"
 #include "cli/format_util.h"
 #include "cli/ranks.h"
 #include "cli/speculative_options.h"
@@ -49,6 +50,8 @@ struct ServeOptions {
   bool insecure = false;
   int threads = 0;
   std::string backend = "cpu";
+  CLI::Option* backend_option = nullptr;
+  int32_t gpu_layers = -1;  // -ngl / --n-gpu-layers; -1: not given
   double kv_cache_gb = 0;
   int64_t kv_tokens = 0;
   int32_t max_model_len = 0;
@@ -153,9 +156,10 @@ Action add_serve(CLI::App& app) {
   cmd->add_option("--chat-template", o->chat_template_file, "Jinja chat template file to use");
   cmd->add_option("-t,--threads", o->threads, "Compute threads (default: all cores)")
       ->check(CLI::Range(0, 1024));
-  cmd->add_option("--backend,--device", o->backend, backend_help())
-      ->check(CLI::IsMember(backend_names()))
-      ->capture_default_str();
+  o->backend_option = cmd->add_option("--backend,--device", o->backend, backend_help())
+                          ->check(CLI::IsMember(backend_names()))
+                          ->capture_default_str();
+  add_gpu_layers_option(cmd, o->gpu_layers);
   cmd->add_option("--kv-cache-gb", o->kv_cache_gb, "KV cache memory in GiB (default 1)")
       ->check(CLI::Range(0.0, 4096.0));
   cmd->add_option("--kv-tokens", o->kv_tokens, "KV cache size in tokens (instead of --kv-cache-gb)")
@@ -169,7 +173,7 @@ Action add_serve(CLI::App& app) {
                   "Token budget of one engine step")->default_val(512)->check(CLI::Range(1, 1 << 20));
   cmd->add_option("--max-seqs", o->engine.max_num_seqs, "Sequences running at once")
       ->default_val(64)->check(CLI::Range(1, 4096));
-  cmd->add_option("--max-model-len", o->max_model_len,
+  cmd->add_option("--max-model-len,-c,--ctx-size", o->max_model_len,
                   "Prompt + output tokens of a request at most (default: the model's, <= 8192)")
       ->check(CLI::Range(0, 1 << 22));
   cmd->add_flag("--no-prefix-caching", [o](int64_t) { o->engine.enable_prefix_caching = false; },
@@ -234,6 +238,7 @@ Action add_serve(CLI::App& app) {
                   "Seconds to let requests finish on SIGTERM")->default_val(30.0);
   return [o] {
     o->server.responses_max_bytes = static_cast<size_t>(o->responses_max_mib) << 20;
+    apply_gpu_layers(o->gpu_layers, o->backend_option, o->backend);
     if (!server::is_loopback_host(o->server.host) && o->server.api_key.empty() && !o->insecure) {
       fail("refusing to listen on ", o->server.host,
            " without --api-key: anyone who can reach it could use it (add --insecure to do so "

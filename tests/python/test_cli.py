@@ -1,7 +1,9 @@
 """The pagoda command line: inspect, tokenize and detokenize on real files, and bad input."""
+import json
 import pathlib
 import re
 import subprocess
+import urllib.request
 
 import pytest
 
@@ -114,6 +116,21 @@ def test_ngl_without_a_gpu_warns_and_runs_on_the_cpu(pagoda_bin, shared_dir):
     # A command without the option names it as typed.
     r = run(pagoda_bin, "tokenize", "-m", model, "-ngl", "1", "hi")
     assert r.returncode == 2 and "unknown option '-ngl' for 'pagoda tokenize'" in r.stderr.decode()
+
+
+def test_serve_takes_the_llama_cpp_spellings_too(pagoda_bin, shared_dir):
+    from server_util import Server
+    s = Server(pagoda_bin, shared_dir.joinpath(*STORIES), "-t", "1", "-ngl", "99", "-c", "64")
+    try:
+        log = "".join(s.log)
+        if "the whole model goes on the GPU" not in log:
+            assert "warning: -ngl 99:" in log and "running on the CPU" in log, log
+        with urllib.request.urlopen(s.url + "/v1/models", timeout=10) as r:
+            assert json.loads(r.read())["data"][0]["max_model_len"] == 64
+    finally:
+        s.stop()
+    r = run(pagoda_bin, "serve", "-m", shared_dir.joinpath(*STORIES), "-ngl", "1", "--backend", "cpu")
+    assert r.returncode == 2 and "-ngl 1 asks for the GPU but --backend is cpu" in r.stderr.decode()
 
 
 @pytest.mark.parametrize("option, hint", [
