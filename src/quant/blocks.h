@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 namespace pagoda {
 
@@ -181,6 +182,24 @@ struct BlockIQ3_S {
   uint8_t scales[kSuperBlockSize / 64];
 };
 
+// MXFP4 (the OCP microscaling format gpt-oss ships its experts in): 32 E2M1 values sharing one
+// E8M0 exponent. kFP4Values holds the E2M1 values doubled (0, 0.5, 1, 1.5, 2, 3, 4, 6 and their
+// negatives become integers), so x = kFP4Values[index] * e8m0_half(e); indices packed as Q4_0's.
+inline constexpr int8_t kFP4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+struct BlockMXFP4 {
+  uint8_t e;  // E8M0: 2^(e - 127)
+  uint8_t qs[kBlockSize / 2];
+};
+
+// 2^(e - 128): half the E8M0 value, which the doubled grid needs; e 0 and 1 are subnormal.
+inline float e8m0_half(uint8_t e) {
+  const uint32_t bits = e < 2 ? uint32_t{0x00200000} << e : uint32_t{e - 1u} << 23;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
 // The sizes are the GGUF type sizes (also in the traits table in core/dtype.cc, which is not
 // constexpr; tests/unit/test_quant.cc checks the two agree).
 // FP8_E4M3 (pagoda's own type, core/dtype.h): 32 E4M3 codes (quant/fp8.h) with one F16 scale,
@@ -209,5 +228,6 @@ static_assert(sizeof(BlockIQ3_S) == 110);
 static_assert(sizeof(BlockIQ4_NL) == 18);
 static_assert(sizeof(BlockIQ4_XS) == 136);
 static_assert(sizeof(BlockFP8) == 34);
+static_assert(sizeof(BlockMXFP4) == 17);
 
 }  // namespace pagoda

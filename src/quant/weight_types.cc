@@ -9,6 +9,7 @@
 #include "quant/reference_iq.h"
 #include "quant/reference_k.h"
 #include "quant/reference_legacy.h"
+#include "quant/reference_mxfp4.h"
 
 namespace pagoda {
 namespace {
@@ -159,7 +160,11 @@ constexpr WeightType kTypes[] = {
                 .block_size = kSuperBlockSize, .type_size = 54}},
     {.traits = {.type = DType::kTQ2_0, .name = "TQ2_0",
                 .block_size = kSuperBlockSize, .type_size = 66}},
-    {.traits = {.type = DType::kMXFP4, .name = "MXFP4", .block_size = kBlockSize, .type_size = 17}},
+    // gpt-oss's expert weights; ggml's encoder has no weighted search either.
+    {.traits = {.type = DType::kMXFP4, .name = "MXFP4",
+                .block_size = kBlockSize, .type_size = sizeof(BlockMXFP4)},
+     .dequantize = dequantize_mxfp4,
+     .quantize = quantize_mxfp4},
     // pagoda's own: E4M3 codes with an F16 scale per 32 (reference_fp8.h). Its search weighs
     // like the legacy types' (sigma2 from the whole row).
     {.traits = {.type = DType::kFP8_E4M3, .name = "FP8_E4M3",

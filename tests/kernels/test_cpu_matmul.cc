@@ -43,6 +43,7 @@ const TypeCase kTypes[] = {
     {DType::kQ2_K, 2e-4},  {DType::kQ3_K, 2e-4},  {DType::kQ4_K, 2e-4},  {DType::kQ5_K, 2e-4},
     {DType::kQ6_K, 2e-4},  {DType::kQ8_K, 1e-10},  // Q8_K: no kernel, rows dequantized to float
     {DType::kIQ4_NL, 1e-4}, {DType::kIQ4_XS, 1e-4},  // Q8 activations, as the legacy types
+    {DType::kMXFP4, 1e-4},  // Q8 activations too (an E2M1 grid instead of IQ4's)
     {DType::kFP8_E4M3, 1e-10},  // float activations
     // Decoded by the reference decoder and dotted with the float activations (random blocks:
     // pagoda does not encode these types).

@@ -5,7 +5,7 @@ i.e. beside $PAGODA_BIN (build/pagoda) under tests/quant_tools/. $PAGODA_DEQUANT
 
 1. Decoding: random block bytes (F16 scales kept finite) decoded by gguf and by pagoda must be
    bit-identical float32 arrays; pagoda repeats ggml's float operations in the same order.
-2. Encoding the legacy types and F16 / BF16: pagoda copies ggml's reference quantizers, so the
+2. Encoding the legacy types, MXFP4 and F16 / BF16: pagoda copies ggml's reference quantizers, so the
    bytes must equal gguf.quants.quantize's bytes.
 3. Encoding the K-quants (gguf has no quantizer for them): pagoda's bytes must decode in gguf
    to exactly what pagoda decodes, and close to the input.
@@ -28,7 +28,7 @@ F16_FIELDS = {
     "Q2_K": [80, 82], "Q3_K": [108], "Q4_K": [0, 2], "Q5_K": [0, 2], "Q6_K": [208],
     "IQ4_NL": [0], "IQ4_XS": [0],
 }
-BLOCK_TYPES = list(F16_FIELDS) + ["Q8_K"]
+BLOCK_TYPES = list(F16_FIELDS) + ["Q8_K", "MXFP4"]
 LEGACY_QUANTIZERS = ["Q8_0", "Q4_0", "Q4_1", "Q5_0", "Q5_1"]
 K_QUANTIZERS = ["Q2_K", "Q3_K", "Q4_K", "Q5_K", "Q6_K", "Q8_K"]
 # Normalized MSE bounds on Gaussian data for the K-quant round trip, about 1.5x the measured
@@ -51,6 +51,11 @@ def random_blocks(rng: np.random.Generator, type_name: str, num_blocks: int) -> 
         # d is a float32 here: keep it to a sane range so d * q stays finite.
         d = (rng.standard_normal(num_blocks) * 1e-2).astype(np.float32)
         blocks[:, 0:4] = d.view(np.uint8).reshape(num_blocks, 4)
+        return blocks
+    if type_name == "MXFP4":
+        # The E8M0 exponent byte: every value but the top few, whose 12 * 2^(e - 128) overflows
+        # float (0 and 1 are the subnormal scales).
+        blocks[:, 0] = rng.integers(0, 250, size=num_blocks, dtype=np.uint8)
         return blocks
     for offset in F16_FIELDS[type_name]:
         # Mostly realistic scales, plus arbitrary finite halves to reach subnormals and extremes.
@@ -140,7 +145,7 @@ def quantize_inputs(rng: np.random.Generator, block_size: int) -> np.ndarray:
     return np.concatenate(parts).astype(np.float32)
 
 
-@pytest.mark.parametrize("type_name", LEGACY_QUANTIZERS + ["F16", "BF16"])
+@pytest.mark.parametrize("type_name", LEGACY_QUANTIZERS + ["MXFP4", "F16", "BF16"])
 def test_quantize_is_byte_identical_to_gguf(dequant_tool, tmp_path, type_name):
     values = quantize_inputs(np.random.default_rng(99), block_size=32)
     ours = run_tool(dequant_tool, tmp_path, "quantize", type_name, values.tobytes())

@@ -41,6 +41,7 @@ TEST(QuantBlocks, SizesMatchTheTraitsTable) {
   expect_layout<BlockQ8_K>(DType::kQ8_K, kSuperBlockSize);
   expect_layout<BlockIQ4_NL>(DType::kIQ4_NL, kBlockSize);
   expect_layout<BlockIQ4_XS>(DType::kIQ4_XS, kSuperBlockSize);
+  expect_layout<BlockMXFP4>(DType::kMXFP4, kBlockSize);
 }
 
 TEST(QuantBlocks, FieldOffsetsAreGgufs) {

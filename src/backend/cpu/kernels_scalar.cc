@@ -136,6 +136,17 @@ void decode_iq4_nl(const uint8_t* row, int64_t i, DecodedBlock* out) {
   out->m = 0.0f;
 }
 
+// MXFP4: the doubled E2M1 grid values are the signed quants, the halved E8M0 exponent the scale.
+void decode_mxfp4(const uint8_t* row, int64_t i, DecodedBlock* out) {
+  const auto b = load<BlockMXFP4>(row, i);
+  for (int j = 0; j < 16; ++j) {
+    out->q[j] = kFP4Values[b.qs[j] & 0xf];
+    out->q[j + 16] = kFP4Values[b.qs[j] >> 4];
+  }
+  out->d = e8m0_half(b.e);
+  out->m = 0.0f;
+}
+
 // IQ4_XS: block i is sub-block i % 8 of super-block i / 8, dotted as an IQ4_NL block whose
 // scale is the super-scale times the sub-block's 6-bit multiple (an exact float product).
 void decode_iq4_xs(const uint8_t* row, int64_t i, DecodedBlock* out) {
@@ -519,6 +530,7 @@ void fill_scalar_kernels(Kernels& k) {
   set(k, DType::kQ8_0, ActFormat::kQ8, tile_legacy<decode_q8_0>);
   set(k, DType::kIQ4_NL, ActFormat::kQ8, tile_legacy<decode_iq4_nl>);
   set(k, DType::kIQ4_XS, ActFormat::kQ8, tile_legacy<decode_iq4_xs>);
+  set(k, DType::kMXFP4, ActFormat::kQ8, tile_legacy<decode_mxfp4>);
   set(k, DType::kFP8_E4M3, ActFormat::kF32, tile_fp8);
   set(k, DType::kIQ2_XXS, ActFormat::kF32, tile_iq_low<DType::kIQ2_XXS>);
   set(k, DType::kIQ2_XS, ActFormat::kF32, tile_iq_low<DType::kIQ2_XS>);
