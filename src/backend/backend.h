@@ -91,6 +91,9 @@ struct AttentionParams {
   int32_t head_dim = 0;
   float scale = 1.0f;         // applied to q·k
   int32_t window = 0;         // 0: attend to all earlier positions; else the last `window`
+  // Attention sinks (gpt-oss): per query head a learned logit that joins each row's softmax
+  // denominator, exp(sink - max) beside the scores, with no value of its own; null: none.
+  const float* sinks = nullptr;  // [num_heads]
 };
 
 // Writes each token's K and V into its slot (backend/kv_format.h): what every backend's

@@ -237,6 +237,54 @@ TEST_P(CpuOps, PagedAttentionMatchesTheReference) {
   }
 }
 
+// Attention sinks (gpt-oss): a per-head logit in each row's softmax denominator. Sinks from far
+// below the scores (no effect) to far above (the row's output shrinks towards zero), so the CPU
+// backend's shift by max(top score, sink) is exercised on both sides.
+TEST_P(CpuOps, PagedAttentionWithSinksMatchesTheReference) {
+  for (PagedAttention c : attention_cases()) {
+    SCOPED_TRACE(testing::Message() << "heads " << c.params.num_heads << "/" << c.params.num_kv_heads
+                                    << " dim " << c.params.head_dim << " window " << c.params.window);
+    const std::vector<float> plain = c.run(*ref_, false, 0);
+    std::vector<float> sinks(static_cast<size_t>(c.params.num_heads));
+    for (size_t h = 0; h < sinks.size(); ++h) sinks[h] = -30.0f + 12.0f * static_cast<float>(h % 5);
+    c.params.sinks = sinks.data();
+    const std::vector<float> want = c.run(*ref_, false, 0);
+    expect_close(c.run(*cpu_, false, 0), want, 2e-5f, 2e-5f);
+    expect_close(c.run(*cpu_, true, 31), want, 2e-5f, 2e-5f);
+    // Head 0's sink (-30) leaves it as it was; head 3's (+6) takes weight from every row.
+    const int64_t dim = c.params.head_dim, heads = c.params.num_heads;
+    double moved = 0;
+    for (size_t t = 0; t < want.size() / (heads * dim); ++t) {
+      for (int64_t d = 0; d < dim; ++d) {
+        EXPECT_NEAR(want[t * heads * dim + d], plain[t * heads * dim + d], 1e-5);
+        if (heads > 3) moved += std::fabs(want[(t * heads + 3) * dim + d] - plain[(t * heads + 3) * dim + d]);
+      }
+    }
+    if (heads > 3) {
+      EXPECT_GT(moved, 0.1);
+    }
+  }
+}
+
+// One cached token and a sink: out = v * e^s / (e^s + e^sink), s the scaled score.
+TEST_P(CpuOps, AttentionSinkWeighsAgainstTheOnlyKey) {
+  PagedAttention c;
+  const float sink = 0.7f;
+  c.params = {1, 1, 4, 0.5f, 0};
+  c.params.sinks = &sink;
+  c.context = {1};
+  c.new_tokens = {1};
+  c.max_blocks = 1;
+  const std::vector<float> k = normal(4, 20), v = normal(4, 21), q = normal(4, 22);
+  double s = 0;
+  for (int d = 0; d < 4; ++d) s += 0.5 * q[d] * k[d];
+  const double w = std::exp(s) / (std::exp(s) + std::exp(double{sink}));
+  for (Backend* be : {ref_.get(), cpu_.get()}) {
+    const std::vector<float> out = c.run(*be, false, 0);
+    for (int d = 0; d < 4; ++d) EXPECT_NEAR(out[d], w * v[d], 1e-5) << be->name();
+  }
+}
+
 // An F16 cache: the same conversions (round to nearest even) in both backends, so the fast one
 // matches the reference as closely as with F32; and the result is near the F32 cache's.
 TEST_P(CpuOps, PagedAttentionWithF16Cache) {

@@ -3,7 +3,8 @@
 // once for all of those rows:
 //   1. scores of every row against each KV block in the item's range (qk_block: the block's
 //      keys are stored transposed, so 16 keys fill the lanes of one vector);
-//   2. each row's softmax over its own causal (or sliding-window) range;
+//   2. each row's softmax over its own causal (or sliding-window) range, and the head's sink
+//      logit where the model has them (gpt-oss);
 //   3. each token's output rows as the weighted sum of its range's values (pv_rows).
 // The order of every sum is fixed by the head dimension and the row's own range, so a token's
 // result does not depend on how many tokens or heads share its item: batching never changes it.
@@ -124,7 +125,14 @@ class AttentionRun {
         for (int32_t h = 0; h < heads_per_kv; ++h) {
           float* row = p + h * width;
           const float top = k_.scale_max(row, p_.scale, n);
-          inv_sum[h] = 1.0f / k_.exp_shift_sum(row, n, top);
+          if (p_.sinks == nullptr) {
+            inv_sum[h] = 1.0f / k_.exp_shift_sum(row, n, top);
+            continue;
+          }
+          // The sink joins the softmax as one more logit whose value row is zero.
+          const float sink = p_.sinks[item.first_head + kv * heads_per_kv + h];
+          const float shift = std::max(top, sink);
+          inv_sum[h] = 1.0f / (k_.exp_shift_sum(row, n, shift) + std::exp(sink - shift));
         }
         float* o = out_ + (int64_t{t} * p_.num_heads + item.first_head + kv * heads_per_kv) * dim;
         k_.pv_rows(p, width, heads_per_kv, s.value_rows.data() + kv * width + (first - base), cache_.type, n, dim,

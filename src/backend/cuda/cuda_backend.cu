@@ -180,6 +180,7 @@ class CudaBackend final : public Backend {
   void attention(const float* q, KvLayer cache, const AttentionBatch& b, const AttentionParams& p,
                  float* out) override {
     check_kv_type(cache.type);
+    if (p.sinks != nullptr) fail("the CUDA backend does not compute attention sinks (gpt-oss) yet (run on the CPU backend)");
     seq_of_host_.resize(static_cast<size_t>(b.num_tokens));
     for (int32_t s = 0; s < b.num_seqs; ++s) {
       for (int32_t t = b.query_start[s]; t < b.query_start[s + 1]; ++t) seq_of_host_[t] = s;

@@ -103,8 +103,10 @@ class ReferenceBackend final : public Backend {
             scores[j - first] = dot;
             max_score = std::max(max_score, dot);
           }
+          if (p.sinks != nullptr) max_score = std::max(max_score, static_cast<double>(p.sinks[h]));
           double denom = 0;
           for (double& sc : scores) denom += (sc = std::exp(sc - max_score));
+          if (p.sinks != nullptr) denom += std::exp(p.sinks[h] - max_score);
           std::fill(acc.begin(), acc.end(), 0.0);
           for (int32_t j = first; j <= pos; ++j) {
             const uint8_t* row =
