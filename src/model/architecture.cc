@@ -87,6 +87,19 @@ std::vector<Architecture> make_table() {
   gemma3.fallback_chat_template = "gemma";  // Gemma GGUF files often ship without one
   gemma3.load = load_gemma3;
   t.push_back(gemma3);
+
+  // Sliding-window layers first (0, 2, ...), as llama.cpp's swa pattern 2 places them, with
+  // the model's own RoPE base (local_rope_base 0). No Hugging Face checkpoint is read: its
+  // experts are MXFP4 blocks and scales in tensors of their own (convert them with llama.cpp).
+  Architecture gpt_oss;
+  gpt_oss.name = "gpt-oss";
+  gpt_oss.qkv_bias = true;
+  gpt_oss.global_attention_every = 2;
+  gpt_oss.attention_sinks = true;
+  gpt_oss.output_and_expert_biases = true;
+  gpt_oss.ffn_norm_name = "post_attention_norm";
+  gpt_oss.load = load_gpt_oss;
+  t.push_back(gpt_oss);
   return t;
 }
 

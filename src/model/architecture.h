@@ -49,6 +49,11 @@ struct Architecture {
   // says otherwise is refused.
   uint32_t global_attention_every = 0;
   float local_rope_base = 0;
+  // gpt-oss's tensors: attn_sinks (a logit per head), biases on the attention output, the
+  // router and every expert, and the feed-forward block's norm named post_attention_norm.
+  bool attention_sinks = false;
+  bool output_and_expert_biases = false;
+  std::string_view ffn_norm_name = "ffn_norm";
   // Hugging Face tensor names as this family spells them: layer-name pairs (HF suffix, GGUF
   // suffix) looked up before the common ones, the prefixes a multimodal wrapper puts before the
   // text model's names (each with what it stands for), and the prefixes of tensors the text

@@ -18,7 +18,28 @@ MoeWeights load_moe(const TensorLookup& w, const std::string& p, const ModelConf
     m.up.push_back(w.matrix_rows(p + "ffn_up_exps.weight", e * ff, ff, experts * ff, hidden));
     m.down.push_back(w.matrix_rows(p + "ffn_down_exps.weight", e * hidden, hidden, experts * hidden, ff));
   }
+  if (!w.has(p + "ffn_gate_inp.bias")) return m;
+  m.router_bias = w.vector(p + "ffn_gate_inp.bias", experts);
+  // Each stacked bias is one row per expert.
+  auto rows = [&](const std::string& name, int64_t width) {
+    const std::vector<float> all = w.vector(name, experts * width);
+    std::vector<std::vector<float>> out;
+    for (int64_t e = 0; e < experts; ++e) out.emplace_back(all.begin() + e * width, all.begin() + (e + 1) * width);
+    return out;
+  };
+  m.gate_bias = rows(p + "ffn_gate_exps.bias", ff);
+  m.up_bias = rows(p + "ffn_up_exps.bias", ff);
+  m.down_bias = rows(p + "ffn_down_exps.bias", hidden);
   return m;
+}
+
+void clamped_swiglu(const float* gate, const float* up, int64_t n, float* out) {
+  constexpr float kAlpha = 1.702f, kLimit = 7.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float x = std::min(gate[i], kLimit);
+    const float y = std::clamp(up[i], -kLimit, kLimit);
+    out[i] = x / (1.0f + std::exp(-kAlpha * x)) * (y + 1.0f);
+  }
 }
 
 Routing route(const float* logits, int64_t tokens, const ModelConfig& c) {
@@ -60,6 +81,7 @@ void moe_ffn(Backend& be, const MoeWeights& w, const ModelConfig& c, const float
   if (!be.host_visible()) fail("mixture-of-experts layers run on the cpu and ref backends only");
   s.logits.resize(static_cast<size_t>(tokens * experts));
   be.matmul(w.router, x, tokens, s.logits.data());
+  if (!w.router_bias.empty()) be.add_bias(s.logits.data(), w.router_bias.data(), tokens, experts);
   const Routing r = route(s.logits.data(), tokens, c);
 
   // Each expert's tokens (rows of x, ascending) and their weights, in one pass over the routing.
@@ -82,8 +104,17 @@ void moe_ffn(Backend& be, const MoeWeights& w, const ModelConfig& c, const float
       std::copy(x + rows[i] * hidden, x + (rows[i] + 1) * hidden, s.x.data() + i * hidden);
     }
     be.matmul_many({{&w.gate[e], s.gate.data()}, {&w.up[e], s.up.data()}}, s.x.data(), n);
-    be.silu_mul(s.gate.data(), s.up.data(), n * ff, s.gate.data());
+    if (!w.gate_bias.empty()) {
+      be.add_bias(s.gate.data(), w.gate_bias[e].data(), n, ff);
+      be.add_bias(s.up.data(), w.up_bias[e].data(), n, ff);
+    }
+    if (w.glu == ExpertGlu::kClampedSwiglu) {
+      clamped_swiglu(s.gate.data(), s.up.data(), n * ff, s.gate.data());
+    } else {
+      be.silu_mul(s.gate.data(), s.up.data(), n * ff, s.gate.data());
+    }
     be.matmul(w.down[e], s.gate.data(), n, s.y.data());
+    if (!w.down_bias.empty()) be.add_bias(s.y.data(), w.down_bias[e].data(), n, hidden);
     for (int64_t i = 0; i < n; ++i) {
       float* out = residual + rows[i] * hidden;
       const float* in = s.y.data() + i * hidden;

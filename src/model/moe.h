@@ -1,6 +1,6 @@
-// A mixture-of-experts feed-forward block (Mixtral, Qwen3-MoE): a router scores every expert for
-// each token, the token goes through its top-k experts' SwiGLU blocks, and their outputs are
-// summed with the router's weights. In a batch each expert multiplies only the tokens routed to
+// A mixture-of-experts feed-forward block (Mixtral, Qwen3-MoE, gpt-oss): a router scores every
+// expert for each token, the token goes through its top-k experts' SwiGLU blocks, and their
+// outputs are summed with the router's weights. In a batch each expert multiplies only the tokens routed to
 // it, gathered into one product, so its weights are read once per step.
 #pragma once
 
@@ -14,13 +14,23 @@ namespace pagoda {
 
 class TensorLookup;
 
+// The gated activation of the experts: SiLU(gate) * up, or gpt-oss's variant,
+// min(gate, 7) * sigmoid(1.702 min(gate, 7)) * (clamp(up, -7, 7) + 1).
+enum class ExpertGlu { kSilu, kClampedSwiglu };
+
 struct MoeWeights {
   WeightMatrix router;                       // [experts, hidden]
   std::vector<WeightMatrix> gate, up, down;  // per expert: [ff, hidden], [ff, hidden], [hidden, ff]
+  // gpt-oss's biases (empty where the model has none): the router's [experts], and per expert
+  // the gate's and up's [ff] and down's [hidden].
+  std::vector<float> router_bias;
+  std::vector<std::vector<float>> gate_bias, up_bias, down_bias;
+  ExpertGlu glu = ExpertGlu::kSilu;
 };
 
 // Layer `prefix`'s router (ffn_gate_inp) and stacked expert tensors (ffn_{gate,up,down}_exps),
-// each expert a view of its rows.
+// each expert a view of its rows; their biases (".bias" beside each ".weight") where the file has
+// the router's.
 MoeWeights load_moe(const TensorLookup& w, const std::string& prefix, const ModelConfig& c);
 
 // The expert choice of each token: `used` experts and their weights, row after row.
@@ -32,6 +42,9 @@ struct Routing {
 // From router logits [tokens, experts]: softmax (or sigmoid) scores, the `used` best (ties to the
 // lower index), their scores as weights, divided by their sum when the model normalizes them.
 Routing route(const float* logits, int64_t tokens, const ModelConfig& c);
+
+// out = gpt-oss's clamped SwiGLU of gate and up (ExpertGlu::kClampedSwiglu), over n values.
+void clamped_swiglu(const float* gate, const float* up, int64_t n, float* out);
 
 // Buffers moe_ffn grows to the largest batch it has seen.
 struct MoeScratch {

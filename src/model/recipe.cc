@@ -29,6 +29,9 @@ constexpr WeightRecipe kRecipes[] = {
     // pagoda's own FP8_E4M3 (core/dtype.h), every matrix, as q8_0 is; llama_ftype has no FP8,
     // so general.file_type takes the type's private number too.
     {"fp8", DType::kFP8_E4M3, DType::kFP8_E4M3, false, 0xF8E4},
+    // llama.cpp's LLAMA_FTYPE_MOSTLY_MXFP4_MOE, gpt-oss's published type: the experts MXFP4,
+    // every other matrix (the output one too) Q8_0. A file already in it is copied as it is.
+    {"mxfp4_moe", DType::kQ8_0, DType::kQ8_0, false, 38, DType::kMXFP4},
 };
 
 // The layer of "blk.N.<rest>", or -1.
@@ -94,7 +97,9 @@ DType quant_fallback_type(DType type, uint64_t cols) {
 DType recipe_type(const WeightRecipe& recipe, std::string_view name, uint64_t cols,
                   bool has_output, uint32_t num_layers) {
   DType type = recipe.base;
-  if (name == "output.weight" || (!has_output && name == "token_embd.weight")) {
+  if (recipe.experts && name.find("_exps.") != std::string_view::npos) {
+    type = *recipe.experts;
+  } else if (name == "output.weight" || (!has_output && name == "token_embd.weight")) {
     type = recipe.more;
   } else if (recipe.kquant_mix &&
              (name.find("attn_v.weight") != std::string_view::npos ||
@@ -135,6 +140,11 @@ std::vector<PlannedTensor> plan_model_tensors(const ModelConfig& c, const Weight
       matrix(p + "attn_v.weight", kv_dim, hidden);
     }
     matrix(p + "attn_output.weight", hidden, q_dim);
+    if (arch.output_and_expert_biases) vec(p + "attn_output.bias", hidden, false);
+    if (arch.attention_sinks) {
+      // Logits of the size of the scores, so that a synthetic model's sinks matter.
+      plan.push_back({p + "attn_sinks.weight", DType::kF32, {c.num_heads}, false, false, 1.0f});
+    }
     if (arch.qkv_bias) {
       vec(p + "attn_q.bias", q_dim, false);
       vec(p + "attn_k.bias", kv_dim, false);
@@ -145,14 +155,21 @@ std::vector<PlannedTensor> plan_model_tensors(const ModelConfig& c, const Weight
       vec(p + "attn_k_norm.weight", c.head_dim, true);
     }
     if (arch.post_norms) vec(p + "post_attention_norm.weight", hidden, true);
-    vec(p + "ffn_norm.weight", hidden, true);
+    vec(p + std::string(arch.ffn_norm_name) + ".weight", hidden, true);
     if (c.num_experts) {
-      const uint64_t eff = c.expert_ffn_size();
+      const uint64_t eff = c.expert_ffn_size(), experts = c.num_experts;
       // The router stays F32, as llama.cpp leaves it.
-      plan.push_back({p + "ffn_gate_inp.weight", DType::kF32, {hidden, c.num_experts}, false, false});
-      matrix(p + "ffn_gate_exps.weight", eff, hidden, c.num_experts);
-      matrix(p + "ffn_up_exps.weight", eff, hidden, c.num_experts);
-      matrix(p + "ffn_down_exps.weight", hidden, eff, c.num_experts);
+      plan.push_back({p + "ffn_gate_inp.weight", DType::kF32, {hidden, experts}, false, false});
+      if (arch.output_and_expert_biases) vec(p + "ffn_gate_inp.bias", experts, false);
+      matrix(p + "ffn_gate_exps.weight", eff, hidden, experts);
+      matrix(p + "ffn_up_exps.weight", eff, hidden, experts);
+      matrix(p + "ffn_down_exps.weight", hidden, eff, experts);
+      if (arch.output_and_expert_biases) {
+        // Gate and up biases wide enough that the clamped SwiGLU's limit (7) is reached.
+        plan.push_back({p + "ffn_gate_exps.bias", DType::kF32, {eff, experts}, false, false, 5.0f});
+        plan.push_back({p + "ffn_up_exps.bias", DType::kF32, {eff, experts}, false, false, 5.0f});
+        plan.push_back({p + "ffn_down_exps.bias", DType::kF32, {hidden, experts}, false, false});
+      }
     } else if (arch.fused_gate_up) {
       matrix(p + "ffn_up.weight", 2 * ff, hidden);
       matrix(p + "ffn_down.weight", hidden, ff);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -25,6 +26,8 @@ struct WeightRecipe {
   DType more;             // the output matrix; attn_v / ffn_down of some layers in K mixes
   bool kquant_mix;        // whether those layers' attn_v / ffn_down get `more`
   uint32_t file_type;     // general.file_type (llama_ftype)
+  // The stacked expert matrices' (*_exps) type where it is not `base` (mxfp4_moe).
+  std::optional<DType> experts = std::nullopt;
 };
 
 std::span<const WeightRecipe> weight_recipes();
@@ -60,6 +63,7 @@ struct PlannedTensor {
   std::vector<uint64_t> shape;  // GGUF order: [cols, rows(, experts)]
   bool norm = false;            // a norm's weight (synth writes ones)
   bool from_recipe = false;     // a weight matrix whose type the recipe chose
+  float std = 0;                // synth's random values' standard deviation; 0: its default
 };
 
 // Every tensor of a model of shape `config` (a family in the architecture registry), in file

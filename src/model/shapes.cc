@@ -31,6 +31,14 @@ ModelShape moe_config(const char* name, ModelConfig c, uint32_t experts, uint32_
   return {name, c};
 }
 
+// YaRN RoPE scaling by `factor` from an original context of `original` tokens.
+ModelShape yarn(ModelShape s, float factor, uint32_t original) {
+  s.config.rope_scaling_type = "yarn";
+  s.config.rope_scaling_factor = factor;
+  s.config.rope_original_context = original;
+  return s;
+}
+
 // Shapes from each model's published config.json.
 const std::vector<ModelShape> kShapes = {
     {"llama-3.2-1b", make_config("llama", 16, 2048, 8192, 32, 8, 64, 128256, 131072, 500000, true)},
@@ -55,6 +63,13 @@ const std::vector<ModelShape> kShapes = {
     // Mixtral's and Qwen3-MoE's routing at test size: 8 experts, 2 used per token.
     moe_config("mixtral-tiny", make_config("llama", 3, 256, 512, 4, 2, 64, 32000, 4096, 1000000, false), 8, 2, 0),
     moe_config("qwen3-moe-tiny", make_config("qwen3moe", 3, 256, 768, 4, 2, 128, 151936, 4096, 1000000, true), 8, 2, 256),
+    // gpt-oss-20b: 32 experts (4 used) of 2880, 64 heads of 64 over a hidden size of 2880,
+    // sliding window 128 on every other layer, YaRN x32 from 4096.
+    yarn(moe_config("gpt-oss-20b", make_config("gpt-oss", 24, 2880, 2880, 64, 8, 64, 201088, 131072, 150000, false, 128), 32, 4, 2880), 32, 4096),
+    // Every gpt-oss feature at test size: two sliding-window layers (window 16, shorter than
+    // the test sequences) and two full ones, sinks, biases, 8 experts with 4 used, and YaRN from
+    // an original context of 64 so that the test sequences run past it.
+    yarn(moe_config("gpt-oss-tiny", make_config("gpt-oss", 4, 256, 256, 4, 2, 64, 32000, 4096, 150000, false, 16), 8, 4, 256), 4, 64),
     // Phi-3's fused Q/K/V and gate/up tensors, here with grouped K/V heads (Phi-3-medium's).
     {"phi-3-tiny", make_config("phi3", 3, 256, 768, 4, 2, 64, 32064, 4096, 10000, false)},
     // Larger models, for estimates (none ties its embeddings). Qwen2's context is the instruct
