@@ -21,8 +21,8 @@ top 20), the yardstick for pagoda's CPU backend against exact math.
 
 Models: the three that scripts/setup installs (Gemma 3, Llama / SmolLM2, Qwen2 with biases) and
 synthetic files (`pagoda synth`, F32 weights, a small vocabulary) that cover Qwen3's per-head Q/K
-norm, Gemma 3's sliding window, Phi-3's fused tensors and Mixtral's and Qwen3-MoE's routed
-experts without a download. A test writes the same
+norm, Gemma 3's sliding window, Phi-3's fused tensors, Mixtral's and Qwen3-MoE's routed
+experts and gpt-oss (also in MXFP4, with both oracles) without a download. A test writes the same
 synthetic file again (synth is seeded and thread-count independent) and reads these vectors.
 """
 import json
@@ -73,6 +73,13 @@ MODELS = {
     "synth-qwen3-moe-tiny-f32": {"synth": {"like": "qwen3-moe-tiny", "type": "f32", "seed": 1,
                                            "vocab": "models/stories260K.gguf"},
                                  "texts": [PROSE, CODE]},
+    # gpt-oss: sinks, sliding and full layers, biases, the clamped SwiGLU, YaRN past its original
+    # context; in F32, and in its published type (MXFP4 experts, Q8_0 elsewhere) with both oracles.
+    "synth-gpt-oss-tiny-f32": {"synth": {"like": "gpt-oss-tiny", "type": "f32", "seed": 1,
+                                         "vocab": "models/stories260K.gguf"}, "texts": [PROSE, CODE]},
+    "synth-gpt-oss-tiny-mxfp4_moe": {"synth": {"like": "gpt-oss-tiny", "type": "mxfp4_moe",
+                                               "seed": 1, "vocab": "models/stories260K.gguf"},
+                                     "texts": [PROSE, CODE]},
     # Phi-3's own vocabulary: llama.cpp sets attributes on its special tokens by the model name.
     "synth-phi-3-tiny-f32": {"synth": {"like": "phi-3-tiny", "type": "f32", "seed": 1,
                                        "vocab": "testdata/vocab/ggml-vocab-phi-3.gguf"},
@@ -141,7 +148,7 @@ def main():
                 sequences.append({"text": text, "ids": ids, "top": top_of(all_logits(llm, ids))})
                 print(f"{name}: {len(ids)} positions", file=sys.stderr)
             del llm
-            if "synth" not in spec:  # quantized: the exact oracle too
+            if spec.get("synth", {}).get("type", "") != "f32":  # quantized: the exact oracle too
                 twin = pathlib.Path(tmp) / "twin.gguf"
                 f32_twin(path, twin)
                 llm_q, llm_x = load(path), load(twin)

@@ -87,6 +87,19 @@ const LogitCase kCases[] = {
      {5e-6, 1e-6, 1e-5},   // m 8.5e-7, 3.8e-7, none
      {},
      {5e-6, 1e-6, 1e-5}},  // m 7.6e-7, 3.2e-7, none
+    // gpt-oss: sinks, sliding and full layers, biases, the clamped SwiGLU, YaRN past position
+    // 64. Measured 2026-12-06 (same machine and kernels as above).
+    {"synth-gpt-oss-tiny-f32",
+     {5e-6, 1e-6, 1e-5},   // m 5.5e-7, 2.1e-7, none
+     {},
+     {5e-6, 1e-6, 1e-5}},  // m 5.1e-7, 1.7e-7, none
+    // Its published type: MXFP4 experts, Q8_0 elsewhere. Both engines round activations to 8
+    // bits at the same places here, so the CPU backend stays within 0.006 of llama.cpp while
+    // each is up to 0.37 from exact math (the wide synthetic biases make large activations).
+    {"synth-gpt-oss-tiny-mxfp4_moe",
+     {0.02, 0.005, 0.02},  // m 5.6e-3, 1.4e-3, 0.0019
+     {1.0, 0.05, 0.1},     // m 0.367, 0.0116, 0.0357 (llama.cpp on this file: 0.367 from exact)
+     {5e-6, 1e-6, 1e-5}},  // m 5.9e-7, 1.7e-7, none
     // Phi-3's fused Q/K/V and gate/up tensors, read as row ranges of one matrix.
     {"synth-phi-3-tiny-f32",
      {5e-6, 2e-6, 1e-5},   // m 9.3e-7, 6.4e-7, none
