@@ -19,6 +19,7 @@
 #include "model/model.h"
 #include "model/model_file.h"
 #include "tokenizer/tokenizer.h"
+#include "tools/synth.h"
 
 namespace pagoda {
 
@@ -258,6 +259,18 @@ inline void check_batch_invariance(const std::string& path, Backend& backend, in
 
 inline std::string stories260k(const std::string& shared) {
   return shared + "/models/stories260K.gguf";
+}
+
+// `pagoda synth --like preset --type type` with stories260K's vocabulary, written to `out`.
+inline std::string synthetic_model(const std::string& shared, const char* preset, const char* type,
+                                   const std::string& out) {
+  SynthOptions o;
+  o.preset = preset;
+  o.type = type;
+  o.vocab_path = stories260k(shared);
+  o.output_path = out;
+  write_synthetic_model(o, {});
+  return out;
 }
 
 inline std::string installed_model(const char* name) {

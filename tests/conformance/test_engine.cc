@@ -83,6 +83,17 @@ TEST(EngineBatchInvariance, Gemma3Cpu) {
   check_batch_invariance(path, *backend, 8, 40, 10, /*all_variants=*/false);
 }
 
+// gpt-oss in its published type (MXFP4 experts): sliding-window layers (16) shorter than the
+// prompts, sinks, routed experts and YaRN, through batching, chunked prefill, prefix caching
+// and preemption.
+TEST(EngineBatchInvariance, GptOssTinyCpu) {
+  PAGODA_SHARED_OR_SKIP(shared, "");
+  const std::string path = synthetic_model(shared, "gpt-oss-tiny", "mxfp4_moe",
+                                           test::temp_dir() + "/gpt-oss-tiny-engine.gguf");
+  auto backend = make_cpu_backend(2);
+  check_batch_invariance(path, *backend, 16, 100, 24);
+}
+
 // A request whose prompt shares 64 tokens (4 blocks) with an earlier one computes only its own
 // tokens, and gives the ids it gives on a cold cache.
 TEST(EnginePrefixCache, SecondRequestComputesOnlyNewTokens) {

@@ -76,6 +76,17 @@ TEST(EngineSpeculative, NgramGreedyIsLosslessOnTheReferenceBackend) {
   check_batch_invariance(stories260k(shared), *backend, 16, 100, 24, false, KvType::kF32, &spec);
 }
 
+// gpt-oss (sliding-window layers, sinks, experts): verifying several tokens at once must give
+// the ids of plain decoding.
+TEST(EngineSpeculative, NgramGreedyIsLosslessOnGptOss) {
+  PAGODA_SHARED_OR_SKIP(shared, "");
+  const std::string path = synthetic_model(shared, "gpt-oss-tiny", "mxfp4_moe",
+                                           test::temp_dir() + "/gpt-oss-tiny-spec.gguf");
+  auto backend = make_cpu_backend(2);
+  const SpeculativeConfig spec = spec_config(SpecMethod::kNgram, 4);
+  check_batch_invariance(path, *backend, 16, 100, 24, false, KvType::kF32, &spec);
+}
+
 TEST(EngineSpeculative, DraftGreedyIsLossless) {
   PAGODA_SHARED_OR_SKIP(shared, "");
   auto backend = make_cpu_backend(2);
