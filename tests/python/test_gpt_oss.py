@@ -16,13 +16,17 @@ that they are. The MXFP4 file (mxfp4_moe: experts MXFP4, the rest Q8_0) runs on 
 backend, which computes with the exactly decoded weights, so numpy on the gguf package's
 dequantization is its oracle too.
 """
+import concurrent.futures
+import json
 import math
 import subprocess
+import urllib.request
 
 import numpy as np
 import pytest
 
 from conftest import find_tools
+from server_util import Server
 
 gguf = pytest.importorskip("gguf")
 
@@ -178,3 +182,32 @@ def test_sinks_matter(pagoda_bin, shared_dir, tmp_path):
     without = reference_logits(path, IDS[:20], [0, 0], sinks=False)
     got = prompt_logits(path, IDS[:20], "reference", without.shape[1])
     assert np.abs(got - without).max() > 100 * BOUNDS[("f32", "reference")]
+
+
+def complete(url, prompt, max_tokens):
+    body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0}).encode()
+    req = urllib.request.Request(url + "/v1/completions", data=body, method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return json.loads(r.read())["choices"][0]["text"]
+
+
+def test_serves_gpt_oss_batched_with_prefix_cache(pagoda_bin, shared_dir, tmp_path):
+    """`pagoda serve` on the MXFP4 file: prompts sharing a prefix longer than the sliding window,
+    sent together, give the texts each gives alone, and the shared blocks are reused."""
+    path = tmp_path / "gpt-oss-tiny-mxfp4_moe.gguf"
+    synth(pagoda_bin, shared_dir, path, "mxfp4_moe")
+    prefix = ("Once upon a time there was a little girl who lived in a village near the forest. "
+              "Every day she walked to the river and sang to the fish. ")
+    prompts = [prefix + f"On day {i} she met a {w}" for i, w in
+               enumerate(["cat", "dog", "king", "robot", "tree", "ship", "bird", "wizard"])]
+    server = Server(pagoda_bin, path, "-t", "2", "--kv-tokens", "4096")
+    try:
+        alone = [complete(server.url, p, 12) for p in prompts]
+        with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+            together = list(pool.map(lambda p: complete(server.url, p, 12), prompts))
+        assert len(set(alone)) > 1
+        assert together == alone
+        assert server.metric("pagoda_prefix_cache_hit_rate") > 0
+    finally:
+        server.stop()
