@@ -160,7 +160,7 @@ __attribute__((target("avx512f"))) void fma_peak(benchmark::State& state) {
 
 constexpr DType kTypes[] = {DType::kQ8_0, DType::kQ4_0, DType::kQ4_K, DType::kQ6_K, DType::kQ5_0,
                             DType::kF32,  DType::kF16,  DType::kQ4_1, DType::kQ5_1, DType::kQ5_K,
-                            DType::kQ3_K, DType::kQ2_K, DType::kBF16};
+                            DType::kQ3_K, DType::kQ2_K, DType::kBF16, DType::kIQ4_NL, DType::kMXFP4};
 
 }  // namespace
 
