@@ -84,6 +84,12 @@ MODELS = {
     "synth-phi-3-tiny-f32": {"synth": {"like": "phi-3-tiny", "type": "f32", "seed": 1,
                                        "vocab": "testdata/vocab/ggml-vocab-phi-3.gguf"},
                              "texts": [PROSE, CODE]},
+    # Phi-3 128K's LongRoPE: the sequences run past the original context of 64 and llama.cpp's
+    # context (512) exceeds it, so both engines rotate with the long factors.
+    "synth-phi-3-tiny-longrope-f32": {"synth": {"like": "phi-3-tiny-longrope", "type": "f32",
+                                                "seed": 1,
+                                                "vocab": "testdata/vocab/ggml-vocab-phi-3.gguf"},
+                                      "texts": [PROSE, CODE]},
 }
 
 

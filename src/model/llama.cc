@@ -51,6 +51,7 @@ class LlamaModel final : public Model {
   WeightMatrix output_;              // [vocab, hidden] (the embedding table when tied)
   RopeParams rope_;
   std::vector<float> rope_freq_factors_;
+  std::vector<float> rope_long_, rope_short_;  // LongRoPE's divisors (Phi-3 128K), or empty
 
   Activations act_;
   MoeScratch moe_scratch_;
@@ -151,8 +152,11 @@ LlamaModel::LlamaModel(const ModelFile& file, Communicator* tp) {
   rope_.theta = c.rope_theta;
   rope_.split_half = !(file.gguf() != nullptr && arch.gguf_rope_adjacent_pairs);
   if (w.has("rope_factors_long.weight")) {
-    fail(file.path(), ": LongRoPE scaling (rope_factors_long / rope_factors_short, the 128K "
-         "Phi-3 models) is not supported yet");
+    if (!c.rope_scaling_type.empty() && c.rope_scaling_type != "none") {
+      fail(file.path(), ": LongRoPE factors beside RoPE scaling '", c.rope_scaling_type, "'");
+    }
+    rope_long_ = w.vector("rope_factors_long.weight", rope_.rotary_dim / 2);
+    rope_short_ = w.vector("rope_factors_short.weight", rope_.rotary_dim / 2);
   }
   apply_rope_scaling(c, rope_);
   // Llama 3 style scaling ships its per-frequency divisors as a tensor.
@@ -174,6 +178,13 @@ void LlamaModel::forward_local(Backend& be, const ForwardBatch& batch, KvStorage
 
   AttentionParams ap = attention_params(c);
   ap.window = static_cast<int32_t>(c.sliding_window);
+  // LongRoPE: the long divisors where the cache holds more than the original context, as
+  // llama.cpp chooses by its context size.
+  RopeParams rope = rope_;
+  if (!rope_long_.empty()) {
+    const int64_t capacity = int64_t{kv.num_blocks()} * kv.block_size();
+    rope.freq_factors = capacity > c.rope_original_context ? rope_long_.data() : rope_short_.data();
+  }
   const OutputRows out(batch);
   const LayerStep step{be, c, batch, out, kv, act_};
 
@@ -186,7 +197,7 @@ void LlamaModel::forward_local(Backend& be, const ForwardBatch& batch, KvStorage
   for (size_t l = 0; l < layers_.size(); ++l) {
     const LayerWeights& L = layers_[l];
     const int64_t m = attention_block(step, L.attn, static_cast<int32_t>(l),
-                                      l + 1 == layers_.size(), rope_, ap);
+                                      l + 1 == layers_.size(), rope, ap);
     sum_ranks(act_.h.data(), m * hidden);
     be.add(act_.x.data(), act_.h.data(), m * hidden);
 

@@ -129,6 +129,12 @@ std::vector<PlannedTensor> plan_model_tensors(const ModelConfig& c, const Weight
     plan.push_back({std::move(name), DType::kF32, {n}, norm, false});
   };
   matrix("token_embd.weight", vocab, hidden);
+  if (c.rope_scaling_type == "longrope") {
+    // Divisors of each rotary frequency, positive as trained ones are: the long ones larger.
+    const uint64_t pairs = (c.rotary_dim ? c.rotary_dim : c.head_dim) / 2;
+    plan.push_back({"rope_factors_long.weight", DType::kF32, {pairs}, false, false, 1.0f, 4.0f});
+    plan.push_back({"rope_factors_short.weight", DType::kF32, {pairs}, false, false, 0.1f, 1.2f});
+  }
   for (uint32_t l = 0; l < c.num_layers; ++l) {
     const std::string p = "blk." + std::to_string(l) + ".";
     vec(p + "attn_norm.weight", hidden, true);

@@ -64,6 +64,7 @@ struct PlannedTensor {
   bool norm = false;            // a norm's weight (synth writes ones)
   bool from_recipe = false;     // a weight matrix whose type the recipe chose
   float std = 0;                // synth's random values' standard deviation; 0: its default
+  float mean = 0;               // and their mean
 };
 
 // Every tensor of a model of shape `config` (a family in the architecture registry), in file

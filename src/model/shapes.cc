@@ -1,5 +1,7 @@
 #include "model/shapes.h"
 
+#include <cmath>
+
 namespace pagoda {
 namespace {
 
@@ -39,6 +41,15 @@ ModelShape yarn(ModelShape s, float factor, uint32_t original) {
   return s;
 }
 
+// LongRoPE from an original context of `original`, with the converter's attention factor.
+ModelShape longrope(ModelShape s, uint32_t original) {
+  s.config.rope_scaling_type = "longrope";  // the shape's mark; its GGUF file has no type
+  s.config.rope_original_context = original;
+  s.config.rope_attn_factor = static_cast<float>(
+      std::sqrt(1.0 + std::log(double{s.config.context_length} / original) / std::log(double{original})));
+  return s;
+}
+
 // Shapes from each model's published config.json.
 const std::vector<ModelShape> kShapes = {
     {"llama-3.2-1b", make_config("llama", 16, 2048, 8192, 32, 8, 64, 128256, 131072, 500000, true)},
@@ -72,6 +83,10 @@ const std::vector<ModelShape> kShapes = {
     yarn(moe_config("gpt-oss-tiny", make_config("gpt-oss", 4, 256, 256, 4, 2, 64, 32000, 4096, 150000, false, 16), 8, 4, 256), 4, 64),
     // Phi-3's fused Q/K/V and gate/up tensors, here with grouped K/V heads (Phi-3-medium's).
     {"phi-3-tiny", make_config("phi3", 3, 256, 768, 4, 2, 64, 32064, 4096, 10000, false)},
+    // Phi-3 128K's LongRoPE at test size: long and short frequency divisors, an original
+    // context of 64 (the test sequences run past it, so llama.cpp and pagoda take the long
+    // ones), and the attention factor sqrt(1 + ln(4096 / 64) / ln 64) llama.cpp's converter writes.
+    longrope({"phi-3-tiny-longrope", make_config("phi3", 3, 256, 768, 4, 2, 64, 32064, 4096, 10000, false)}, 64),
     // Larger models, for estimates (none ties its embeddings). Qwen2's context is the instruct
     // models' max_position_embeddings (32K native; longer only with YaRN).
     {"llama-2-13b", make_config("llama", 40, 5120, 13824, 40, 40, 128, 32000, 4096, 1e4f, false)},

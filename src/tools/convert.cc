@@ -161,6 +161,13 @@ std::string folder_name(const std::string& path) {
 void write_rope_scaling(GgufWriter& w, const std::string& a, const ModelConfig& c,
                         const std::string& source) {
   const std::string& type = c.rope_scaling_type;
+  // A synthetic LongRoPE shape (model/shapes.cc), written as llama.cpp's Phi-3 converter writes
+  // the 128K models: no type, the factors as tensors (model/recipe.cc).
+  if (type == "longrope") {
+    w.add_f32(a + "rope.scaling.attn_factor", c.rope_attn_factor);
+    w.add_u32(a + "rope.scaling.original_context_length", c.rope_original_context);
+    return;
+  }
   if (type.empty() || type == "none" || type == "llama3") return;
   if (type != "linear" && type != "yarn") {
     fail(source, ": RoPE scaling '", type, "' is not supported by convert yet");

@@ -97,7 +97,7 @@ void write_synthetic_model(const SynthOptions& o,
             uint64_t state = seed ^ ((r0 + r + 1) * 0xBF58476D1CE4E5B9ull);
             for (uint64_t i = 0; i < 3; ++i) normal_ish(state);
             const float std = t.std > 0 ? t.std : s;
-            for (uint64_t i = 0; i < cols; ++i) row[i] = t.norm ? 1.0f : std * normal_ish(state);
+            for (uint64_t i = 0; i < cols; ++i) row[i] = t.norm ? 1.0f : t.mean + std * normal_ish(state);
             quantize_row(t.type, row.data(), out.data() + r * rb, static_cast<int64_t>(cols));
           }
         }

@@ -87,6 +87,12 @@ const LogitCase kCases[] = {
      {5e-6, 1e-6, 1e-5},   // m 8.5e-7, 3.8e-7, none
      {},
      {5e-6, 1e-6, 1e-5}},  // m 7.6e-7, 3.2e-7, none
+    // Phi-3 128K's LongRoPE (long factors: llama.cpp's context and pagoda's cache both exceed
+    // the original 64 tokens).
+    {"synth-phi-3-tiny-longrope-f32",
+     {5e-6, 2e-6, 1e-5},   // m 8.5e-7, 6.2e-7, none (2026-12-06)
+     {},
+     {5e-6, 2e-6, 1e-5}},  // m 8.5e-7, 6.0e-7, none
     // gpt-oss: sinks, sliding and full layers, biases, the clamped SwiGLU, YaRN past position
     // 64. Measured 2026-12-06 (same machine and kernels as above).
     {"synth-gpt-oss-tiny-f32",
@@ -227,6 +233,35 @@ TEST_P(LogitsPeer, EveryPositionMatchesLlamaCpp) {
   auto ref_logits = run(*model, *ref, seqs);
   check(quantized ? "reference backend against exact" : "reference backend against llama.cpp",
         compare(ref_logits, vocab, seqs, quantized ? "top_exact" : "top"), c.ref);
+}
+
+// LongRoPE's short factors while the KV cache holds no more than the original context (64), as
+// llama.cpp takes them for a context that small: the same tokens then give other logits past
+// position 0 (which no rotation moves).
+TEST(LongRope, ShortFactorsWhileTheCacheFitsTheOriginalContext) {
+  PAGODA_SHARED_OR_SKIP(vocab, "testdata/vocab/ggml-vocab-phi-3.gguf");
+  SynthOptions o;
+  o.preset = "phi-3-tiny-longrope";
+  o.type = "f32";
+  o.vocab_path = vocab;
+  o.output_path = test::temp_dir() + "/phi-3-tiny-longrope.gguf";
+  write_synthetic_model(o, {});
+  auto file = ModelFile::open(o.output_path);
+  auto model = Model::load(*file);
+  auto ref = make_reference_backend();
+  std::vector<TokenId> ids;
+  for (TokenId i = 0; i < 40; ++i) ids.push_back(100 + 37 * i);
+  const int64_t vocab_size = model->config().vocab_size;
+  Generator small(*model, *ref, 41), large(*model, *ref, 200);  // caches of 48 and 208 slots
+  const std::vector<float> short_logits = small.prompt_logits(ids), long_logits = large.prompt_logits(ids);
+  ASSERT_EQ(short_logits.size(), long_logits.size());
+  double first = 0, rest = 0;
+  for (size_t i = 0; i < short_logits.size(); ++i) {
+    double& worst = static_cast<int64_t>(i) < vocab_size ? first : rest;
+    worst = std::max(worst, static_cast<double>(std::fabs(short_logits[i] - long_logits[i])));
+  }
+  EXPECT_LT(first, 1e-6);
+  EXPECT_GT(rest, 1e-2);
 }
 
 INSTANTIATE_TEST_SUITE_P(Models, LogitsPeer, ::testing::ValuesIn(kCases),
