@@ -46,7 +46,8 @@ ModelShape longrope(ModelShape s, uint32_t original) {
   s.config.rope_scaling_type = "longrope";  // the shape's mark; its GGUF file has no type
   s.config.rope_original_context = original;
   s.config.rope_attn_factor = static_cast<float>(
-      std::sqrt(1.0 + std::log(double{s.config.context_length} / original) / std::log(double{original})));
+      std::sqrt(1.0 + std::log(static_cast<double>(s.config.context_length) / original) /
+                          std::log(static_cast<double>(original))));
   return s;
 }
 
