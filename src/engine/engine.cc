@@ -109,6 +109,15 @@ void Engine::check_request(const GenerationRequest& r) const {
     if (r.n > r.beam.width) fail("n (", r.n, ") must not exceed the beam width (", r.beam.width, ")");
     if (r.grammar) fail("beam search does not take a grammar");
     if (!std::isfinite(r.beam.length_penalty)) fail("the length penalty must be a number");
+    if (r.thinking.active()) fail("beam search does not take a thinking budget");
+  }
+  if (r.thinking.active()) {
+    if (r.thinking.tokenizer == nullptr || r.thinking.end_tokens.empty()) {
+      fail("a thinking budget needs the tokenizer and the tokens that end the thinking");
+    }
+    for (TokenId id : r.thinking.end_tokens) {
+      if (id < 0 || id >= vocab_size_) fail("thinking end token ", id, " is outside the vocabulary");
+    }
   }
   if (r.num_speculative_tokens < -1 || r.num_speculative_tokens > kMaxSpeculativeTokens) {
     fail("num_speculative_tokens must be in [0, ", kMaxSpeculativeTokens, "], got ",
@@ -189,6 +198,7 @@ void Engine::add_sample_group(RequestId id, GenerationRequest r) {
           std::make_shared<GrammarState>(initial_state(r.grammar->grammar()));
       seqs.back().mask = std::make_shared<TokenBitmask>(r.grammar->trie().vocab_size());
     }
+    if (r.thinking.active()) seqs.back().thinking = std::make_shared<ThinkingCap>(r.thinking);
   }
   SampleGroup group;
   group.num_unfinished = r.n;
@@ -208,7 +218,7 @@ void Engine::add_sample_group(RequestId id, GenerationRequest r) {
   const int32_t num_speculative = r.num_speculative_tokens < 0 ? config_.speculative.num_tokens
                                                                : r.num_speculative_tokens;
   for (int32_t k = 0; k < r.n; ++k) {
-    if (num_speculative > 0 && !r.grammar) {
+    if (num_speculative > 0 && !r.grammar && !r.thinking.active()) {
       speculator_->add(seq_ids[k], r.num_speculative_tokens, seqs[k].sampler.params());
     }
     sequences_.emplace(seq_ids[k], std::move(seqs[k]));

@@ -56,6 +56,7 @@
 #include "engine/engine_stats.h"
 #include "engine/sampler.h"
 #include "engine/speculator.h"
+#include "engine/thinking_budget.h"
 #include "grammar/token_mask.h"
 #include "model/kv_storage.h"
 #include "model/model.h"
@@ -102,6 +103,9 @@ struct GenerationRequest {
   // Beam search (width > 0): the n best of `width` beams by cumulative log-probability, sampling
   // params ignored; no grammar or speculation with it. The samples arrive at the end, whole.
   BeamParams beam;
+  // Reasoning models: the thinking ends after this many tokens (thinking_budget.h). Not with
+  // beam search.
+  ThinkingBudget thinking;
 };
 
 enum class FinishReason { kStop, kLength, kAbort, kError };
@@ -178,6 +182,8 @@ class Engine {
     std::shared_ptr<GrammarState> grammar_state = nullptr;
     std::shared_ptr<TokenBitmask> mask = nullptr;
     bool mask_ready = false;
+    // The thinking budget's count, and the closing tokens it forces once spent; null: none.
+    std::shared_ptr<ThinkingCap> thinking = nullptr;
   };
   // A request that samples (n >= 1): its first sequence computes the prompt; the n - 1 others
   // wait until it samples, then fork from it (the top of this file).

@@ -90,7 +90,9 @@ void Engine::sample_sequence(const ScheduledSequence& s, std::span<float> logits
   // A sequence that ends here still gives commit() a token, which it never reads: commit()
   // skips a sequence aborted since schedule().
   std::vector<TokenId> tokens = {0};
-  if (seq.grammar && !apply_grammar(seq, logits, stop_ids)) {
+  const bool forced = seq.thinking && seq.thinking->forced();
+  if (forced) seq.mask_ready = false;  // a forced token skips the grammar's mask
+  if (!forced && seq.grammar && !apply_grammar(seq, logits, stop_ids)) {
     // The grammar's sentence is complete and nothing may follow it.
     end_before_commit(s.seq_id, FinishReason::kStop, e, out.events);
   } else {
@@ -111,7 +113,11 @@ std::vector<TokenId> Engine::draw_tokens(const ScheduledSequence& s, SequenceSta
                                          const std::vector<TokenId>& stop_ids, OutputEvent& e,
                                          StepOutput& out) {
   std::vector<SampleResult> samples;
-  if (s.num_proposed > 0) {
+  const auto vocab = static_cast<size_t>(vocab_size_);
+  if (auto forced = seq.thinking ? seq.thinking->forced() : std::nullopt) {
+    samples.push_back(seq.sampler.score(logits.first(vocab), *forced, scratch_));
+    seq.sampler.accept(*forced);
+  } else if (s.num_proposed > 0) {
     samples =
         seq.sampler.verify(logits, s.proposed, speculator_->distributions(s.seq_id), scratch_);
   } else {
@@ -119,6 +125,7 @@ std::vector<TokenId> Engine::draw_tokens(const ScheduledSequence& s, SequenceSta
     seq.sampler.accept(samples.back().token);
   }
   if (seq.grammar) advance_grammar(seq, samples[0].token, stop_ids);
+  if (seq.thinking) seq.thinking->accept(samples[0].token);
   std::vector<TokenId> tokens = tokens_until_stop(samples, stop_ids);
   e.num_proposed = s.num_proposed;
   e.num_accepted = std::min(s.num_proposed, static_cast<int32_t>(samples.size()) - 1);
@@ -140,9 +147,12 @@ void Engine::draw_first_tokens(SampleGroup& group, std::span<const float> logits
   std::vector<std::pair<SequenceId, std::vector<SampleResult>>> firsts;
   for (SequenceId child : group.waiting_children) {
     SequenceState& c = sequences_.at(child);
-    std::vector<SampleResult> first = {c.sampler.sample(logits, scratch_)};
+    const auto forced = c.thinking ? c.thinking->forced() : std::nullopt;
+    std::vector<SampleResult> first = {forced ? c.sampler.score(logits, *forced, scratch_)
+                                              : c.sampler.sample(logits, scratch_)};
     c.sampler.accept(first[0].token);
     if (c.grammar) advance_grammar(c, first[0].token, stop_ids);
+    if (c.thinking) c.thinking->accept(first[0].token);
     firsts.emplace_back(child, std::move(first));
   }
   for (auto& f : firsts) out.first_samples.push_back(std::move(f));

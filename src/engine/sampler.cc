@@ -407,6 +407,12 @@ std::span<const float> Sampler::adjust(std::span<const float> logits,
   return adjusted;
 }
 
+SampleResult Sampler::score(std::span<const float> logits, TokenId token,
+                            SamplerScratch& scratch) const {
+  if (token < 0 || token >= vocab_size_) fail("sampler: token ", token, " is outside the vocabulary");
+  return result_for(token, adjust(logits, scratch), scratch);
+}
+
 SampleResult Sampler::result_for(TokenId token, std::span<const float> adjusted,
                                  SamplerScratch& scratch) const {
   SampleResult result;

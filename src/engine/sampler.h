@@ -139,6 +139,10 @@ class Sampler {
   // Adds a token to the output counts the penalties read. Throws Error when out of range.
   void accept(TokenId token);
 
+  // `token` as if drawn from `logits` (a token the engine forces, or a prompt token scored):
+  // its log-probabilities when asked for, nothing drawn, nothing accepted.
+  SampleResult score(std::span<const float> logits, TokenId token, SamplerScratch& scratch) const;
+
   // Speculative decoding: verifies `proposed` (k tokens) against `logits` ([k + 1, vocab]: row
   // i is the distribution for the token after proposal i - 1) and returns the tokens the
   // sequence gets, accepted proposals then one more, each with its log-probabilities; each is
