@@ -30,6 +30,7 @@
 #include "model/model_check.h"
 #include "model/model_file.h"
 #include "server/http_server.h"
+#include "server/reasoning_options.h"
 #include "template/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -43,6 +44,8 @@ struct ServeOptions {
   std::string model, model_name, chat_template_file;
   std::string kv_type = "f16";
   std::string log_format = "text";
+  std::string reasoning_format = "auto";
+  int32_t reasoning_budget = -1;
   bool allow_special_in_content = false;
   SpeculativeOptions speculative;
   server::ServerOptions server;
@@ -154,6 +157,17 @@ Action add_serve(CLI::App& app) {
   cmd->add_option("--model-name", o->model_name,
                   "Model id clients use (default: the file's stem; its general.name is also accepted)");
   cmd->add_option("--chat-template", o->chat_template_file, "Jinja chat template file to use");
+  cmd->add_option("--reasoning-format", o->reasoning_format,
+                  "auto: a thinking model's thinking (<think> ... </think>, found from its chat "
+                  "template) comes back apart from the answer (reasoning_content, thinking "
+                  "blocks, Ollama's thinking); none: it stays in the content")
+      ->check(CLI::IsMember({"auto", "none"}))
+      ->capture_default_str();
+  cmd->add_option("--reasoning-budget", o->reasoning_budget,
+                  "Thinking tokens of a request at most, its closing tag forced after them "
+                  "(-1: no limit; a request's reasoning_budget or thinking.budget_tokens wins)")
+      ->check(CLI::Range(-1, 1 << 30))
+      ->capture_default_str();
   cmd->add_option("-t,--threads", o->threads, "Compute threads (default: all cores)")
       ->check(CLI::Range(0, 1024));
   o->backend_option = cmd->add_option("--backend,--device", o->backend, backend_help())
@@ -289,7 +303,10 @@ Action add_serve(CLI::App& app) {
       context.tool_format = server::tool_format_for_template(template_text);
       context.template_renders_tools = server::template_renders_tools(template_text);
       context.template_traits = server::template_traits(template_text);
+      context.reasoning_syntax = server::reasoning_syntax_for_template(template_text);
     }
+    context.split_reasoning = o->reasoning_format == "auto";
+    context.reasoning_budget = o->reasoning_budget;
     context.description = describe_model(*file, template_text, o->backend == "cuda");
     context.grammars = std::make_shared<GrammarCompiler>(std::make_shared<GrammarCache>(*tokenizer),
                                                          o->grammar_limits, kGrammarThreads);

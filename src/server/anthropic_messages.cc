@@ -102,10 +102,11 @@ void user_message(const json& content, const std::string& where, ordered_json& o
   }
 }
 
-// One assistant message: its text as content, its tool_use blocks as tool_calls.
+// One assistant message: its text as content, its tool_use blocks as tool_calls, its thinking
+// blocks as reasoning_content (which templates such as Qwen3's read).
 void assistant_message(const json& content, const ordered_json& ocontent,
                        const std::string& where, ordered_json& out) {
-  std::string text;
+  std::string text, thinking;
   ordered_json calls = ordered_json::array();
   for (size_t i = 0; i < content.size(); ++i) {
     const std::string at = where + "[" + std::to_string(i) + "]";
@@ -113,6 +114,12 @@ void assistant_message(const json& content, const ordered_json& ocontent,
     if (type == "text") {
       if (!text.empty()) text += "\n\n";
       text += text_block(content[i], at);
+    } else if (type == "thinking") {
+      only_keys(content[i], {"type", "thinking", "signature", "cache_control"}, at);
+      const json* t = field(content[i], "thinking");
+      if (t == nullptr || !t->is_string()) throw bad_param(at, quoted(at + ".thinking") + " must be a string");
+      if (!thinking.empty()) thinking += "\n\n";
+      thinking += t->get<std::string>();
     } else if (type == "tool_use") {
       only_keys(content[i], {"type", "id", "name", "input", "cache_control"}, at);
       const json* id = field(content[i], "id");
@@ -128,10 +135,11 @@ void assistant_message(const json& content, const ordered_json& ocontent,
                        {"function", {{"name", name->get<std::string>()},
                                      {"arguments", ocontent[i]["input"].dump()}}}});
     } else {
-      refuse_block(type, at, "an assistant message takes text and tool_use blocks");
+      refuse_block(type, at, "an assistant message takes text, thinking and tool_use blocks");
     }
   }
   ordered_json m = {{"role", "assistant"}, {"content", text}};
+  if (!thinking.empty()) m["reasoning_content"] = thinking;
   if (!calls.empty()) {
     if (text.empty()) m["content"] = nullptr;
     m["tool_calls"] = std::move(calls);
@@ -248,13 +256,33 @@ void translate_stop(const json& body, const RequestLimits& limits, ordered_json&
   if (!v->empty()) chat["stop"] = *v;
 }
 
-void check_extras(const json& body) {
-  if (const json* thinking = field(body, "thinking")) {
-    if (!(thinking->is_object() && thinking->value("type", "") == "disabled" && thinking->size() == 1)) {
-      throw bad_param("thinking", "'thinking' is not supported by this server (it does not split "
-                                  "out a model's reasoning); leave it out or give {\"type\": \"disabled\"}");
+// thinking {"type": "enabled", "budget_tokens"} or {"type": "disabled"}: the template's
+// enable_thinking, and the thinking budget.
+void translate_thinking(const json& body, ordered_json& chat) {
+  const json* thinking = field(body, "thinking");
+  if (thinking == nullptr) return;
+  const char* shape = "'thinking' must be {\"type\": \"enabled\", \"budget_tokens\": N} or "
+                      "{\"type\": \"disabled\"}";
+  const json* type = thinking->is_object() ? field(*thinking, "type") : nullptr;
+  if (type == nullptr || !type->is_string()) throw bad_param("thinking", shape);
+  if (*type == "disabled") {
+    only_keys(*thinking, {"type"}, "thinking");
+    chat["chat_template_kwargs"] = {{"enable_thinking", false}};
+  } else if (*type == "enabled") {
+    only_keys(*thinking, {"type", "budget_tokens"}, "thinking");
+    const json* budget = field(*thinking, "budget_tokens");
+    if (budget == nullptr || !budget->is_number_integer() || budget->get<int64_t>() < 0) {
+      throw bad_param("thinking.budget_tokens",
+                      "'thinking.budget_tokens' must be an integer >= 0");
     }
+    chat["chat_template_kwargs"] = {{"enable_thinking", true}};
+    chat["reasoning_budget"] = *budget;
+  } else {
+    throw bad_param("thinking.type", shape);
   }
+}
+
+void check_extras(const json& body) {
   if (const json* metadata = field(body, "metadata")) {
     if (!metadata->is_object()) throw bad_param("metadata", "'metadata' must be an object");
     only_keys(*metadata, {"user_id"}, "metadata");
@@ -328,6 +356,7 @@ ordered_json messages_to_chat(const json& body, const ordered_json& ordered,
   chat["messages"] = translate_messages(body, ordered);
   if (field(body, "tools") != nullptr) chat["tools"] = translate_tools(body, ordered);
   translate_tool_choice(body, chat);
+  translate_thinking(body, chat);
   if (count_only) {
     chat["max_tokens"] = 1;
     return chat;
@@ -352,7 +381,21 @@ ApiRequest parse_messages_request(const std::string& raw_body, const ModelContex
                                   const RequestLimits& limits, bool count_only) {
   const json body = parse_json_body(raw_body, limits.max_json_depth);
   const ordered_json ordered = ordered_json::parse(raw_body);
-  const std::string chat = dump(messages_to_chat(body, ordered, limits, count_only));
+  const ordered_json translated = messages_to_chat(body, ordered, limits, count_only);
+  if (translated.contains("reasoning_budget") && model.reasoning_syntax == ReasoningSyntax::kNone) {
+    throw bad_param("thinking", "'thinking' enabled is not supported by this model: its chat "
+                                "template has no thinking (<think> ... </think>)");
+  }
+  if (count_only) {
+    // Counting renders the prompt; the budget has nothing to cap.
+    ordered_json c = translated;
+    c.erase("reasoning_budget");
+    const std::string text = dump(c);
+    ApiRequest r = parse_chat_request(json::parse(text), model, limits, text);
+    r.endpoint = Endpoint::kMessages;
+    return r;
+  }
+  const std::string chat = dump(translated);
   ApiRequest r = parse_chat_request(json::parse(chat), model, limits, chat);
   r.endpoint = Endpoint::kMessages;
   return r;
@@ -376,6 +419,26 @@ std::string MessagesWriter::start(int64_t input_tokens) {
          sse_event("ping", {{"type", "ping"}});
 }
 
+std::string MessagesWriter::open_thinking_block() {
+  if (thinking_open_) return "";
+  thinking_open_ = true;
+  return sse_event("content_block_start",
+                   {{"type", "content_block_start"},
+                    {"index", block_},
+                    {"content_block", {{"type", "thinking"}, {"thinking", ""}, {"signature", ""}}}});
+}
+
+// The signature (pagoda signs nothing: always empty), then the block's end.
+std::string MessagesWriter::close_thinking_block() {
+  if (!thinking_open_) return "";
+  thinking_open_ = false;
+  std::string out = sse_event("content_block_delta",
+                              {{"type", "content_block_delta"},
+                               {"index", block_},
+                               {"delta", {{"type", "signature_delta"}, {"signature", ""}}}});
+  return out + close_block();
+}
+
 std::string MessagesWriter::open_text_block() {
   if (text_open_) return "";
   text_open_ = true;
@@ -397,7 +460,15 @@ std::string MessagesWriter::delta(const ChoiceDelta& d) {
     calls = std::move(p.calls);
   }
   std::string out;
+  if (!d.reasoning.empty()) {
+    out += open_thinking_block();
+    out += sse_event("content_block_delta",
+                     {{"type", "content_block_delta"},
+                      {"index", block_},
+                      {"delta", {{"type", "thinking_delta"}, {"thinking", d.reasoning}}}});
+  }
   if (!text.empty()) {
+    out += close_thinking_block();
     out += open_text_block();
     out += sse_event("content_block_delta",
                      {{"type", "content_block_delta"},
@@ -405,6 +476,7 @@ std::string MessagesWriter::delta(const ChoiceDelta& d) {
                       {"delta", {{"type", "text_delta"}, {"text", text}}}});
   }
   if (d.finish_reason.empty()) return out;
+  out += close_thinking_block();
   if (text_open_) out += close_block();
   text_open_ = false;
   for (const ToolCall& c : calls) {
@@ -449,12 +521,15 @@ ordered_json MessagesWriter::response(const Generation& g) const {
   const Choice& c = g.choices().at(0);
   ParsedToolCalls p;
   if (request_.tools.empty()) {
-    p.content = c.text.text();
+    p.content = c.content();
   } else {
-    p = parse_tool_calls(c.text.text(), request_.tool_format, request_.tools);
-    if (p.calls.empty()) p.content = c.text.text();
+    p = parse_tool_calls(c.content(), request_.tool_format, request_.tools);
+    if (p.calls.empty()) p.content = c.content();
   }
   ordered_json content = ordered_json::array();
+  if (!c.reasoning.empty()) {
+    content.push_back({{"type", "thinking"}, {"thinking", c.reasoning}, {"signature", ""}});
+  }
   if (!p.content.empty()) content.push_back({{"type", "text"}, {"text", p.content}});
   for (const ToolCall& call : p.calls) {
     content.push_back({{"type", "tool_use"},

@@ -2,7 +2,7 @@
 // the chat completions path: a request is checked with Anthropic's field names, translated into
 // a chat completions body and parsed by parse_chat_request (same template, tools, grammar,
 // sampling and limits); the answer is written as a Message object or as Anthropic's event
-// stream. Fields the server cannot honour (image blocks, thinking, server tools) are refused,
+// stream. Fields the server cannot honour (image blocks, server tools) are refused,
 // never dropped.
 #pragma once
 
@@ -54,6 +54,8 @@ class MessagesWriter {
   static std::string error_event(const ApiError& e);
 
  private:
+  std::string open_thinking_block();
+  std::string close_thinking_block();
   std::string open_text_block();
   std::string close_block();
   std::string stop_reason(const Generation& g, bool has_calls) const;
@@ -63,6 +65,7 @@ class MessagesWriter {
   std::vector<ToolCallStream> tool_stream_;  // one when the request has tools
   int block_ = 0;           // index of the next content block
   bool text_open_ = false;  // a text block is open at block_
+  bool thinking_open_ = false;  // a thinking block is open at block_
   bool has_calls_ = false;
 };
 

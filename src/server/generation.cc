@@ -25,6 +25,10 @@ Generation::Generation(EngineThread& engine, const Tokenizer& tokenizer, const A
   for (size_t p = 0; p < request.prompts.size(); ++p) {
     for (int32_t i = 0; i < request.n; ++i) {
       choices_.emplace_back(TextOutput(tokenizer, request.stop, request.prompts[p]));
+      if (request.reasoning != ReasoningSyntax::kNone) {
+        choices_.back().parser =
+            make_reasoning_parser(request.reasoning, request.thinking_in_prompt);
+      }
     }
     num_prompt_tokens_ += static_cast<int64_t>(request.prompts[p].size());
   }
@@ -40,6 +44,7 @@ Generation::Generation(EngineThread& engine, const Tokenizer& tokenizer, const A
     g.num_speculative_tokens = request.num_speculative_tokens;
     g.grammar = request.grammar;
     g.beam = request.beam;
+    g.thinking = request.thinking;
     try {
       streams_.push_back(engine.submit(std::move(g)));
     } catch (const Error& e) {
@@ -114,9 +119,26 @@ double Generation::e2e_s() const {
   return std::chrono::duration<double>(*last_token_ - arrival_).count();
 }
 
+void Generation::add_text(Choice& c, ChoiceDelta& d, const std::string& text, bool last) {
+  if (!c.parser) {
+    d.text += text;
+    return;
+  }
+  ReasoningParts parts = c.parser->feed(text);
+  if (last) {
+    ReasoningParts rest = c.parser->finish();
+    parts.reasoning += rest.reasoning;
+    parts.content += rest.content;
+  }
+  c.reasoning += parts.reasoning;
+  c.split_content += parts.content;
+  d.reasoning += parts.reasoning;
+  d.text += parts.content;
+}
+
 void Generation::close_choice(Choice& c, ChoiceDelta& d, std::string reason) {
   if (!c.finish_reason.empty()) return;
-  d.text += c.text.finish();
+  add_text(c, d, c.text.finish(), true);
   c.finish_reason = std::move(reason);
   d.finish_reason = c.finish_reason;
   --num_open_;
@@ -150,7 +172,7 @@ void Generation::apply(const OutputEvent& e, size_t prompt, std::vector<ChoiceDe
     if (!first_token_) first_token_ = now;
     last_token_ = now;
     ++c.num_tokens;
-    d.text += c.text.feed(e.token_ids[t]);
+    add_text(c, d, c.text.feed(e.token_ids[t]), false);
     if (t < e.logprobs.size()) {
       const SampleResult& s = e.logprobs[t];
       d.logprobs.push_back({s.token, s.logprob, s.top_logprobs});
@@ -165,7 +187,7 @@ void Generation::apply(const OutputEvent& e, size_t prompt, std::vector<ChoiceDe
   max_choice_tokens_ = std::max(max_choice_tokens_, c.num_tokens);
   c.logprobs.insert(c.logprobs.end(), d.logprobs.begin(), d.logprobs.end());
   if (!c.finish_reason.empty()) abort_prompt_if_stopped(prompt);
-  if (!d.text.empty() || !d.logprobs.empty() || !d.finish_reason.empty()) {
+  if (!d.text.empty() || !d.reasoning.empty() || !d.logprobs.empty() || !d.finish_reason.empty()) {
     deltas.push_back(std::move(d));
   }
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/engine_thread.h"
+#include "engine/reasoning.h"
 #include "server/openai_request.h"
 #include "server/text_output.h"
 
@@ -23,18 +24,26 @@ struct TokenLogprob {
   std::vector<std::pair<TokenId, float>> top;
 };
 
-// What one poll produced for one choice: new text, its tokens' log-probabilities, and the finish
-// reason when the choice ended.
+// What one poll produced for one choice: new text (the content, when the thinking is split
+// out), new reasoning, its tokens' log-probabilities, and the finish reason when the choice
+// ended.
 struct ChoiceDelta {
   int32_t index = 0;
   std::string text;
+  std::string reasoning;
   std::vector<TokenLogprob> logprobs;
   std::string finish_reason;  // "stop", "length", "abort"; empty while running
 };
 
 struct Choice {
   explicit Choice(TextOutput out) : text(std::move(out)) {}
+  // The whole text after stop strings; content() and reasoning are its parts.
   TextOutput text;
+  // The request splits the thinking out: the parser, and the parts so far.
+  std::unique_ptr<ReasoningParser> parser;
+  std::string reasoning;
+  std::string split_content;
+  const std::string& content() const { return parser ? split_content : text.text(); }
   int64_t num_tokens = 0;  // completion tokens, the stop token included (as max_tokens counts)
   std::vector<TokenLogprob> logprobs;
   std::string finish_reason;
@@ -84,6 +93,8 @@ class Generation {
  private:
   void apply(const OutputEvent& event, size_t prompt, std::vector<ChoiceDelta>& deltas);
   void close_choice(Choice& c, ChoiceDelta& d, std::string reason);
+  // Text the TextOutput released, into the delta's content and reasoning.
+  static void add_text(Choice& c, ChoiceDelta& d, const std::string& text, bool last);
   void abort_prompt_if_stopped(size_t prompt);
 
   EngineThread& engine_;

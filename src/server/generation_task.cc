@@ -230,7 +230,7 @@ void GenerationTask::send(const std::vector<ChoiceDelta>& deltas) {
         const ParsedToolCalls p = tool_streams_[i].finish();
         d.text += p.content;
         d.finish_reason.clear();
-        if (!d.text.empty() || !d.logprobs.empty() || !started_[i]) {
+        if (!d.text.empty() || !d.reasoning.empty() || !d.logprobs.empty() || !started_[i]) {
           ex_->write(sse(chat_chunk(head_, tok, *request_, d, !started_[i])));
           started_[i] = true;
         }
@@ -244,7 +244,7 @@ void GenerationTask::send(const std::vector<ChoiceDelta>& deltas) {
         ex_->write(sse(chat_chunk(head_, tok, *request_, last, false)));
         continue;
       }
-      if (d.text.empty() && d.logprobs.empty() && started_[i]) continue;
+      if (d.text.empty() && d.reasoning.empty() && d.logprobs.empty() && started_[i]) continue;
     }
     const auto chunk = request_->endpoint == Endpoint::kChat
                            ? chat_chunk(head_, tok, *request_, d, !started_[i])

@@ -66,7 +66,7 @@ class OllamaWriter {
 
  private:
   bool chat() const;
-  nlohmann::ordered_json chunk(const std::string& text) const;
+  nlohmann::ordered_json chunk(const std::string& text, const std::string& thinking = "") const;
   void add_stats(nlohmann::ordered_json& out, const Generation& g) const;
 
   const ApiRequest& request_;

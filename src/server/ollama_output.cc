@@ -106,6 +106,9 @@ ordered_json show(const std::string& body_text, const ModelContext& model,
   const ModelDescription& d = model.description;
   ordered_json capabilities = ordered_json::array({"completion"});
   if (model.render_chat) capabilities.push_back("tools");
+  if (model.render_chat && model.reasoning_syntax != ReasoningSyntax::kNone) {
+    capabilities.push_back("thinking");
+  }
   ordered_json info = {{"general.architecture", d.architecture},
                        {"general.parameter_count", d.num_parameters}};
   info[d.architecture + ".context_length"] = d.trained_context;
@@ -128,12 +131,14 @@ OllamaWriter::OllamaWriter(const ApiRequest& request, const Tokenizer& tokenizer
 
 bool OllamaWriter::chat() const { return request_.endpoint == Endpoint::kOllamaChat; }
 
-ordered_json OllamaWriter::chunk(const std::string& text) const {
+ordered_json OllamaWriter::chunk(const std::string& text, const std::string& thinking) const {
   ordered_json out = {{"model", request_.model}, {"created_at", utc_time_now(6)}};
   if (chat()) {
     out["message"] = {{"role", "assistant"}, {"content", text}};
+    if (!thinking.empty()) out["message"]["thinking"] = thinking;
   } else {
     out["response"] = text;
+    if (!thinking.empty()) out["thinking"] = thinking;
   }
   out["done"] = false;
   return out;
@@ -148,8 +153,8 @@ std::string OllamaWriter::delta(const ChoiceDelta& d) {
     calls = std::move(p.calls);
   }
   std::string out;
-  if (!text.empty() || (request_.logprobs && !d.logprobs.empty())) {
-    ordered_json c = chunk(text);
+  if (!text.empty() || !d.reasoning.empty() || (request_.logprobs && !d.logprobs.empty())) {
+    ordered_json c = chunk(text, d.reasoning);
     if (request_.logprobs) c["logprobs"] = chat_logprobs(tokenizer_, d.logprobs)["content"];
     out += dump(c) + "\n";
   }
@@ -186,12 +191,12 @@ ordered_json OllamaWriter::response(const Generation& g) const {
   const Choice& c = g.choices().at(0);
   ParsedToolCalls p;
   if (request_.tools.empty()) {
-    p.content = c.text.text();
+    p.content = c.content();
   } else {
-    p = parse_tool_calls(c.text.text(), request_.tool_format, request_.tools);
-    if (p.calls.empty()) p.content = c.text.text();
+    p = parse_tool_calls(c.content(), request_.tool_format, request_.tools);
+    if (p.calls.empty()) p.content = c.content();
   }
-  ordered_json out = chunk(p.content);
+  ordered_json out = chunk(p.content, c.reasoning);
   if (!p.calls.empty()) out["message"]["tool_calls"] = ollama_tool_calls(p.calls);
   if (request_.logprobs) out["logprobs"] = chat_logprobs(tokenizer_, c.logprobs)["content"];
   add_stats(out, g);

@@ -107,19 +107,35 @@ void translate_format(const json& body, const ordered_json& ordered, ordered_jso
   }
 }
 
-// stream (Ollama streams unless told not to), think, keep_alive.
+// think: true or false reaches the template as enable_thinking (the thinking itself comes back
+// split out as message.thinking); "low", "medium" or "high" as reasoning_effort. A raw prompt
+// has no template to tell.
+void translate_think(const json& body, const ModelContext& model, bool raw, ordered_json& out) {
+  const json* think = field(body, "think");
+  if (think == nullptr) return;
+  if (!think->is_boolean() && !(think->is_string() && (*think == "low" || *think == "medium" ||
+                                                       *think == "high"))) {
+    throw bad_param("think", "'think' must be a boolean or \"low\", \"medium\", \"high\"");
+  }
+  if (think->is_boolean() && !think->get<bool>()) {
+    if (!raw) out["chat_template_kwargs"] = {{"enable_thinking", false}};
+    return;
+  }
+  if (raw || model.reasoning_syntax == ReasoningSyntax::kNone) {
+    throw bad_param("think", raw ? "'think' needs the chat template; a raw prompt has none"
+                                 : "'" + model.name + "' does not support thinking: its chat "
+                                   "template has no thinking (<think> ... </think>)");
+  }
+  if (think->is_boolean()) {
+    out["chat_template_kwargs"] = {{"enable_thinking", true}};
+  } else {
+    out["reasoning_effort"] = *think;
+  }
+}
+
+// stream (Ollama streams unless told not to), keep_alive.
 void translate_common(const json& body, ordered_json& out) {
   out["stream"] = bool_field(body, "stream", true);
-  if (const json* think = field(body, "think")) {
-    if (think->is_boolean() && !think->get<bool>()) {
-      // Nothing to turn off: the server does not split out a model's reasoning.
-    } else if (think->is_boolean() || think->is_string()) {
-      throw bad_param("think", "'think' is not supported by this server (it does not split out "
-                               "a model's reasoning); leave it out or give false");
-    } else {
-      throw bad_param("think", "'think' must be a boolean");
-    }
-  }
   // The one model stays loaded for the server's life whatever keep_alive asks.
   if (const json* k = field(body, "keep_alive"); k != nullptr && !k->is_number() && !k->is_string()) {
     throw bad_param("keep_alive", "'keep_alive' must be a duration string or a number of seconds");
@@ -191,9 +207,15 @@ ordered_json translate_messages(const json& body, const ordered_json& ordered) {
       throw bad_param(where + ".content", in_quotes(where + ".content") + " must be a string");
     }
     refuse_unless_empty(m, "images", true, where + ".images", "this model takes text only");
-    refuse_unless_empty(m, "thinking", false, where + ".thinking",
-                        "it does not split out a model's reasoning");
+    const json* thinking = field(m, "thinking");
+    if (thinking != nullptr && !thinking->is_string()) {
+      throw bad_param(where + ".thinking", in_quotes(where + ".thinking") + " must be a string");
+    }
     ordered_json copy = {{"role", *role}, {"content", content ? *content : json("")}};
+    // Templates such as Qwen3's read an earlier answer's thinking as reasoning_content.
+    if (thinking != nullptr && !thinking->get_ref<const std::string&>().empty()) {
+      copy["reasoning_content"] = *thinking;
+    }
     if (const json* calls = field(m, "tool_calls")) {
       copy["tool_calls"] = translate_calls(*calls, ordered["messages"][i]["tool_calls"],
                                            where + ".tool_calls");
@@ -375,6 +397,7 @@ ordered_json ollama_to_openai(const json& body, const ordered_json& ordered,
   }
   out["model"] = model.name;
   translate_common(body, out);
+  translate_think(body, model, *raw, out);
   translate_logprobs(body, *raw, out);
   translate_options(body, out);
   translate_format(body, ordered, out);

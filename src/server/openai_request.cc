@@ -16,6 +16,7 @@
 #include "engine/speculator.h"
 #include "server/api_error.h"
 #include "server/openai_output.h"
+#include "server/reasoning_options.h"
 #include "server/request_fields.h"
 
 namespace pagoda::server {
@@ -511,6 +512,10 @@ ApiRequest parse_completion_request(const json& body, const ModelContext& model,
   parse_prompts(body, model, limits, r);
   r.echo = bool_field(body, "echo", false);
   parse_completion_logprobs(body, r);
+  if (field(body, "reasoning_budget") != nullptr) {
+    throw bad_param("reasoning_budget", "'reasoning_budget' is for chat completions; a completion "
+                                        "has no chat template to find the thinking by");
+  }
   if (r.echo && r.logprobs) {
     throw bad_param("echo", "'echo' together with 'logprobs' (prompt log-probabilities) is not "
                             "supported");
@@ -551,6 +556,7 @@ ApiRequest parse_chat_request(const json& body, const ModelContext& model,
   }
   r.prompt_texts.push_back(text);
   if (r.prompts.back().empty()) throw bad_param("messages", "the rendered chat is empty");
+  parse_reasoning(body, model, text, r);
   resolve_max_tokens(body, model, limits, 0, r);  // chat: up to the context by default
   finish_sampling(model, r);
   return r;

@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "engine/beam_search.h"
+#include "engine/reasoning.h"
+#include "engine/thinking_budget.h"
 #include "engine/sampler.h"
 #include "grammar/grammar_compiler.h"
 #include "grammar/token_mask.h"
@@ -65,6 +67,12 @@ struct ModelContext {
   bool template_renders_tools = false;
   // What the chat template reads (the developer role, reasoning_effort).
   TemplateTraits template_traits;
+  // Reasoning: the thinking syntax of the template; whether chat answers split the thinking
+  // out (serve --reasoning-format auto) or leave it in the content (none); the thinking budget
+  // of a request that gives none (serve --reasoning-budget; -1: none).
+  ReasoningSyntax reasoning_syntax = ReasoningSyntax::kNone;
+  bool split_reasoning = true;
+  int32_t reasoning_budget = -1;
   ModelDescription description;
 };
 
@@ -116,6 +124,11 @@ struct ApiRequest {
   ToolFormat tool_format = ToolFormat::kJson;
   // kResponses: the conversation and the request fields its Response repeats.
   std::shared_ptr<const ResponsesInput> responses;
+  // Chat: the syntax the output's thinking is split out by (kNone: all of it is content), and
+  // whether the rendered prompt opened the thinking. `thinking`: the engine's budget.
+  ReasoningSyntax reasoning = ReasoningSyntax::kNone;
+  bool thinking_in_prompt = false;
+  ThinkingBudget thinking;
 };
 
 // The prompt of a chat: `messages` rendered by model.render_chat with a generation prompt, then

@@ -116,10 +116,11 @@ json chat_response(const ResponseHead& head, const Tokenizer& tokenizer, const A
   json choices = json::array();
   for (size_t i = 0; i < g.choices().size(); ++i) {
     const Choice& c = g.choices()[i];
-    json message = {{"role", "assistant"}, {"content", c.text.text()}};
+    json message = {{"role", "assistant"}, {"content", c.content()}};
+    if (!c.reasoning.empty()) message["reasoning_content"] = c.reasoning;
     std::string finish = c.finish_reason;
     if (!r.tools.empty()) {
-      const ParsedToolCalls p = parse_tool_calls(c.text.text(), r.tool_format, r.tools);
+      const ParsedToolCalls p = parse_tool_calls(c.content(), r.tool_format, r.tools);
       if (!p.calls.empty()) {
         message["content"] = p.content.empty() ? json(nullptr) : json(p.content);
         message["tool_calls"] = tool_calls_json(p.calls);
@@ -155,6 +156,7 @@ json chat_chunk(const ResponseHead& head, const Tokenizer& tokenizer, const ApiR
   json delta = json::object();
   if (with_role) delta["role"] = "assistant";
   if (!d.text.empty() || with_role) delta["content"] = d.text;
+  if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
   json choice = {{"index", d.index},
                  {"delta", std::move(delta)},
                  {"logprobs", r.logprobs ? chat_logprobs(tokenizer, d.logprobs) : json(nullptr)},
