@@ -110,6 +110,7 @@ void Engine::check_request(const GenerationRequest& r) const {
     if (r.grammar) fail("beam search does not take a grammar");
     if (!std::isfinite(r.beam.length_penalty)) fail("the length penalty must be a number");
     if (r.thinking.active()) fail("beam search does not take a thinking budget");
+    if (r.prompt_logprobs) fail("beam search does not give prompt log-probabilities");
   }
   if (r.thinking.active()) {
     if (r.thinking.tokenizer == nullptr || r.thinking.end_tokens.empty()) {
@@ -168,6 +169,11 @@ void Engine::schedule_prompt(SequenceId seq_id, GenerationRequest& r) {
   base.max_tokens = r.max_tokens;
   base.stop_ids = std::move(r.stop_ids);
   base.cache_key = r.cache_key;
+  if (r.prompt_logprobs) {
+    // Every position must be computed to be scored: a key no other request has, no cache hits.
+    base.prompt_logits = true;
+    base.cache_key = ~static_cast<uint64_t>(seq_id);
+  }
   scheduler_.add_sequence(std::move(base));
 }
 
@@ -199,6 +205,7 @@ void Engine::add_sample_group(RequestId id, GenerationRequest r) {
       seqs.back().mask = std::make_shared<TokenBitmask>(r.grammar->trie().vocab_size());
     }
     if (r.thinking.active()) seqs.back().thinking = std::make_shared<ThinkingCap>(r.thinking);
+    seqs.back().wants_prompt_logprobs = r.prompt_logprobs && k == 0;
   }
   SampleGroup group;
   group.num_unfinished = r.n;

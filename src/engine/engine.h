@@ -106,6 +106,10 @@ struct GenerationRequest {
   // Reasoning models: the thinking ends after this many tokens (thinking_budget.h). Not with
   // beam search.
   ThinkingBudget thinking;
+  // Prompt log-probabilities: the log-probability of each prompt token after the first (and the
+  // sampling.num_logprobs most likely there), on sample 0's first event. The prompt is computed
+  // in full (no prefix-cache hits). Not with beam search.
+  bool prompt_logprobs = false;
 };
 
 enum class FinishReason { kStop, kLength, kAbort, kError };
@@ -128,6 +132,8 @@ struct OutputEvent {
   // Prompt tokens whose K/V came from the prefix cache when the sample's sequence was first
   // admitted (set on events with sampled tokens; forked samples share their parent's prompt).
   int32_t num_cached_tokens = 0;
+  // GenerationRequest::prompt_logprobs: [prompt size - 1], for prompt tokens 1, 2, ...
+  std::vector<SampleResult> prompt_logprobs;
 };
 
 class Engine {
@@ -184,6 +190,9 @@ class Engine {
     bool mask_ready = false;
     // The thinking budget's count, and the closing tokens it forces once spent; null: none.
     std::shared_ptr<ThinkingCap> thinking = nullptr;
+    // Prompt log-probabilities, position by position as the prompt is computed, until sent.
+    bool wants_prompt_logprobs = false;
+    std::vector<SampleResult> prompt_logprobs = {};
   };
   // A request that samples (n >= 1): its first sequence computes the prompt; the n - 1 others
   // wait until it samples, then fork from it (the top of this file).
@@ -239,6 +248,8 @@ class Engine {
   void choose_beams(StepOutput& out);
   void commit_and_finish(const StepPlan& plan, StepOutput& out);
 
+  // The rows of a sequence's prompt positions: each scores the next prompt token.
+  void score_prompt_rows(const ScheduledSequence& s, std::span<const float> rows);
   // One sequence's rows, not a beam's: its tokens for the commit and its event.
   void sample_sequence(const ScheduledSequence& s, std::span<float> logits, StepOutput& out);
   // Its sampled (or verified) tokens up to the first stop id, recorded in `e`; a parent with

@@ -65,6 +65,11 @@ Engine::StepOutput Engine::sample_rows(const StepPlan& plan, int32_t num_tokens)
   const auto vocab = static_cast<size_t>(vocab_size_);
   size_t row = 0;
   for (const ScheduledSequence& s : plan.sequences) {
+    if (const Sequence* r = scheduler_.find(s.seq_id); r != nullptr && r->prompt_logits) {
+      const auto count = static_cast<size_t>(prompt_logit_rows(s, *r).count);
+      score_prompt_rows(s, std::span<const float>(logits_.data() + row * vocab, count * vocab));
+      row += count;
+    }
     if (!s.needs_sample) continue;
     const auto num_rows = static_cast<size_t>(s.num_logit_rows());
     const std::span<float> logits(logits_.data() + row * vocab, num_rows * vocab);
@@ -80,10 +85,31 @@ Engine::StepOutput Engine::sample_rows(const StepPlan& plan, int32_t num_tokens)
   return out;
 }
 
+void Engine::score_prompt_rows(const ScheduledSequence& s, std::span<const float> rows) {
+  SequenceState& seq = sequences_.at(s.seq_id);
+  const Sequence& r = *scheduler_.find(s.seq_id);
+  const PromptRows pr = prompt_logit_rows(s, r);
+  const auto vocab = static_cast<size_t>(vocab_size_);
+  for (int32_t i = 0; i < pr.count; ++i) {
+    const int32_t pos = pr.first_position + i;
+    // A position scored before (the prompt recomputed after a preemption) is not scored again.
+    if (!seq.wants_prompt_logprobs || pos != static_cast<int32_t>(seq.prompt_logprobs.size())) {
+      continue;
+    }
+    seq.prompt_logprobs.push_back(seq.sampler.score(
+        rows.subspan(static_cast<size_t>(i) * vocab, vocab), r.prompt[static_cast<size_t>(pos) + 1],
+        scratch_));
+  }
+}
+
 void Engine::sample_sequence(const ScheduledSequence& s, std::span<float> logits,
                              StepOutput& out) {
   SequenceState& seq = sequences_.at(s.seq_id);
   OutputEvent e = event_for(seq);
+  if (seq.wants_prompt_logprobs) {
+    e.prompt_logprobs = std::move(seq.prompt_logprobs);
+    seq.wants_prompt_logprobs = false;
+  }
   const Sequence& scheduled = *scheduler_.find(s.seq_id);
   e.num_cached_tokens = scheduled.num_cached_tokens;
   const std::vector<TokenId>& stop_ids = scheduled.stop_ids;

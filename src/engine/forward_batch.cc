@@ -58,10 +58,21 @@ ForwardBatch build_forward_batch(const StepPlan& plan, const FindRequest& find_r
                                pos % block_size);
     }
     b.query_start.push_back(b.num_tokens());
+    const PromptRows prompt_rows = prompt_logit_rows(s, *r);
+    for (int32_t i = 0; i < prompt_rows.count; ++i) {
+      b.logit_rows.push_back(b.num_tokens() - (end - prompt_rows.first_position - i));
+    }
     // The last known position and every proposal's: row i verifies proposal i.
     for (int32_t row = s.num_logit_rows(); row > 0; --row) b.logit_rows.push_back(b.num_tokens() - row);
   }
   return b;
+}
+
+PromptRows prompt_logit_rows(const ScheduledSequence& s, const Sequence& r) {
+  if (!r.prompt_logits) return {};
+  // Positions whose next token is a prompt token: [0, num_prompt - 1).
+  const int32_t last = std::min(s.start_position + s.num_new_tokens, r.num_prompt_tokens() - 1);
+  return {s.start_position, std::max(0, last - s.start_position)};
 }
 
 ForwardBatch build_forward_batch(const StepPlan& plan, const Scheduler& scheduler) {

@@ -22,8 +22,18 @@ using FindRequest = std::function<const Sequence*(SequenceId)>;
 // position). logit_rows holds, for every request with needs_sample in plan order (the order
 // Scheduler::commit() wants the new tokens in), its num_logit_rows() last rows.
 // Throws Error when a scheduled request is unknown or its table does not cover its tokens.
+// A request with Sequence::prompt_logits also gets, before those, a row for each scheduled prompt
+// position but the last (whose row is the first sample's): prompt_logit_rows() of them.
 ForwardBatch build_forward_batch(const StepPlan& plan, const FindRequest& find_request,
                                  int32_t block_size);
+
+// The rows of `s`'s prompt positions [first_position, first_position + count) the forward pass
+// gives `r` this step (count 0 unless r.prompt_logits): each row scores the next prompt token.
+struct PromptRows {
+  int32_t first_position = 0;
+  int32_t count = 0;
+};
+PromptRows prompt_logit_rows(const ScheduledSequence& s, const Sequence& r);
 ForwardBatch build_forward_batch(const StepPlan& plan, const Scheduler& scheduler);
 
 }  // namespace pagoda
