@@ -34,11 +34,13 @@ Generation::Generation(EngineThread& engine, const Tokenizer& tokenizer, const A
   }
   num_open_ = static_cast<int32_t>(choices_.size());
   num_cached_tokens_.assign(request.prompts.size(), 0);
+  prompt_logprobs_.resize(request.prompts.size());
   for (const auto& prompt : request.prompts) {
     GenerationRequest g;
     g.prompt = prompt;
     g.sampling = request.sampling;
-    g.max_tokens = request.max_tokens;
+    g.max_tokens = std::max(request.max_tokens, 1);  // 0: one token, dropped (see apply)
+    g.prompt_logprobs = request.echo && request.logprobs;
     g.n = request.n;
     if (!request.ignore_eos) g.stop_ids = tokenizer.vocab().eog;
     g.num_speculative_tokens = request.num_speculative_tokens;
@@ -168,6 +170,16 @@ void Generation::apply(const OutputEvent& e, size_t prompt, std::vector<ChoiceDe
   num_proposed_ += e.num_proposed;
   num_accepted_ += e.num_accepted;
   num_verify_steps_ += e.num_proposed > 0 ? 1 : 0;
+  for (const SampleResult& s : e.prompt_logprobs) {
+    prompt_logprobs_[prompt].push_back({s.token, s.logprob, s.top_logprobs});
+  }
+  if (request_.max_tokens == 0) {
+    // The prompt alone was asked for: its scores came with the first event; the token is not.
+    close_choice(c, d, "length");
+    abort_prompt_if_stopped(prompt);
+    deltas.push_back(std::move(d));
+    return;
+  }
   for (size_t t = 0; t < e.token_ids.size() && !c.text.stopped(); ++t) {
     if (!first_token_) first_token_ = now;
     last_token_ = now;

@@ -76,6 +76,8 @@ class Generation {
   std::vector<ChoiceDelta> abort_with_deltas();
 
   const std::vector<Choice>& choices() const { return choices_; }
+  // Echo with logprobs: the log-probabilities of prompt `p`'s tokens after its first.
+  const std::vector<TokenLogprob>& prompt_logprobs(size_t p) const { return prompt_logprobs_[p]; }
   int64_t num_prompt_tokens() const { return num_prompt_tokens_; }
   // Prompt tokens whose K/V came from the prefix cache, over every prompt.
   int64_t num_cached_tokens() const;
@@ -104,6 +106,7 @@ class Generation {
   int32_t num_open_ = 0;
   int64_t num_prompt_tokens_ = 0;
   std::vector<int32_t> num_cached_tokens_;  // [prompts]: the largest a sample reported
+  std::vector<std::vector<TokenLogprob>> prompt_logprobs_;  // [prompts]
   Clock::time_point arrival_;
   std::optional<Clock::time_point> first_token_, last_token_;
   int64_t max_choice_tokens_ = 0;

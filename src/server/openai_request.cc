@@ -516,11 +516,24 @@ ApiRequest parse_completion_request(const json& body, const ModelContext& model,
     throw bad_param("reasoning_budget", "'reasoning_budget' is for chat completions; a completion "
                                         "has no chat template to find the thinking by");
   }
-  if (r.echo && r.logprobs) {
-    throw bad_param("echo", "'echo' together with 'logprobs' (prompt log-probabilities) is not "
-                            "supported");
+  if (r.echo && r.logprobs && r.stream) {
+    throw bad_param("echo", "'echo' with 'logprobs' (prompt log-probabilities) is not supported "
+                            "with 'stream'; ask without streaming");
   }
-  resolve_max_tokens(body, model, limits, 16, r);  // OpenAI's default for completions
+  if (r.echo && r.logprobs && r.beam.width > 0) {
+    throw bad_param("echo", "'echo' with 'logprobs' is not supported with beam search");
+  }
+  // max_tokens 0 with echo: the prompt alone, scored (lm-evaluation-harness's log-likelihoods).
+  const json* mt = field(body, "max_tokens");
+  const bool prompt_only = r.echo && mt != nullptr && mt->is_number_integer() && *mt == 0;
+  if (!prompt_only) {
+    resolve_max_tokens(body, model, limits, 16, r);  // OpenAI's default for completions
+  } else {
+    json one = body;
+    one["max_tokens"] = 1;  // checks the prompt against the context
+    resolve_max_tokens(one, model, limits, 16, r);
+    r.max_tokens = 0;
+  }
   finish_sampling(model, r);
   return r;
 }

@@ -99,7 +99,9 @@ struct ApiRequest {
   std::vector<std::vector<TokenId>> prompts;  // completions: one or more; chat: exactly one
   std::vector<std::string> prompt_texts;      // [prompts.size()] for echo
   SamplingParams sampling;
-  int32_t max_tokens = 16;  // output tokens per choice (resolved; a stop token counts)
+  // Output tokens per choice (resolved; a stop token counts). 0: completions with echo, the
+  // prompt alone (its log-probabilities), nothing generated.
+  int32_t max_tokens = 16;
   int32_t n = 1;
   std::vector<std::string> stop;
   bool stream = false;

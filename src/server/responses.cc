@@ -90,19 +90,58 @@ json chat_logprobs(const Tokenizer& tokenizer, const std::vector<TokenLogprob>& 
   return {{"content", content}};
 }
 
+namespace {
+
+// Echo with logprobs: the prompt's tokens first, the first with no log-probability (nothing
+// comes before it), then the output's, as OpenAI's legacy completions gave them.
+json echoed_logprobs(const Tokenizer& tokenizer, const std::vector<TokenId>& prompt,
+                     const std::vector<TokenLogprob>& scores, const std::vector<TokenLogprob>& lp,
+                     size_t offset) {
+  json out = {{"tokens", json::array()}, {"token_logprobs", json::array()},
+              {"top_logprobs", json::array()}, {"text_offset", json::array()}};
+  size_t at = 0;
+  for (size_t k = 0; k < prompt.size(); ++k) {
+    const std::string text = tokenizer.token_to_bytes(prompt[k]);
+    out["tokens"].push_back(text);
+    out["text_offset"].push_back(at);
+    at += text.size();
+    if (k == 0 || k - 1 >= scores.size()) {
+      out["token_logprobs"].push_back(nullptr);
+      out["top_logprobs"].push_back(nullptr);
+      continue;
+    }
+    out["token_logprobs"].push_back(scores[k - 1].logprob);
+    json top = json::object();
+    for (const auto& [id, value] : scores[k - 1].top) top[tokenizer.token_to_bytes(id)] = value;
+    out["top_logprobs"].push_back(std::move(top));
+  }
+  const json rest = completion_logprobs(tokenizer, lp, offset);
+  for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
+    for (const json& v : rest[key]) out[key].push_back(v);
+  }
+  return out;
+}
+
+}  // namespace
+
 json completion_response(const ResponseHead& head, const Tokenizer& tokenizer,
                          const ApiRequest& r, const Generation& g) {
   json out = head_json(head, r, false);
   json choices = json::array();
   for (size_t i = 0; i < g.choices().size(); ++i) {
     const Choice& c = g.choices()[i];
-    const std::string prefix =
-        r.echo ? r.prompt_texts[i / static_cast<size_t>(r.n)] : std::string();
+    const size_t p = i / static_cast<size_t>(r.n);
+    const std::string prefix = r.echo ? r.prompt_texts[p] : std::string();
+    json logprobs = nullptr;
+    if (r.logprobs && r.echo) {
+      logprobs = echoed_logprobs(tokenizer, r.prompts[p], g.prompt_logprobs(p), c.logprobs,
+                                 prefix.size());
+    } else if (r.logprobs) {
+      logprobs = completion_logprobs(tokenizer, c.logprobs, 0);
+    }
     choices.push_back({{"index", i},
                        {"text", prefix + c.text.text()},
-                       {"logprobs", r.logprobs ? completion_logprobs(tokenizer, c.logprobs,
-                                                                     prefix.size())
-                                               : json(nullptr)},
+                       {"logprobs", std::move(logprobs)},
                        {"finish_reason", finish_json(c.finish_reason)}});
   }
   out["choices"] = std::move(choices);
