@@ -270,13 +270,15 @@ void translate_thinking(const json& body, ordered_json& chat) {
     chat["chat_template_kwargs"] = {{"enable_thinking", false}};
   } else if (*type == "enabled") {
     only_keys(*thinking, {"type", "budget_tokens"}, "thinking");
+    // Anthropic requires budget_tokens (>= 1024); here any count >= 0 is taken, and without
+    // one the server's --reasoning-budget holds.
     const json* budget = field(*thinking, "budget_tokens");
-    if (budget == nullptr || !budget->is_number_integer() || budget->get<int64_t>() < 0) {
+    if (budget != nullptr && (!budget->is_number_integer() || budget->get<int64_t>() < 0)) {
       throw bad_param("thinking.budget_tokens",
                       "'thinking.budget_tokens' must be an integer >= 0");
     }
     chat["chat_template_kwargs"] = {{"enable_thinking", true}};
-    chat["reasoning_budget"] = *budget;
+    chat["reasoning_budget"] = budget != nullptr ? ordered_json(*budget) : ordered_json(nullptr);
   } else {
     throw bad_param("thinking.type", shape);
   }
@@ -383,6 +385,7 @@ ApiRequest parse_messages_request(const std::string& raw_body, const ModelContex
   const ordered_json ordered = ordered_json::parse(raw_body);
   const ordered_json translated = messages_to_chat(body, ordered, limits, count_only);
   if (translated.contains("reasoning_budget") && model.reasoning_syntax == ReasoningSyntax::kNone) {
+    // thinking enabled on a model that does not think.
     throw bad_param("thinking", "'thinking' enabled is not supported by this model: its chat "
                                 "template has no thinking (<think> ... </think>)");
   }

@@ -123,7 +123,7 @@ void translate_think(const json& body, const ModelContext& model, bool raw, orde
   }
   if (raw || model.reasoning_syntax == ReasoningSyntax::kNone) {
     throw bad_param("think", raw ? "'think' needs the chat template; a raw prompt has none"
-                                 : "'" + model.name + "' does not support thinking: its chat "
+                                 : "'think' is not supported by '" + model.name + "': its chat "
                                    "template has no thinking (<think> ... </think>)");
   }
   if (think->is_boolean()) {

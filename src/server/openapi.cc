@@ -129,7 +129,9 @@ constexpr const char* kSpec = R"json({
           "stop_sequences": {"type": "array", "nullable": true, "maxItems": 16, "items": {"type": "string", "minLength": 1}},
           "stream": {"type": "boolean", "nullable": true},
           "metadata": {"type": "object", "nullable": true, "properties": {"user_id": {"type": "string", "nullable": true}}},
-          "service_tier": {"type": "string", "nullable": true, "enum": ["auto", "standard_only"]}}}]},
+          "service_tier": {"type": "string", "nullable": true, "enum": ["auto", "standard_only"]},
+          "thinking": {"type": "object", "nullable": true, "required": ["type"], "additionalProperties": false,
+                       "properties": {"type": {"type": "string", "enum": ["disabled"]}}}}}]},
       "Message": {"type": "object", "required": ["id", "type", "role", "model", "content", "stop_reason", "stop_sequence", "usage"],
         "properties": {"id": {"type": "string"}, "type": {"type": "string", "enum": ["message"]},
                        "role": {"type": "string", "enum": ["assistant"]}, "model": {"type": "string"},
@@ -194,6 +196,8 @@ constexpr const char* kSpec = R"json({
           "tools": {"type": "array", "nullable": true, "items": {"type": "object"}},
           "chat_template_kwargs": {"type": "object", "nullable": true},
           "reasoning_effort": {"type": "string", "nullable": true, "enum": ["none", "minimal", "low", "medium", "high", null]}}}]},
+      "ReasoningBudget": {"type": "integer", "minimum": 0, "maximum": 1073741824, "nullable": true,
+                          "description": "pagoda extension: thinking tokens at most, then the closing tag is forced (models whose template thinks)"},
       "Usage": {"type": "object", "required": ["prompt_tokens", "completion_tokens", "total_tokens"],
                 "properties": {"prompt_tokens": {"type": "integer"}, "completion_tokens": {"type": "integer"},
                                "total_tokens": {"type": "integer"}}},
@@ -213,7 +217,8 @@ constexpr const char* kSpec = R"json({
                          "properties": {"index": {"type": "integer"},
                                         "message": {"type": "object", "required": ["role", "content"],
                                           "properties": {"role": {"type": "string", "enum": ["assistant"]},
-                                                         "content": {"type": "string", "nullable": true}}},
+                                                         "content": {"type": "string", "nullable": true},
+                                                         "reasoning_content": {"type": "string"}}},
                                         "logprobs": {"type": "object", "nullable": true},
                                         "finish_reason": {"$ref": "#/components/schemas/FinishReason"}}}},
                        "usage": {"$ref": "#/components/schemas/Usage"}}}
@@ -300,7 +305,7 @@ constexpr const char* kOllamaSpec = R"json({
       "messages": {"type": "array", "nullable": true, "items": {"type": "object", "required": ["role"], "properties": {
         "role": {"type": "string"}, "content": {"type": "string", "nullable": true},
         "images": {"type": "array", "maxItems": 0, "nullable": true},
-        "thinking": {"type": "string", "maxLength": 0, "nullable": true},
+        "thinking": {"type": "string", "nullable": true},
         "tool_name": {"type": "string", "nullable": true}, "tool_call_id": {"type": "string", "nullable": true},
         "tool_calls": {"type": "array", "nullable": true, "items": {"type": "object", "required": ["function"],
           "properties": {"function": {"type": "object", "required": ["name"],
@@ -320,7 +325,9 @@ constexpr const char* kOllamaSpec = R"json({
       "response": {"type": "string"},
       "message": {"type": "object", "required": ["role", "content"],
                   "properties": {"role": {"type": "string", "enum": ["assistant"]}, "content": {"type": "string"},
+                                 "thinking": {"type": "string"},
                                  "tool_calls": {"type": "array", "items": {"type": "object"}}}},
+      "thinking": {"type": "string"},
       "total_duration": {"type": "integer"}, "load_duration": {"type": "integer"},
       "prompt_eval_count": {"type": "integer"}, "prompt_eval_duration": {"type": "integer"},
       "eval_count": {"type": "integer"}, "eval_duration": {"type": "integer"}}},
@@ -366,6 +373,15 @@ std::string openapi_json(const RequestLimits& limits, const ModelContext& model)
   names.push_back(model.name);
   for (size_t i = 0, n = names.size(); i < n; ++i) names.push_back(names[i].get<std::string>() + ":latest");
   s["OllamaModel"]["enum"] = names;
+  if (model.reasoning_syntax != ReasoningSyntax::kNone) {
+    // A model that thinks: its budget, Messages' thinking enabled, Ollama's think true.
+    s["ChatRequest"]["allOf"][1]["properties"]["reasoning_budget"] = {
+        {"$ref", "#/components/schemas/ReasoningBudget"}};
+    json& thinking = s["MessagesRequest"]["allOf"][1]["properties"]["thinking"];
+    thinking["properties"]["type"]["enum"] = json::array({"enabled", "disabled"});
+    thinking["properties"]["budget_tokens"] = {{"type", "integer"}, {"minimum", 0}};
+    s["OllamaCommon"]["properties"]["think"].erase("enum");
+  }
   add_responses_openapi(spec, limits, model);
   spec["paths"]["/detokenize"]["post"]["requestBody"]["content"]["application/json"]["schema"]
       ["properties"]["tokens"]["items"]["maximum"] = model.vocab_size - 1;

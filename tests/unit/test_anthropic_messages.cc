@@ -80,9 +80,18 @@ TEST(AnthropicMessages, WhatCannotBeHonouredIsRefusedByName) {
   EXPECT_NE(refusal(with("messages", json::array({user(json::array(
                 {{{"type", "image"}, {"source", json::object()}}}))}))).find("'image'"),
             std::string::npos);
-  EXPECT_NE(refusal(with("thinking", {{"type", "enabled"}, {"budget_tokens", 9}})).find("thinking"),
+  // thinking reaches the template and the budget (a model that does not think refuses it when
+  // the request is parsed against it).
+  const ordered_json thinking = translate(with("thinking", {{"type", "enabled"}, {"budget_tokens", 9}}));
+  EXPECT_EQ(thinking["chat_template_kwargs"], (ordered_json{{"enable_thinking", true}}));
+  EXPECT_EQ(thinking["reasoning_budget"], 9);
+  EXPECT_EQ(translate(with("thinking", {{"type", "disabled"}}))["chat_template_kwargs"],
+            (ordered_json{{"enable_thinking", false}}));
+  EXPECT_NE(refusal(with("thinking", {{"type", "enabled"}, {"budget_tokens", -1}})).find("budget_tokens"),
             std::string::npos);
-  EXPECT_EQ(refusal(with("thinking", {{"type", "disabled"}})), "");
+  EXPECT_NE(refusal(with("thinking", {{"type", "adaptive"}})).find("thinking"), std::string::npos);
+  EXPECT_NE(refusal(with("thinking", {{"type", "disabled"}, {"budget_tokens", 3}})).find("budget_tokens"),
+            std::string::npos);
   EXPECT_NE(refusal(with("top_logprobs", 2)).find("'top_logprobs'"), std::string::npos);
   EXPECT_NE(refusal(with("temperature", 1.5)).find("temperature"), std::string::npos);
   EXPECT_NE(refusal(with("stop_sequences", {""})).find("stop_sequences"), std::string::npos);

@@ -81,7 +81,10 @@ TEST(OllamaRequest, WhatCannotBeHonouredIsRefusedByName) {
             std::string::npos);
   EXPECT_NE(refusal(chat_body({{"options", {{"num_predict", 0}}}})).find("num_predict"),
             std::string::npos);
-  EXPECT_NE(refusal(chat_body({{"think", true}})).find("'think'"), std::string::npos);
+  EXPECT_NE(refusal(chat_body({{"think", true}})).find("'think'"), std::string::npos);  // no <think>
+  EXPECT_NE(refusal(chat_body({{"think", "max"}})).find("'think'"), std::string::npos);
+  EXPECT_EQ(translate(chat_body({{"think", false}}))["chat_template_kwargs"],
+            (ordered_json{{"enable_thinking", false}}));
   EXPECT_EQ(refusal(chat_body({{"think", false}, {"keep_alive", "5m"}})), "");
   EXPECT_NE(refusal(chat_body({{"keep_alive", json::array()}})).find("keep_alive"), std::string::npos);
   EXPECT_NE(refusal(chat_body({{"suffix", "x"}})).find("'suffix'"), std::string::npos);
