@@ -205,3 +205,18 @@ def test_budgets_refused_where_they_cannot_work(qwen3):
 def test_max_completion_tokens(qwen35):
     r = chat(qwen35, max_tokens=None, max_completion_tokens=5)
     assert r.usage.completion_tokens == 5 and r.choices[0].finish_reason == "length"
+
+
+def test_deepseek_r1_distill_template(pagoda_bin):
+    # Its generation prompt opens <think> when enable_thinking is true and closes it at once
+    # otherwise.
+    s = serve(pagoda_bin, TEMPLATES / "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B.jinja")
+    try:
+        on = {"chat_template_kwargs": {"enable_thinking": True}, "reasoning_budget": 3}
+        r = chat(s, logprobs=True, extra_body=on)
+        assert thinking_tokens([t.token for t in r.choices[0].logprobs.content], True) == 3
+        assert r.choices[0].message.reasoning_content
+        off = chat(s, extra_body={"reasoning_budget": 3}).choices[0].message
+        assert getattr(off, "reasoning_content", None) is None and off.content
+    finally:
+        s.stop()
