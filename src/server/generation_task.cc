@@ -158,6 +158,8 @@ void GenerationTask::start() {
         d.index = static_cast<int32_t>(i);
         d.text = request_->prompt_texts[i / static_cast<size_t>(request_->n)];
         offsets_[i] = d.text.size();
+        // With logprobs the prompt's scores come with the first event: the echo waits for it.
+        if (request_->logprobs) continue;
         ex_->write(sse(completion_chunk(head_, *server_.model_.tokenizer, *request_, d, 0)));
       }
     }
@@ -246,9 +248,18 @@ void GenerationTask::send(const std::vector<ChoiceDelta>& deltas) {
       }
       if (d.text.empty() && d.reasoning.empty() && d.logprobs.empty() && started_[i]) continue;
     }
-    const auto chunk = request_->endpoint == Endpoint::kChat
-                           ? chat_chunk(head_, tok, *request_, d, !started_[i])
-                           : completion_chunk(head_, tok, *request_, d, offsets_[i]);
+    auto chunk = request_->endpoint == Endpoint::kChat
+                     ? chat_chunk(head_, tok, *request_, d, !started_[i])
+                     : completion_chunk(head_, tok, *request_, d, offsets_[i]);
+    if (request_->echo && request_->logprobs && !started_[i]) {
+      // The echo, its prompt's log-probabilities first, then this delta's.
+      const size_t p = i / static_cast<size_t>(request_->n);
+      const std::string& prompt = request_->prompt_texts[p];
+      chunk["choices"][0]["text"] = prompt + d.text;
+      chunk["choices"][0]["logprobs"] = echoed_logprobs(tok, request_->prompts[p],
+                                                        g_->prompt_logprobs(p), d.logprobs,
+                                                        prompt.size());
+    }
     started_[i] = true;
     offsets_[i] += d.text.size();
     ex_->write(sse(chunk));

@@ -516,10 +516,6 @@ ApiRequest parse_completion_request(const json& body, const ModelContext& model,
     throw bad_param("reasoning_budget", "'reasoning_budget' is for chat completions; a completion "
                                         "has no chat template to find the thinking by");
   }
-  if (r.echo && r.logprobs && r.stream) {
-    throw bad_param("echo", "'echo' with 'logprobs' (prompt log-probabilities) is not supported "
-                            "with 'stream'; ask without streaming");
-  }
   if (r.echo && r.logprobs && r.beam.width > 0) {
     throw bad_param("echo", "'echo' with 'logprobs' is not supported with beam search");
   }

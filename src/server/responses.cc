@@ -90,10 +90,6 @@ json chat_logprobs(const Tokenizer& tokenizer, const std::vector<TokenLogprob>& 
   return {{"content", content}};
 }
 
-namespace {
-
-// Echo with logprobs: the prompt's tokens first, the first with no log-probability (nothing
-// comes before it), then the output's, as OpenAI's legacy completions gave them.
 json echoed_logprobs(const Tokenizer& tokenizer, const std::vector<TokenId>& prompt,
                      const std::vector<TokenLogprob>& scores, const std::vector<TokenLogprob>& lp,
                      size_t offset) {
@@ -121,8 +117,6 @@ json echoed_logprobs(const Tokenizer& tokenizer, const std::vector<TokenId>& pro
   }
   return out;
 }
-
-}  // namespace
 
 json completion_response(const ResponseHead& head, const Tokenizer& tokenizer,
                          const ApiRequest& r, const Generation& g) {

@@ -27,6 +27,13 @@ nlohmann::ordered_json usage_json(int64_t prompt_tokens, int64_t completion_toke
 // the choice's text (as sent) started for the first entry.
 nlohmann::ordered_json completion_logprobs(const Tokenizer& tokenizer,
                                            const std::vector<TokenLogprob>& lp, size_t offset);
+// Echo with logprobs: `prompt`'s tokens first, the first with a null log-probability (nothing
+// comes before it; `scores` are the others'), then the output's `lp` from `offset`, as OpenAI's
+// legacy completions gave them.
+nlohmann::ordered_json echoed_logprobs(const Tokenizer& tokenizer,
+                                       const std::vector<TokenId>& prompt,
+                                       const std::vector<TokenLogprob>& scores,
+                                       const std::vector<TokenLogprob>& lp, size_t offset);
 // Chat: {"content": [{token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}]}.
 nlohmann::ordered_json chat_logprobs(const Tokenizer& tokenizer,
                                      const std::vector<TokenLogprob>& lp);

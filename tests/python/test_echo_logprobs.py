@@ -4,7 +4,8 @@ token_logprobs (the first prompt token's null), top_logprobs, text_offset, and t
 before the choice's. A multiple-choice task's log-likelihoods (the sum of each continuation's
 token log-probabilities given the context, as the harness computes them) through the `openai`
 client: the same whether the choices come one request at a time or all in one batch, and the
-mean negative log-likelihood of a text equal to `pagoda bench quality`'s on the same window."""
+mean negative log-likelihood of a text equal to `pagoda bench quality`'s on the same window;
+streamed, the echo and its scores come in the first chunk."""
 import json
 import math
 import subprocess
@@ -107,12 +108,24 @@ def test_mean_nll_equals_bench_quality(client, server, pagoda_bin, tmp_path):
     assert out.returncode == 0, out.stderr.decode()
     j = json.loads(out.stdout)
     assert j["scored_tokens"] == n - 1
-    print("api mean nll", -sum(values[1:]) / (n - 1), "bench", j["mean_nll"], "tokens", n)
+
     assert -sum(values[1:]) / (n - 1) == pytest.approx(j["mean_nll"], abs=1e-3)
 
 
-def test_refused_with_stream(server):
-    from server_util import post_json
-    status, body = post_json(server, "/v1/completions",
-                             {"prompt": "x", "echo": True, "logprobs": 1, "stream": True})
-    assert status == 400 and body["error"]["param"] == "echo"
+def test_streamed_equals_whole(client):
+    for max_tokens in (0, 3):
+        kw = dict(model="smol", prompt=CONTEXT, echo=True, logprobs=1, max_tokens=max_tokens,
+                  temperature=0)
+        whole = client.completions.create(**kw).choices[0]
+        text, tokens, values, offsets = "", [], [], []
+        for chunk in client.completions.create(stream=True, **kw):
+            c = chunk.choices[0]
+            text += c.text
+            if c.logprobs:
+                tokens += c.logprobs.tokens
+                values += c.logprobs.token_logprobs
+                offsets += c.logprobs.text_offset
+        assert text == whole.text and text.startswith(CONTEXT)
+        assert tokens == whole.logprobs.tokens and offsets == whole.logprobs.text_offset
+        assert values[0] is None
+        assert values[1:] == pytest.approx(whole.logprobs.token_logprobs[1:], abs=1e-5)

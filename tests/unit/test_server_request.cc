@@ -156,7 +156,6 @@ TEST_F(ServerWithVocab, ErrorsNameTheParameter) {
       {{{"prompt", "x"}, {"model", "other"}}, 404, "model"},
       {{{"prompt", "x"}, {"max_tokens", 64}}, 400, "max_tokens"},
       {{{"prompt", "x"}, {"seed", 1.5}}, 400, "seed"},
-      {{{"prompt", "x"}, {"echo", true}, {"logprobs", 1}, {"stream", true}}, 400, "echo"},
       {{{"prompt", "x"}, {"max_tokens", 0}}, 400, "max_tokens"},  // 0 only with echo
       {{{"prompt", "x"}, {"reasoning_budget", 2}}, 400, "reasoning_budget"},
   };
