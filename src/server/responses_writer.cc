@@ -175,10 +175,10 @@ ordered_json ResponsesWriter::response(const Generation& g) {
   const Choice& c = g.choices().at(0);
   ParsedToolCalls p;
   if (request_.tools.empty()) {
-    p.content = c.text.text();
+    p.content = c.content();
   } else {
-    p = parse_tool_calls(c.text.text(), request_.tool_format, request_.tools);
-    if (p.calls.empty()) p.content = c.text.text();
+    p = parse_tool_calls(c.content(), request_.tool_format, request_.tools);
+    if (p.calls.empty()) p.content = c.content();
   }
   const bool cut = cut_short(c.finish_reason);
   if (!p.content.empty() || p.calls.empty()) {
