@@ -2,6 +2,7 @@
 #include "server/responses_api.h"
 
 #include <set>
+#include <utility>
 
 #include "server/request_fields.h"
 
@@ -66,7 +67,8 @@ std::string output_text_of(const json& output, const std::string& where) {
 
 // A function_call item as a tool call of an assistant message: appended to the message just
 // before it when that is the assistant's, else to a new one.
-void function_call(const json& item, const std::string& where, ordered_json& out) {
+void function_call(const json& item, const std::string& where, ordered_json& out,
+                   std::string& thinking) {
   refuse_unknown_keys(item, {"type", "id", "call_id", "name", "arguments", "status", "namespace"},
                       where);
   const std::string& arguments = string_at(item, "arguments", where);
@@ -81,14 +83,34 @@ void function_call(const json& item, const std::string& where, ordered_json& out
                                      {"arguments", arguments}}}};
   if (out.empty() || out.back()["role"] != "assistant") {
     out.push_back({{"role", "assistant"}, {"content", nullptr}});
+    if (!thinking.empty()) out.back()["reasoning_content"] = std::exchange(thinking, "");
   }
   ordered_json& m = out.back();
   if (!m.contains("tool_calls")) m["tool_calls"] = ordered_json::array();
   m["tool_calls"].push_back(std::move(call));
 }
 
+// A reasoning item's text: its reasoning_text parts, else its summary's text.
+std::string reasoning_text(const json& item, const std::string& where) {
+  std::string text;
+  for (const char* name : {"content", "summary"}) {
+    const json* parts = field(item, name);
+    if (parts == nullptr) continue;
+    if (!parts->is_array()) throw bad_param(where + "." + name, quoted(where + "." + name) + " must be a list");
+    for (size_t i = 0; i < parts->size(); ++i) {
+      const std::string at = at_index(where + "." + name, i);
+      if (!(*parts)[i].is_object()) throw bad_param(at, quoted(at) + " must be an object");
+      refuse_unknown_keys((*parts)[i], {"type", "text"}, at);
+      text += string_at((*parts)[i], "text", at);
+    }
+    if (!text.empty()) break;
+  }
+  return text;
+}
+
 // `input` as chat messages appended to `out`.
 void translate_input(const json& input, ordered_json& out) {
+  std::string thinking;  // a reasoning item's, for the assistant turn after it
   if (input.is_string()) {
     out.push_back({{"role", "user"}, {"content", input.get<std::string>()}});
     return;
@@ -117,8 +139,11 @@ void translate_input(const json& input, ordered_json& out) {
       if (content == nullptr) throw bad_param(where + ".content", quoted(where + ".content") + " is required");
       out.push_back({{"role", role->get<std::string>()},
                      {"content", message_content(*content, where + ".content")}});
+      if (*role == "assistant" && !thinking.empty()) {
+        out.back()["reasoning_content"] = std::exchange(thinking, "");
+      }
     } else if (t == "function_call") {
-      function_call(item, where, out);
+      function_call(item, where, out, thinking);
     } else if (t == "function_call_output") {
       refuse_unknown_keys(item, {"type", "id", "call_id", "output", "status"}, where);
       const json* output = field(item, "output");
@@ -127,10 +152,11 @@ void translate_input(const json& input, ordered_json& out) {
                      {"tool_call_id", string_at(item, "call_id", where)},
                      {"content", output_text_of(*output, where + ".output")}});
     } else if (t == "reasoning") {
-      // A previous turn's reasoning: accepted and left out of the prompt, as chat templates
-      // leave out earlier turns' thinking.
+      // A previous turn's thinking: the reasoning_content of the assistant turn after it, which
+      // templates that show thinking (Qwen3's, for the turns after the last user message) read.
       refuse_unknown_keys(item, {"type", "id", "summary", "content", "encrypted_content", "status"},
                           where);
+      thinking = reasoning_text(item, where);
     } else {
       throw bad_param(where + ".type", "input items of type '" + t + "' (" + where +
                                            ") are not supported by this server; it takes "

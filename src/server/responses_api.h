@@ -48,7 +48,8 @@ ApiRequest parse_responses_request(const std::string& raw_body, const ModelConte
                                    const RequestLimits& limits, ResponseStore& store);
 
 // Writes one generation as a Response: the whole object, or its event stream (response.created,
-// response.in_progress, output_item.added / content_part.added / output_text.delta / ... .done
+// response.in_progress, a reasoning item's reasoning_text events when the thinking is split out,
+// output_item.added / content_part.added / output_text.delta / ... .done
 // per item, function_call_arguments.delta / .done per call, then response.completed or
 // response.incomplete). Every event carries its sequence_number.
 class ResponsesWriter {
@@ -75,6 +76,8 @@ class ResponsesWriter {
   std::string open_message();
   std::string close_message(const std::string& status);
   std::string call_events(const ToolCall& c);
+  std::string open_reasoning();
+  std::string close_reasoning(const std::string& status);
   // The output_text logprobs entries of `lp` (none unless the request asked for them).
   nlohmann::ordered_json token_logprobs(const std::vector<TokenLogprob>& lp) const;
 
@@ -86,6 +89,10 @@ class ResponsesWriter {
   nlohmann::ordered_json output_ = nlohmann::ordered_json::array();  // finished items
   std::string text_;          // the open message's text so far
   nlohmann::ordered_json logprobs_ = nlohmann::ordered_json::array();  // and its logprobs
+  // Of tokens not yet sent with answer text (the thinking's, before the answer begins).
+  nlohmann::ordered_json pending_logprobs_ = nlohmann::ordered_json::array();
+  std::string reasoning_;  // the thinking so far, when split out
+  bool reasoning_open_ = false;
   bool message_open_ = false;
   std::vector<ToolCall> calls_;  // every call of the output
   nlohmann::ordered_json final_;

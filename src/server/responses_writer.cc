@@ -2,6 +2,8 @@
 // responses_api.h).
 #include "server/responses_api.h"
 
+#include <utility>
+
 namespace pagoda::server {
 namespace {
 
@@ -14,11 +16,28 @@ ordered_json text_part(const std::string& text, ordered_json logprobs) {
           {"logprobs", std::move(logprobs)}};
 }
 
-ordered_json usage_of(const Generation& g) {
+ordered_json reasoning_part(const std::string& text) {
+  return {{"type", "reasoning_text"}, {"text", text}};
+}
+
+ordered_json reasoning_item(const std::string& id, const std::string& text, const std::string& status) {
+  return {{"id", id},
+          {"type", "reasoning"},
+          {"summary", ordered_json::array()},
+          {"content", ordered_json::array({reasoning_part(text)})},
+          {"status", status}};
+}
+
+// reasoning_tokens: the thinking's text tokenized again (the engine counts output tokens, not
+// which part they went to).
+ordered_json usage_of(const Generation& g, const Tokenizer& tokenizer) {
+  const std::string& reasoning = g.choices().at(0).reasoning;
+  const int64_t reasoning_tokens =
+      reasoning.empty() ? 0 : static_cast<int64_t>(tokenizer.encode(reasoning).size());
   return {{"input_tokens", g.num_prompt_tokens()},
           {"input_tokens_details", {{"cached_tokens", g.num_cached_tokens()}}},
           {"output_tokens", g.num_completion_tokens()},
-          {"output_tokens_details", {{"reasoning_tokens", 0}}},
+          {"output_tokens_details", {{"reasoning_tokens", reasoning_tokens}}},
           {"total_tokens", g.num_prompt_tokens() + g.num_completion_tokens()}};
 }
 
@@ -58,7 +77,7 @@ ordered_json ResponsesWriter::object(const std::string& status, const Generation
   for (const auto& [k, v] : request_.responses->echo.items()) o[k] = v;
   o["model"] = head_.model;
   o["output"] = g == nullptr ? ordered_json::array() : output_;
-  o["usage"] = g == nullptr ? ordered_json(nullptr) : usage_of(*g);
+  o["usage"] = g == nullptr ? ordered_json(nullptr) : usage_of(*g, tokenizer_);
   return o;
 }
 
@@ -136,31 +155,81 @@ std::string ResponsesWriter::call_events(const ToolCall& c) {
   return out;
 }
 
+std::string ResponsesWriter::open_reasoning() {
+  if (reasoning_open_) return "";
+  reasoning_open_ = true;
+  const size_t index = output_.size();
+  const std::string id = item_id("rs_", head_.id, index);
+  const ordered_json item = {{"id", id},
+                             {"type", "reasoning"},
+                             {"summary", ordered_json::array()},
+                             {"content", ordered_json::array()},
+                             {"status", "in_progress"}};
+  std::string out = event("response.output_item.added", {{"output_index", index}, {"item", item}});
+  out += event("response.content_part.added", {{"item_id", id},
+                                              {"output_index", index},
+                                              {"content_index", 0},
+                                              {"part", reasoning_part("")}});
+  return out;
+}
+
+std::string ResponsesWriter::close_reasoning(const std::string& status) {
+  if (!reasoning_open_) return "";
+  reasoning_open_ = false;
+  const size_t index = output_.size();
+  const std::string id = item_id("rs_", head_.id, index);
+  const ordered_json part = reasoning_part(reasoning_);
+  std::string out = event("response.reasoning_text.done",
+                          {{"item_id", id}, {"output_index", index}, {"content_index", 0}, {"text", reasoning_}});
+  out += event("response.content_part.done",
+               {{"item_id", id}, {"output_index", index}, {"content_index", 0}, {"part", part}});
+  ordered_json item = reasoning_item(id, reasoning_, status);
+  out += event("response.output_item.done", {{"output_index", index}, {"item", item}});
+  output_.push_back(std::move(item));
+  return out;
+}
+
 std::string ResponsesWriter::delta(const ChoiceDelta& d) {
   std::string text = tool_stream_.empty() ? d.text : tool_stream_[0].feed(d.text);
   std::vector<ToolCall> calls;
-  if (!d.finish_reason.empty() && !tool_stream_.empty()) {
+  const bool last = !d.finish_reason.empty();
+  if (last && !tool_stream_.empty()) {
     ParsedToolCalls p = tool_stream_[0].finish();
     text += p.content;
     calls = std::move(p.calls);
   }
   std::string out;
-  const ordered_json logprobs = token_logprobs(d.logprobs);
-  if (!text.empty() || !logprobs.empty()) {
+  if (!d.reasoning.empty()) {
+    out += open_reasoning();
+    reasoning_ += d.reasoning;
+    out += event("response.reasoning_text.delta", {{"item_id", item_id("rs_", head_.id, output_.size())},
+                                                   {"output_index", output_.size()},
+                                                   {"content_index", 0},
+                                                   {"delta", d.reasoning}});
+  }
+  // Log-probabilities cover every token, the thinking's too: those of tokens before the answer
+  // go out with its first text.
+  for (auto& lp : token_logprobs(d.logprobs)) pending_logprobs_.push_back(std::move(lp));
+  if (!text.empty() || (message_open_ && !pending_logprobs_.empty())) {
+    out += close_reasoning("completed");
     out += open_message();
     text_ += text;
-    for (const auto& lp : logprobs) logprobs_.push_back(lp);
+    for (const auto& lp : pending_logprobs_) logprobs_.push_back(lp);
     out += event("response.output_text.delta",
                  {{"item_id", item_id("msg_", head_.id, output_.size())},
                   {"output_index", output_.size()},
                   {"content_index", 0},
                   {"delta", text},
-                  {"logprobs", logprobs}});
+                  {"logprobs", std::exchange(pending_logprobs_, ordered_json::array())}});
   }
-  if (d.finish_reason.empty()) return out;
+  if (!last) return out;
+  const std::string status = cut_short(d.finish_reason) ? "incomplete" : "completed";
+  out += close_reasoning(status);
   // An answer of nothing at all is still a message, with empty text.
   if (calls.empty()) out += open_message();
-  if (message_open_) out += close_message(cut_short(d.finish_reason) ? "incomplete" : "completed");
+  for (const auto& lp : pending_logprobs_) logprobs_.push_back(lp);
+  pending_logprobs_ = ordered_json::array();
+  if (message_open_) out += close_message(status);
   for (const ToolCall& c : calls) out += call_events(c);
   return out;
 }
@@ -181,6 +250,11 @@ ordered_json ResponsesWriter::response(const Generation& g) {
     if (p.calls.empty()) p.content = c.content();
   }
   const bool cut = cut_short(c.finish_reason);
+  if (!c.reasoning.empty()) {
+    output_.push_back(reasoning_item(item_id("rs_", head_.id, output_.size()), c.reasoning,
+                                     cut && p.content.empty() && p.calls.empty() ? "incomplete"
+                                                                                 : "completed"));
+  }
   if (!p.content.empty() || p.calls.empty()) {
     text_ = p.content;
     logprobs_ = token_logprobs(c.logprobs);
@@ -199,6 +273,9 @@ ordered_json ResponsesWriter::conversation() const {
     if (item["type"] == "message") text += item["content"][0]["text"].get<std::string>();
   }
   ordered_json m = {{"role", "assistant"}, {"content", text}};
+  for (const auto& item : output_) {
+    if (item["type"] == "reasoning") m["reasoning_content"] = item["content"][0]["text"];
+  }
   if (!calls_.empty()) {
     if (text.empty()) m["content"] = nullptr;
     m["tool_calls"] = ordered_json::array();

@@ -220,3 +220,32 @@ def test_deepseek_r1_distill_template(pagoda_bin):
         assert getattr(off, "reasoning_content", None) is None and off.content
     finally:
         s.stop()
+
+
+def test_responses_reasoning_items(qwen35):
+    client = oai(qwen35)
+    kw = dict(model="q", input="What is 2+2?", max_output_tokens=40, temperature=0)
+    r = client.responses.create(**kw)
+    assert [o.type for o in r.output] == ["reasoning", "message"], r.output
+    thinking = r.output[0].content[0].text
+    assert thinking and r.output[0].content[0].type == "reasoning_text" and r.output[0].summary == []
+    assert "<think>" not in r.output_text and "</think>" not in r.output_text and r.output_text
+    assert 0 < r.usage.output_tokens_details.reasoning_tokens < r.usage.output_tokens
+    events = list(client.responses.create(stream=True, **kw))
+    types = [e.type for e in events]
+    assert types.index("response.reasoning_text.delta") < types.index("response.reasoning_text.done")
+    assert types.index("response.reasoning_text.done") < types.index("response.output_text.delta")
+    assert "".join(e.delta for e in events if e.type == "response.reasoning_text.delta") == thinking
+    last = events[-1].response
+    assert [o.type for o in last.output] == ["reasoning", "message"]
+    assert last.output_text == r.output_text
+    # Continued: the stored turn carries its thinking as the template's reasoning_content, the
+    # same prompt as the items sent back by hand.
+    after = client.responses.create(previous_response_id=r.id, input="And 3+3?", store=False, **{
+        k: v for k, v in kw.items() if k != "input"})
+    by_hand = client.responses.create(store=False, input=[
+        {"role": "user", "content": "What is 2+2?"}, r.output[0].model_dump(exclude_none=True),
+        {"role": "assistant", "content": r.output_text}, {"role": "user", "content": "And 3+3?"}],
+        **{k: v for k, v in kw.items() if k != "input"})
+    assert after.usage.input_tokens == by_hand.usage.input_tokens
+    assert after.output_text == by_hand.output_text
