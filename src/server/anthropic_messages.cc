@@ -455,13 +455,10 @@ std::string MessagesWriter::close_block() {
 }
 
 std::string MessagesWriter::delta(const ChoiceDelta& d) {
-  std::string text = tool_stream_.empty() ? d.text : tool_stream_[0].feed(d.text);
-  std::vector<ToolCall> calls;
-  if (!d.finish_reason.empty() && !tool_stream_.empty()) {
-    ParsedToolCalls p = tool_stream_[0].finish();
-    text += p.content;
-    calls = std::move(p.calls);
-  }
+  ParsedToolCalls step = tool_stream_.empty() ? ParsedToolCalls{d.text, {}}
+                                              : tool_stream_[0].step(d.text, !d.finish_reason.empty());
+  std::string text = std::move(step.content);
+  std::vector<ToolCall> calls = std::move(step.calls);
   std::string out;
   if (!d.reasoning.empty()) {
     out += open_thinking_block();
@@ -522,13 +519,7 @@ std::string MessagesWriter::finish(const Generation& g) {
 
 ordered_json MessagesWriter::response(const Generation& g) const {
   const Choice& c = g.choices().at(0);
-  ParsedToolCalls p;
-  if (request_.tools.empty()) {
-    p.content = c.content();
-  } else {
-    p = parse_tool_calls(c.content(), request_.tool_format, request_.tools);
-    if (p.calls.empty()) p.content = c.content();
-  }
+  const ParsedToolCalls p = split_tool_calls(c.content(), request_.tool_format, request_.tools);
   ordered_json content = ordered_json::array();
   if (!c.reasoning.empty()) {
     content.push_back({{"type", "thinking"}, {"thinking", c.reasoning}, {"signature", ""}});

@@ -145,13 +145,10 @@ ordered_json OllamaWriter::chunk(const std::string& text, const std::string& thi
 }
 
 std::string OllamaWriter::delta(const ChoiceDelta& d) {
-  std::string text = tool_stream_.empty() ? d.text : tool_stream_[0].feed(d.text);
-  std::vector<ToolCall> calls;
-  if (!d.finish_reason.empty() && !tool_stream_.empty()) {
-    ParsedToolCalls p = tool_stream_[0].finish();
-    text += p.content;
-    calls = std::move(p.calls);
-  }
+  ParsedToolCalls step = tool_stream_.empty() ? ParsedToolCalls{d.text, {}}
+                                              : tool_stream_[0].step(d.text, !d.finish_reason.empty());
+  std::string text = std::move(step.content);
+  std::vector<ToolCall> calls = std::move(step.calls);
   std::string out;
   if (!text.empty() || !d.reasoning.empty() || (request_.logprobs && !d.logprobs.empty())) {
     ordered_json c = chunk(text, d.reasoning);
@@ -189,13 +186,7 @@ std::string OllamaWriter::finish(const Generation& g) {
 
 ordered_json OllamaWriter::response(const Generation& g) const {
   const Choice& c = g.choices().at(0);
-  ParsedToolCalls p;
-  if (request_.tools.empty()) {
-    p.content = c.content();
-  } else {
-    p = parse_tool_calls(c.content(), request_.tool_format, request_.tools);
-    if (p.calls.empty()) p.content = c.content();
-  }
+  const ParsedToolCalls p = split_tool_calls(c.content(), request_.tool_format, request_.tools);
   ordered_json out = chunk(p.content, c.reasoning);
   if (!p.calls.empty()) out["message"]["tool_calls"] = ollama_tool_calls(p.calls);
   if (request_.logprobs) out["logprobs"] = chat_logprobs(tokenizer_, c.logprobs)["content"];

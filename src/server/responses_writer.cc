@@ -190,14 +190,11 @@ std::string ResponsesWriter::close_reasoning(const std::string& status) {
 }
 
 std::string ResponsesWriter::delta(const ChoiceDelta& d) {
-  std::string text = tool_stream_.empty() ? d.text : tool_stream_[0].feed(d.text);
-  std::vector<ToolCall> calls;
   const bool last = !d.finish_reason.empty();
-  if (last && !tool_stream_.empty()) {
-    ParsedToolCalls p = tool_stream_[0].finish();
-    text += p.content;
-    calls = std::move(p.calls);
-  }
+  ParsedToolCalls step = tool_stream_.empty() ? ParsedToolCalls{d.text, {}}
+                                              : tool_stream_[0].step(d.text, last);
+  std::string text = std::move(step.content);
+  std::vector<ToolCall> calls = std::move(step.calls);
   std::string out;
   if (!d.reasoning.empty()) {
     out += open_reasoning();
@@ -242,13 +239,7 @@ std::string ResponsesWriter::finish(const Generation& g) {
 
 ordered_json ResponsesWriter::response(const Generation& g) {
   const Choice& c = g.choices().at(0);
-  ParsedToolCalls p;
-  if (request_.tools.empty()) {
-    p.content = c.content();
-  } else {
-    p = parse_tool_calls(c.content(), request_.tool_format, request_.tools);
-    if (p.calls.empty()) p.content = c.content();
-  }
+  const ParsedToolCalls p = split_tool_calls(c.content(), request_.tool_format, request_.tools);
   const bool cut = cut_short(c.finish_reason);
   if (!c.reasoning.empty()) {
     output_.push_back(reasoning_item(item_id("rs_", head_.id, output_.size()), c.reasoning,

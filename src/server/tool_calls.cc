@@ -314,4 +314,22 @@ ParsedToolCalls ToolCallStream::finish() {
   return p;
 }
 
+ParsedToolCalls split_tool_calls(const std::string& text, ToolFormat format,
+                                 const std::vector<ToolSpec>& tools) {
+  if (tools.empty()) return {text, {}};
+  ParsedToolCalls p = parse_tool_calls(text, format, tools);
+  if (p.calls.empty()) p.content = text;
+  return p;
+}
+
+ParsedToolCalls ToolCallStream::step(std::string_view text, bool last) {
+  ParsedToolCalls out{feed(text), {}};
+  if (last) {
+    ParsedToolCalls rest = finish();
+    out.content += rest.content;
+    out.calls = std::move(rest.calls);
+  }
+  return out;
+}
+
 }  // namespace pagoda::server

@@ -49,6 +49,10 @@ struct ParsedToolCalls {
 // compactly); text that looks like a call but does not parse stays content.
 ParsedToolCalls parse_tool_calls(std::string_view text, ToolFormat format,
                                  const std::vector<ToolSpec>& tools);
+// A whole answer: parse_tool_calls's calls and content, or all of `text` as content when there
+// are no tools or no call parses.
+ParsedToolCalls split_tool_calls(const std::string& text, ToolFormat format,
+                                 const std::vector<ToolSpec>& tools);
 
 // GBNF making the whole output one call (several, when `parallel`) in `format` of `tools` (of
 // `only` when not empty), its arguments following the function's schema. Throws Error on a
@@ -71,6 +75,8 @@ class ToolCallStream {
   std::string feed(std::string_view text);
   // At the end: the rest of the content, and the calls.
   ParsedToolCalls finish();
+  // feed(text), and at the end (`last`) finish() too: the content to send now and the calls.
+  ParsedToolCalls step(std::string_view text, bool last);
 
  private:
   ToolFormat format_;
