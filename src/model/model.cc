@@ -119,6 +119,10 @@ void Model::forward(Backend& backend, const ForwardBatch& batch, KvStorage& kv,
   forward_local(backend, batch, kv, logits);
 }
 
+void Model::hidden_states(Backend&, const ForwardBatch&, std::vector<float>&) {
+  fail("architecture '", config_.architecture, "' gives no embeddings by itself");
+}
+
 void Model::copy_kv_blocks(Backend& backend, KvStorage& kv, std::span<const BlockCopy> copies) {
   if (copies.empty()) return;
   if (tp_ != nullptr) send_block_copies(*tp_, copies, kv);

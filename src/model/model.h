@@ -110,6 +110,11 @@ class Model {
   // the backend that holds `kv`.
   void copy_kv_blocks(Backend& backend, KvStorage& kv, std::span<const BlockCopy> copies);
 
+  // Every token's last hidden state, [num_tokens, hidden] on the host, for embeddings: an
+  // encoder's (BERT: the whole of each sequence of the batch at once, no cache). The batch's
+  // token_ids, positions and query_start are read. Generative families refuse.
+  virtual void hidden_states(Backend& backend, const ForwardBatch& batch, std::vector<float>& out);
+
   // The ranks this model is split over; null when it is whole.
   Communicator* tensor_parallel() const { return tp_; }
   // This rank's part of the step rank 0 sent (follow_steps); on rank 0 the logits are every
@@ -136,5 +141,6 @@ std::vector<float> llama3_rope_freq_factors(const ModelConfig& c, int32_t rotary
 void apply_rope_scaling(const ModelConfig& c, RopeParams& p);
 std::unique_ptr<Model> load_gemma3(const ModelFile& file, Communicator* tp);
 std::unique_ptr<Model> load_gpt_oss(const ModelFile& file, Communicator* tp);
+std::unique_ptr<Model> load_bert(const ModelFile& file, Communicator* tp);
 
 }  // namespace pagoda

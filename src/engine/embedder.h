@@ -1,0 +1,71 @@
+// Embeddings: texts (or token ids) through a model to one vector each. An encoder (BERT) runs
+// its sequences whole and bidirectionally, a batch of them per forward pass; the token vectors
+// are pooled (mean, the first token "cls", or the last) and L2-normalised where the model says
+// so. One Embedder is used by one thread at a time (the caller serialises).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/token.h"
+
+namespace pagoda {
+
+class Backend;
+class Model;
+class Tokenizer;
+
+struct EmbedderOptions {
+  std::string pooling;     // "mean", "cls", "last"; "" takes the model's own
+  bool normalize = false;  // L2-normalise even where the model does not say so
+  int64_t batch_tokens = 4096;  // tokens per forward pass (a longer input runs alone)
+};
+
+struct EmbeddingResult {
+  std::vector<std::vector<float>> vectors;  // one per input, in order
+  int64_t prompt_tokens = 0;                // tokens run, special ones included
+};
+
+class Embedder {
+ public:
+  // Throws Error when the model cannot embed: a generative family (not yet supported), or an
+  // encoder without a pooling mode and none given.
+  Embedder(Model& model, Backend& backend, const Tokenizer& tokenizer, EmbedderOptions options);
+
+  // A text's tokens as the model sees them (BERT: [CLS] ... [SEP]).
+  std::vector<TokenId> tokenize(std::string_view text) const;
+  // The most tokens one input may have (the model's positions).
+  int64_t max_tokens() const { return max_tokens_; }
+  int64_t dimensions() const { return dimensions_; }
+  const std::string& pooling() const { return pooling_; }
+  bool normalizes() const { return normalize_; }
+  // A token id outside the vocabulary, as a one-line error naming it; "" when all are valid.
+  std::string check_tokens(const std::vector<TokenId>& ids) const;
+
+  // One vector per input; throws Error for an empty input, an input past max_tokens() or an
+  // unknown token id.
+  EmbeddingResult embed(const std::vector<std::vector<TokenId>>& inputs);
+
+ private:
+  void run_batch(const std::vector<std::vector<TokenId>>& inputs, size_t first, size_t last,
+                 EmbeddingResult& result);
+
+  Model& model_;
+  Backend& backend_;
+  const Tokenizer& tokenizer_;
+  std::string pooling_;
+  bool normalize_ = false;
+  int64_t batch_tokens_ = 0;
+  int64_t max_tokens_ = 0;
+  int64_t dimensions_ = 0;
+  std::vector<float> hidden_;
+};
+
+// Pools `num_tokens` rows of `dim` floats into `out` (mean, cls: the first row, last), then
+// L2-normalises it when `normalize`.
+void pool_embedding(const float* rows, int64_t num_tokens, int64_t dim, const std::string& pooling,
+                    bool normalize, std::vector<float>& out);
+
+}  // namespace pagoda
