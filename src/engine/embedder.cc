@@ -48,6 +48,8 @@ Embedder::Embedder(Model& model, Backend& backend, const Tokenizer& tokenizer,
   batch_tokens_ = std::max<int64_t>(1, o.batch_tokens);
   max_tokens_ = c.context_length;
   dimensions_ = c.hidden_size;
+  const Vocab& v = tokenizer.vocab();
+  if (v.add_eos) closing_ = v.eos;
 }
 
 std::vector<TokenId> Embedder::tokenize(std::string_view text) const {
@@ -62,6 +64,13 @@ std::string Embedder::check_tokens(const std::vector<TokenId>& ids) const {
     if (id < 0 || id >= vocab) return str_cat("token id ", id, " is outside the vocabulary of ", vocab);
   }
   return "";
+}
+
+void Embedder::truncate(std::vector<TokenId>& ids, int64_t limit) const {
+  if (static_cast<int64_t>(ids.size()) <= limit) return;
+  const TokenId last = ids.back();
+  ids.resize(static_cast<size_t>(limit));
+  if (closing_ != kNoToken && last == closing_) ids.back() = last;
 }
 
 EmbeddingResult Embedder::embed(const std::vector<std::vector<TokenId>>& inputs) {

@@ -44,6 +44,10 @@ class Embedder {
   // A token id outside the vocabulary, as a one-line error naming it; "" when all are valid.
   std::string check_tokens(const std::vector<TokenId>& ids) const;
 
+  // Cuts `ids` to `limit` tokens (limit >= 2), keeping a closing special token (BERT's [SEP])
+  // at the end as a truncating Hugging Face tokenizer does.
+  void truncate(std::vector<TokenId>& ids, int64_t limit) const;
+
   // One vector per input; throws Error for an empty input, an input past max_tokens() or an
   // unknown token id.
   EmbeddingResult embed(const std::vector<std::vector<TokenId>>& inputs);
@@ -60,6 +64,7 @@ class Embedder {
   int64_t batch_tokens_ = 0;
   int64_t max_tokens_ = 0;
   int64_t dimensions_ = 0;
+  TokenId closing_ = kNoToken;  // the token add_special ends a text with, if any
   std::vector<float> hidden_;
 };
 
