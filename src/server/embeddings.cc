@@ -231,7 +231,7 @@ HttpResponse ollama_embed(const std::string& path, const std::string& text,
   } else {
     only_keys(body, {"model", "input", "truncate", "options", "keep_alive"}, path);
   }
-  check_model_field(body, model);
+  const std::string name = ollama_model_name(body, model);
   EmbeddingService& s = service_of(model);
   // The one model stays loaded for the server's life whatever keep_alive asks.
   if (const json* k = field(body, "keep_alive"); k != nullptr && !k->is_number() && !k->is_string()) {
@@ -259,7 +259,7 @@ HttpResponse ollama_embed(const std::string& path, const std::string& text,
   if (legacy) {
     out["embedding"] = float_array(r.vectors.at(0));
   } else {
-    out["model"] = model.name;
+    out["model"] = name;
     ordered_json list = ordered_json::array();
     for (const auto& v : r.vectors) list.push_back(float_array(v));
     out["embeddings"] = std::move(list);
