@@ -135,17 +135,17 @@ void wait_for_signal(std::atomic<server::HttpServer*>& target) {
 
 }  // namespace
 // Embeddings for /v1/embeddings and /api/embed: an encoder's (BERT) always, with its own
-// pooling unless --pooling names one; generative models do not embed (yet).
+// pooling unless --pooling names one; a generative model's with --pooling, run on the engine
+// thread between its steps.
 void add_embeddings(const ServeOptions& o, Model& model, Backend& backend,
-                    const Tokenizer& tokenizer, server::ModelContext& context) {
-  if (!model.config().causal_attention) {
-    context.generates = false;
-    context.embeddings = std::make_shared<server::EmbeddingService>(
-        std::make_unique<Embedder>(model, backend, tokenizer, EmbedderOptions{.pooling = o.pooling}));
-  } else if (!o.pooling.empty()) {
-    fail("serve: --pooling: embeddings from a generative model (", model.config().architecture,
-         ") are not supported yet; serve an encoder (BERT) model for /v1/embeddings");
-  }
+                    const Tokenizer& tokenizer, EngineThread& engine, int32_t max_model_len,
+                    server::ModelContext& context) {
+  const bool encoder = !model.config().causal_attention;
+  if (!encoder && o.pooling.empty()) return;
+  auto embedder = std::make_unique<Embedder>(
+      model, backend, tokenizer, EmbedderOptions{.pooling = o.pooling, .max_tokens = max_model_len});
+  context.embeddings = std::make_shared<server::EmbeddingService>(std::move(embedder),
+                                                                  encoder ? nullptr : &engine);
 }
 
 Action add_serve(CLI::App& app) {
@@ -177,8 +177,9 @@ Action add_serve(CLI::App& app) {
                           ->capture_default_str();
   add_gpu_layers_option(cmd, o->gpu_layers);
   cmd->add_option("--pooling", o->pooling,
-                  "Embeddings (/v1/embeddings, /api/embed): mean, cls or last token (default: "
-                  "an embedding model's own)")
+                  "Embeddings (/v1/embeddings, /api/embed): mean, cls or last token; turns them "
+                  "on for a generative model (llama-server's --embeddings --pooling); default: "
+                  "an embedding model's own")
       ->check(CLI::IsMember({"mean", "cls", "last"}));
   cmd->add_option("--kv-cache-gb", o->kv_cache_gb, "KV cache memory in GiB (default 1)")
       ->check(CLI::Range(0.0, 4096.0));
@@ -314,7 +315,7 @@ Action add_serve(CLI::App& app) {
     context.grammars = std::make_shared<GrammarCompiler>(std::make_shared<GrammarCache>(*tokenizer),
                                                          o->grammar_limits, kGrammarThreads);
     if (chat) set_chat_renderer(context, chat, vocab);
-    add_embeddings(*o, *model, *backend, *tokenizer, context);
+    context.generates = model->config().causal_attention;
     nlohmann::json info = {{"id", context.name},
                            {"object", "model"},
                            {"created", 0},
@@ -327,6 +328,7 @@ Action add_serve(CLI::App& app) {
       config.num_kv_cache_tokens = config.block_size;
     }
     auto engine = std::make_unique<EngineThread>(std::make_unique<Engine>(*model, *backend, config));
+    add_embeddings(*o, *model, *backend, *tokenizer, *engine, config.max_model_len, context);
     o->server.log_format = o->log_format == "json"   ? server::LogFormat::kJson
                            : o->log_format == "none" ? server::LogFormat::kNone
                                                      : server::LogFormat::kText;

@@ -1,8 +1,10 @@
 #include "engine/embedder.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
+#include "model/kv_storage.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -34,8 +36,10 @@ Embedder::Embedder(Model& model, Backend& backend, const Tokenizer& tokenizer,
                    EmbedderOptions o)
     : model_(model), backend_(backend), tokenizer_(tokenizer) {
   const ModelConfig& c = model.config();
-  if (c.causal_attention) {
-    fail("architecture '", c.architecture, "' is a generative model; embeddings need an encoder");
+  decoder_ = c.causal_attention;
+  if (decoder_ && o.pooling.empty()) {
+    fail("'", c.architecture, "' is a generative model: it embeds only with a pooling given "
+         "(--pooling last or mean)");
   }
   pooling_ = o.pooling.empty() ? c.pooling : o.pooling;
   if (pooling_.empty() || pooling_ == "none") {
@@ -44,13 +48,18 @@ Embedder::Embedder(Model& model, Backend& backend, const Tokenizer& tokenizer,
   if (pooling_ != "mean" && pooling_ != "cls" && pooling_ != "last") {
     fail("unknown pooling '", pooling_, "' (known: mean, cls, last)");
   }
-  normalize_ = o.normalize || c.normalize_embeddings;
+  normalize_ = o.normalize || c.normalize_embeddings || decoder_;
   batch_tokens_ = std::max<int64_t>(1, o.batch_tokens);
   max_tokens_ = c.context_length;
+  if (decoder_) {
+    max_tokens_ = o.max_tokens > 0 ? o.max_tokens : std::min<int64_t>(c.context_length ? c.context_length : 8192, 8192);
+  }
   dimensions_ = c.hidden_size;
   const Vocab& v = tokenizer.vocab();
   if (v.add_eos) closing_ = v.eos;
 }
+
+Embedder::~Embedder() = default;
 
 std::vector<TokenId> Embedder::tokenize(std::string_view text) const {
   EncodeOptions o;
@@ -84,6 +93,13 @@ EmbeddingResult Embedder::embed(const std::vector<std::vector<TokenId>>& inputs)
   }
   EmbeddingResult result;
   result.vectors.resize(inputs.size());
+  if (decoder_) {
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      run_decoder(inputs[i], result.vectors[i]);
+      result.prompt_tokens += static_cast<int64_t>(inputs[i].size());
+    }
+    return result;
+  }
   size_t first = 0;
   while (first < inputs.size()) {
     size_t last = first;
@@ -96,6 +112,37 @@ EmbeddingResult Embedder::embed(const std::vector<std::vector<TokenId>>& inputs)
     first = last;
   }
   return result;
+}
+
+void Embedder::run_decoder(const std::vector<TokenId>& ids, std::vector<float>& out) {
+  constexpr int32_t kBlock = 16;
+  const auto n = static_cast<int32_t>(ids.size());
+  if (kv_ == nullptr) {
+    const auto blocks = static_cast<int32_t>((max_tokens_ + kBlock - 1) / kBlock);
+    kv_ = std::make_unique<KvStorage>(model_.config(), blocks, kBlock, KvType::kF16, &backend_);
+  }
+  ForwardBatch batch;
+  batch.token_ids = ids;
+  batch.block_size = kBlock;
+  batch.max_blocks_per_seq = kv_->num_blocks();
+  for (int32_t p = 0; p < n; ++p) {
+    batch.positions.push_back(p);
+    batch.slot_mapping.push_back(p);  // block table 0, 1, 2, ...: slot = position
+  }
+  for (int32_t b = 0; b < kv_->num_blocks(); ++b) batch.block_table.push_back(b);
+  batch.query_start = {0, n};
+  if (pooling_ == "mean") {
+    for (int32_t p = 0; p < n; ++p) batch.logit_rows.push_back(p);
+  } else {
+    batch.logit_rows.push_back(pooling_ == "cls" ? 0 : n - 1);
+  }
+  batch.hidden_states = true;
+  model_.forward(backend_, batch, *kv_, hidden_);
+  const int64_t rows = static_cast<int64_t>(batch.logit_rows.size());
+  if (static_cast<int64_t>(hidden_.size()) != rows * dimensions_) {
+    fail("architecture '", model_.config().architecture, "' gives no hidden states for embeddings");
+  }
+  pool_embedding(hidden_.data(), rows, dimensions_, "mean", normalize_, out);
 }
 
 void Embedder::run_batch(const std::vector<std::vector<TokenId>>& inputs, size_t first,

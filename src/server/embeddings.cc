@@ -158,6 +158,22 @@ int64_t ollama_num_ctx(const json& body) {
 
 }  // namespace
 
+EmbeddingResult EmbeddingService::embed(const std::vector<std::vector<TokenId>>& inputs) {
+  if (engine_ == nullptr) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return embedder_->embed(inputs);
+  }
+  EmbeddingResult r;
+  for (const auto& ids : inputs) {
+    engine_->run_between_steps([&] {
+      EmbeddingResult one = embedder_->embed({ids});
+      r.vectors.push_back(std::move(one.vectors.at(0)));
+      r.prompt_tokens += one.prompt_tokens;
+    });
+  }
+  return r;
+}
+
 std::string base64_floats(const std::vector<float>& v) {
   static const char kDigits[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::string bytes(v.size() * sizeof(float), '\0');

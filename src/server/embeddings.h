@@ -1,7 +1,9 @@
 // Embeddings over HTTP: OpenAI's POST /v1/embeddings and Ollama's POST /api/embed (and its older
-// /api/embeddings). A request's inputs are tokenized on the server's work thread that handles it
-// and run through the one Embedder under a lock, one request at a time, outside the engine's
-// scheduler: an encoder model (BERT) has no generation to share the engine with.
+// /api/embeddings). A request's inputs are tokenized on the server's work thread that handles it.
+// An encoder model (BERT), which has no generation to share the engine with, then runs them on
+// that thread under a lock, one request at a time. A generative model's embeddings (serve
+// --pooling) run on the engine thread between its steps, one input per task, so generation goes
+// on between them; they are not scheduled by its token budget and keep no KV blocks.
 #pragma once
 
 #include <chrono>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "engine/embedder.h"
+#include "engine/engine_thread.h"
 #include "server/http_transport.h"
 #include "server/openai_request.h"
 
@@ -25,8 +28,10 @@ constexpr int64_t kMaxEmbeddingTokens = 1 << 18;
 
 class EmbeddingService {
  public:
-  explicit EmbeddingService(std::unique_ptr<Embedder> embedder)
-      : embedder_(std::move(embedder)) {}
+  // `engine` runs a generative model's embeddings (it must outlive the service); null for an
+  // encoder.
+  explicit EmbeddingService(std::unique_ptr<Embedder> embedder, EngineThread* engine = nullptr)
+      : embedder_(std::move(embedder)), engine_(engine) {}
 
   // A text's tokens as the model sees them; thread-safe.
   std::vector<TokenId> tokenize(std::string_view text) const { return embedder_->tokenize(text); }
@@ -36,17 +41,16 @@ class EmbeddingService {
     return embedder_->check_tokens(ids);
   }
   void truncate(std::vector<TokenId>& ids, int64_t limit) const { embedder_->truncate(ids, limit); }
-  // Runs the inputs, one request at a time.
-  EmbeddingResult embed(const std::vector<std::vector<TokenId>>& inputs) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return embedder_->embed(inputs);
-  }
+  // Runs the inputs: an encoder's one request at a time, a generative model's one input per
+  // engine task.
+  EmbeddingResult embed(const std::vector<std::vector<TokenId>>& inputs);
   // How long the service had been loading before it served (Ollama's load_duration); set once.
   std::chrono::nanoseconds load_duration{0};
 
  private:
   std::mutex mutex_;
   std::unique_ptr<Embedder> embedder_;
+  EngineThread* engine_ = nullptr;
 };
 
 // POST /v1/embeddings: {"object": "list", "data": [{"object": "embedding", "index", "embedding"}],

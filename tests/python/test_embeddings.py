@@ -243,3 +243,25 @@ def test_a_generative_model_says_how_to_turn_embeddings_on(pagoda_bin):
         assert status == 400 and "--pooling" in r["error"]
     finally:
         s.stop()
+
+
+def test_a_generative_model_embeds_with_pooling(pagoda_bin):
+    texts = ["The cat sat on the mat.", "A cat was sitting on a rug.", "Stock prices fell today."]
+    last = embed_cli(pagoda_bin, need(SMOLLM), texts, "--pooling", "last")
+    mean = embed_cli(pagoda_bin, SMOLLM, texts[:1], "--pooling", "mean")
+    assert len(last[0]["embedding"]) == 576 and abs(np.linalg.norm(last[0]["embedding"]) - 1) < 1e-5
+    assert cosine(mean[0]["embedding"], last[0]["embedding"]) < 0.999
+    # One input per pass: an input's vector does not depend on its neighbours.
+    alone = embed_cli(pagoda_bin, SMOLLM, texts[2:], "--pooling", "last")
+    assert cosine(alone[0]["embedding"], last[2]["embedding"]) > 0.999999
+    s = Server(pagoda_bin, SMOLLM, "-t", "1", "--kv-tokens", "1024", "--pooling", "last")
+    try:
+        status, r = post_json(s, "/v1/chat/completions", {
+            "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "temperature": 0})
+        assert status == 200  # still generates
+        status, r = post_json(s, "/v1/embeddings", {"input": texts})
+        assert status == 200 and r["usage"]["prompt_tokens"] == sum(x["tokens"] for x in last)
+        for got, want in zip(r["data"], last):
+            assert cosine(got["embedding"], want["embedding"]) > 0.99999
+    finally:
+        s.stop()
