@@ -265,7 +265,7 @@ constexpr const char* kEmbeddingSpec = R"json({
                           {"type": "array", "minItems": 1, "maxItems": 2048, "items": {"type": "string", "minLength": 1}},
                           {"$ref": "#/components/schemas/TokenIds"},
                           {"type": "array", "minItems": 1, "maxItems": 2048, "items": {"$ref": "#/components/schemas/TokenIds"}}]},
-      "model": {"type": "string"},
+      "model": {"type": "string", "nullable": true},
       "encoding_format": {"type": "string", "nullable": true, "enum": ["float", "base64", null]},
       "dimensions": {"nullable": true, "enum": [null]},
       "user": {"type": "string", "nullable": true}}},
@@ -436,7 +436,7 @@ std::string openapi_json(const RequestLimits& limits, const ModelContext& model)
   static const json embedding = json::parse(kEmbeddingSpec);
   spec["paths"].update(embedding["paths"]);
   s.update(embedding["schemas"]);
-  s["EmbeddingRequest"]["properties"]["model"]["enum"] = json::array({model.name});
+  s["EmbeddingRequest"]["properties"]["model"]["enum"] = json::array({model.name, nullptr});
   s["TokenIds"]["maxItems"] = model.embeddings ? model.embeddings->max_tokens() : model.max_model_len;
   s["TokenIds"]["items"]["maximum"] = model.vocab_size - 1;
   spec["paths"]["/detokenize"]["post"]["requestBody"]["content"]["application/json"]["schema"]

@@ -265,3 +265,21 @@ def test_a_generative_model_embeds_with_pooling(pagoda_bin):
             assert cosine(got["embedding"], want["embedding"]) > 0.99999
     finally:
         s.stop()
+
+
+def test_schemathesis_on_the_embedding_routes(server, tmp_path):
+    """The embedding routes' description against a server that embeds (test_openapi.py runs
+    every route against a generative model, where these answer 400)."""
+    import shutil
+    exe = shutil.which("schemathesis") or shutil.which("st")
+    if exe is None:
+        pytest.fail("schemathesis is not installed: run scripts/setup")
+    checks = ("not_a_server_error,status_code_conformance,content_type_conformance,"
+              "response_schema_conformance,negative_data_rejection")
+    r = subprocess.run(
+        [exe, "run", server.url + "/openapi.json", "--include-path-regex", "embed",
+         "--checks", checks, "--max-examples", "40", "--seed", "7", "--workers", "1",
+         "--request-timeout", "60", "--no-color", "--report", "junit", "--report-dir",
+         str(tmp_path)], capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-2000:]
+    assert "generated" in r.stdout
