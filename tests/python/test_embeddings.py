@@ -278,7 +278,7 @@ def test_schemathesis_on_the_embedding_routes(server, tmp_path):
               "response_schema_conformance,negative_data_rejection")
     r = subprocess.run(
         [exe, "run", server.url + "/openapi.json", "--include-path-regex", "embed",
-         "--checks", checks, "--max-examples", "40", "--seed", "7", "--workers", "1",
+         "--phases", "examples,coverage,fuzzing", "--checks", checks, "--max-examples", "40", "--seed", "7", "--workers", "1",
          "--request-timeout", "60", "--no-color", "--report", "junit", "--report-dir",
          str(tmp_path)], capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-6000:] + r.stderr[-2000:]
