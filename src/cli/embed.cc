@@ -89,13 +89,14 @@ Action add_embed(CLI::App& app) {
   auto o = std::make_shared<Options>();
   auto* cmd = app.add_subcommand(
       "embed", "One embedding per text: a JSON line each ({\"index\", \"tokens\", \"embedding\"})");
-  cmd->add_option("-m,--model", o->model, "An embedding model: GGUF file or Hugging Face folder")
+  cmd->add_option("-m,--model", o->model, "An embedding model (GGUF file or Hugging Face folder), or a generative one with --pooling")
       ->required();
   auto* text = cmd->add_option("text", o->texts, "Texts to embed, one embedding each");
   auto* file = cmd->add_option("--file", o->file, "Embed each non-empty line of this file");
   text->excludes(file);
   cmd->add_option("--pooling", o->pooling,
-                  "mean, cls or last (default: the model's own, from 1_Pooling or pooling_type)")
+                  "mean, cls or last (default: an embedding model's own, from 1_Pooling or "
+                  "pooling_type); a generative model needs one")
       ->check(CLI::IsMember({"mean", "cls", "last"}));
   cmd->add_flag("--normalize", o->normalize,
                 "L2-normalise every vector (done anyway when the model says so)");
