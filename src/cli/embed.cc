@@ -89,7 +89,9 @@ Action add_embed(CLI::App& app) {
   auto o = std::make_shared<Options>();
   auto* cmd = app.add_subcommand(
       "embed", "One embedding per text: a JSON line each ({\"index\", \"tokens\", \"embedding\"})");
-  cmd->add_option("-m,--model", o->model, "An embedding model (GGUF file or Hugging Face folder), or a generative one with --pooling")
+  cmd->add_option("-m,--model", o->model,
+                  "An embedding model (GGUF file or Hugging Face folder), or a generative one "
+                  "with --pooling")
       ->required();
   auto* text = cmd->add_option("text", o->texts, "Texts to embed, one embedding each");
   auto* file = cmd->add_option("--file", o->file, "Embed each non-empty line of this file");
