@@ -73,7 +73,9 @@ int run(const Options& o) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   for (size_t i = 0; i < r.vectors.size(); ++i) print(r.vectors[i], i, inputs[i].size(), o.plain);
   if (!o.quiet) {
-    std::fprintf(stderr, "embed: %zu texts, %lld tokens in %.3f s: %.1f texts/s, %.0f tokens/s (%s pooling%s, %lld dimensions)\n",
+    std::fprintf(stderr,
+                 "embed: %zu texts, %lld tokens in %.3f s: %.1f texts/s, %.0f tokens/s (%s "
+                 "pooling%s, %lld dimensions)\n",
                  texts.size(), static_cast<long long>(r.prompt_tokens), seconds,
                  static_cast<double>(texts.size()) / seconds,
                  static_cast<double>(r.prompt_tokens) / seconds, embedder.pooling().c_str(),

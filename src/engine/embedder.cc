@@ -52,7 +52,8 @@ Embedder::Embedder(Model& model, Backend& backend, const Tokenizer& tokenizer,
   batch_tokens_ = std::max<int64_t>(1, o.batch_tokens);
   max_tokens_ = c.context_length;
   if (decoder_) {
-    max_tokens_ = o.max_tokens > 0 ? o.max_tokens : std::min<int64_t>(c.context_length ? c.context_length : 8192, 8192);
+    const int64_t trained = c.context_length ? c.context_length : 8192;
+    max_tokens_ = o.max_tokens > 0 ? o.max_tokens : std::min<int64_t>(trained, 8192);
   }
   dimensions_ = c.hidden_size;
   const Vocab& v = tokenizer.vocab();
