@@ -180,6 +180,21 @@ class Backend {
   virtual void add_bias(float* x, const float* bias, int64_t num_rows, int64_t dim) = 0;
   // x *= s over n values.
   virtual void scale(float* x, float s, int64_t n) = 0;
+
+  // ---- encoder ops (BERT). The defaults (encoder_ops.cc) are the reference: scalar host code,
+  // so a backend whose memory the host cannot read must override them or refuse encoders. ----
+
+  // y[t, :] = (x[t, :] - mean) / sqrt(var + eps) * weight + bias.   x, y: [num_rows, dim] (may alias)
+  virtual void layer_norm(const float* x, const float* weight, const float* bias,
+                          int64_t num_rows, int64_t dim, float eps, float* y);
+  // x = x * Phi(x) over n values: GELU in its exact erf form, as BERT computes it.
+  virtual void gelu_erf(float* x, int64_t n);
+  // Bidirectional attention without a cache: each token of a sequence attends to every token of
+  // it (its rows query_start[s] .. query_start[s + 1]), earlier and later. params.window is
+  // ignored.                  q, out: [num_tokens, num_heads, head_dim]; k, v: [num_tokens, num_kv_heads, head_dim]
+  virtual void encoder_attention(const float* q, const float* k, const float* v,
+                                 const int32_t* query_start, int32_t num_seqs,
+                                 const AttentionParams& params, float* out);
 };
 
 // A float array in a backend's memory that grows (at least doubling) to the largest count asked

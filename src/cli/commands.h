@@ -24,6 +24,7 @@ Action add_quantize(CLI::App& app);
 Action add_convert(CLI::App& app);
 Action add_imatrix(CLI::App& app);
 Action add_chat(CLI::App& app);
+Action add_embed(CLI::App& app);
 
 // A command used wrongly (a missing argument, options that contradict each other): main prints
 // it on one line and exits 2, where bad input (a file, a value) exits 1.

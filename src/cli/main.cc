@@ -233,6 +233,7 @@ int main(int argc, char** argv) {
   add(pagoda::cli::add_detokenize);
   add(pagoda::cli::add_run);
   add(pagoda::cli::add_chat);
+  add(pagoda::cli::add_embed);
   add(pagoda::cli::add_synth);
   add(pagoda::cli::add_quantize);
   add(pagoda::cli::add_convert);

@@ -22,6 +22,7 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "engine/embedder.h"
 #include "engine/engine_thread.h"
 #include "grammar/grammar_cache.h"
 #include "grammar/grammar_compiler.h"
@@ -29,6 +30,7 @@
 #include "model/model.h"
 #include "model/model_check.h"
 #include "model/model_file.h"
+#include "server/embeddings.h"
 #include "server/http_server.h"
 #include "server/reasoning_options.h"
 #include "template/chat_template.h"
@@ -55,6 +57,7 @@ struct ServeOptions {
   std::string backend = "cpu";
   CLI::Option* backend_option = nullptr;
   int32_t gpu_layers = -1;  // -ngl / --n-gpu-layers; -1: not given
+  std::string pooling;  // embeddings: mean, cls, last ("" the model's own)
   double kv_cache_gb = 0;
   int64_t kv_tokens = 0;
   int32_t max_model_len = 0;
@@ -134,6 +137,19 @@ void wait_for_signal(std::atomic<server::HttpServer*>& target) {
 }
 
 }  // namespace
+// Embeddings for /v1/embeddings and /api/embed: an encoder's (BERT) always, with its own
+// pooling unless --pooling names one; a generative model's with --pooling, run on the engine
+// thread between its steps.
+void add_embeddings(const ServeOptions& o, Model& model, Backend& backend,
+                    const Tokenizer& tokenizer, EngineThread& engine, int32_t max_model_len,
+                    server::ModelContext& context) {
+  const bool encoder = !model.config().causal_attention;
+  if (!encoder && o.pooling.empty()) return;
+  auto embedder = std::make_unique<Embedder>(
+      model, backend, tokenizer, EmbedderOptions{.pooling = o.pooling, .max_tokens = max_model_len});
+  context.embeddings = std::make_shared<server::EmbeddingService>(std::move(embedder),
+                                                                  encoder ? nullptr : &engine);
+}
 
 Action add_serve(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
@@ -174,6 +190,11 @@ Action add_serve(CLI::App& app) {
                           ->check(CLI::IsMember(backend_names()))
                           ->capture_default_str();
   add_gpu_layers_option(cmd, o->gpu_layers);
+  cmd->add_option("--pooling", o->pooling,
+                  "Embeddings (/v1/embeddings, /api/embed): mean, cls or last token; turns them "
+                  "on for a generative model (llama-server's --embeddings --pooling); default: "
+                  "an embedding model's own")
+      ->check(CLI::IsMember({"mean", "cls", "last"}));
   cmd->add_option("--kv-cache-gb", o->kv_cache_gb, "KV cache memory in GiB (default 1)")
       ->check(CLI::Range(0.0, 4096.0));
   cmd->add_option("--kv-tokens", o->kv_tokens, "KV cache size in tokens (instead of --kv-cache-gb)")
@@ -311,6 +332,7 @@ Action add_serve(CLI::App& app) {
     context.grammars = std::make_shared<GrammarCompiler>(std::make_shared<GrammarCache>(*tokenizer),
                                                          o->grammar_limits, kGrammarThreads);
     if (chat) set_chat_renderer(context, chat, vocab);
+    context.generates = model->config().causal_attention;
     nlohmann::json info = {{"id", context.name},
                            {"object", "model"},
                            {"created", 0},
@@ -318,7 +340,12 @@ Action add_serve(CLI::App& app) {
                            {"max_model_len", config.max_model_len},
                            {"chat_template", chat != nullptr}};
 
+    if (!context.generates) {  // an encoder: the engine never steps, one block is enough
+      config.kv_cache_bytes = 0;
+      config.num_kv_cache_tokens = config.block_size;
+    }
     auto engine = std::make_unique<EngineThread>(std::make_unique<Engine>(*model, *backend, config));
+    add_embeddings(*o, *model, *backend, *tokenizer, *engine, config.max_model_len, context);
     o->server.log_format = o->log_format == "json"   ? server::LogFormat::kJson
                            : o->log_format == "none" ? server::LogFormat::kNone
                                                      : server::LogFormat::kText;

@@ -99,6 +99,18 @@ void EngineThread::abort(RequestId id) {
   wake_.notify_all();
 }
 
+void EngineThread::run_between_steps(std::function<void()> task) {
+  std::packaged_task<void()> packaged(std::move(task));
+  std::future<void> done = packaged.get_future();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stopping_ || !failure_.empty()) fail("the engine has stopped");
+    tasks_.push_back(std::move(packaged));
+  }
+  wake_.notify_all();
+  done.get();
+}
+
 EngineStats EngineThread::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return stats_;
@@ -119,15 +131,19 @@ void EngineThread::loop() {
     for (;;) {
       std::deque<Submission> submissions;
       std::vector<RequestId> aborts;
+      std::deque<std::packaged_task<void()>> tasks;
       {
         std::unique_lock<std::mutex> lock(mutex_);
         wake_.wait(lock, [&] {
-          return stopping_ || !submissions_.empty() || !aborts_.empty() || engine_->has_work();
+          return stopping_ || !submissions_.empty() || !aborts_.empty() || !tasks_.empty() ||
+                 engine_->has_work();
         });
         if (stopping_) break;
         submissions.swap(submissions_);
         aborts.swap(aborts_);
+        tasks.swap(tasks_);
       }
+      for (auto& task : tasks) task();  // its exception goes to the caller's future
       // Submissions before aborts: an abort may name a request submitted in the same batch.
       for (Submission& s : submissions) {
         try {
@@ -177,9 +193,11 @@ void EngineThread::loop() {
 
 void EngineThread::close_all(FinishReason reason, const std::string& error) {
   std::deque<Submission> submissions;
+  std::deque<std::packaged_task<void()>> tasks;  // dropped unrun: their callers get an error
   {
     std::lock_guard<std::mutex> lock(mutex_);
     submissions.swap(submissions_);
+    tasks.swap(tasks_);
   }
   auto close = [&](RequestId id, OutputStream& stream) {
     OutputEvent e;

@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <deque>
 #include <functional>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -80,6 +81,11 @@ class EngineThread {
   // The engine's numbers after its last step (or request / abort), from any thread.
   EngineStats stats() const;
 
+  // Runs `task` on the engine thread between two steps, when the engine's model and backend are
+  // free for it (embeddings from the generative model), and returns once it has run, rethrowing
+  // its exception. Any thread but the engine thread.
+  void run_between_steps(std::function<void()> task);
+
  private:
   struct Submission {
     RequestId id;
@@ -100,6 +106,7 @@ class EngineThread {
   std::condition_variable wake_;
   std::deque<Submission> submissions_;
   std::vector<RequestId> aborts_;
+  std::deque<std::packaged_task<void()>> tasks_;
   bool stopping_ = false;
   std::string failure_;  // set when the engine thread died of an exception
   EngineStats stats_;

@@ -361,6 +361,56 @@ TokenId find_special(const Vocab& v, std::initializer_list<const char*> texts) {
   return kNoToken;
 }
 
+// BERT's WordPiece, stored as llama.cpp's converter stores it (tokenizer.ggml.model "bert"):
+// a word-initial piece "x" becomes "\u2581x", a continuation "##x" plain "x", special tokens
+// keep their text. pagoda's WordPiece tokenizer reads that form, lower-casing and stripping
+// accents as BertNormalizer does with lowercase set; a cased normalizer is refused.
+Vocab wordpiece_vocab(const Obj& root, const Obj& model) {
+  const std::string& source = root.source();
+  if (auto prefix = model.str("continuing_subword_prefix"); prefix && *prefix != "##") {
+    fail(source, ": key 'model.continuing_subword_prefix' is '", *prefix, "'; only '##' is supported");
+  }
+  for (const json* n : components(root, "normalizer", "normalizers")) {
+    if (type_of(*n) != "BertNormalizer") {
+      fail(source, ": a WordPiece tokenizer with normalizer '", type_of(*n),
+           "': only BertNormalizer is supported");
+    }
+    auto lower = n->find("lowercase");
+    if (lower != n->end() && lower->is_boolean() && !lower->get<bool>()) {
+      fail(source, ": key 'normalizer.lowercase' is false; pagoda's WordPiece is BERT's uncased one");
+    }
+  }
+  Vocab v;
+  v.kind = TokenizerKind::kWordPiece;
+  v.model = "bert";
+  v.pre = "default";
+  v.add_space_prefix = false;
+  std::vector<AddedToken> added = read_tokens(root, model, v);
+  v.types.assign(v.tokens.size(), TokenType::kNormal);
+  for (const AddedToken& a : added) {
+    v.types[a.id] = a.special ? TokenType::kControl : TokenType::kUserDefined;
+  }
+  for (size_t i = 0; i < v.tokens.size(); ++i) {
+    if (v.types[i] == TokenType::kControl) continue;
+    std::string& t = v.tokens[i];
+    t = t.compare(0, 2, "##") == 0 ? t.substr(2) : kSpaceMark + t;
+  }
+  v.build_index(source);
+  if (auto unk = model.str("unk_token")) {
+    v.unk = v.find(*unk);
+    if (v.unk == kNoToken)
+      fail(source, ": key 'model.unk_token' names '", *unk, "', not in the vocabulary");
+    v.types[v.unk] = TokenType::kUnknown;
+  }
+  read_post_processor(root, v);
+  v.cls = v.add_bos ? v.bos : v.find("[CLS]");
+  v.sep = v.add_eos ? v.eos : v.find("[SEP]");
+  v.pad = v.find("[PAD]");
+  v.mask = v.find("[MASK]");
+  v.build_index(source);
+  return v;
+}
+
 }  // namespace
 
 json parse_json(std::string_view text, const std::string& source, int max_depth) {
@@ -400,9 +450,10 @@ Vocab vocab_from_hf_tokenizer_json(const std::string& json_text, const std::stri
   const Obj model = root.obj("model");
   // Old files leave out model.type; a merges list then says BPE.
   std::string type = model.str("type").value_or(model.get("merges") ? "BPE" : "");
+  if (type == "WordPiece") return wordpiece_vocab(root, model);
   if (type != "BPE") {
     fail(source, ": tokenizer model type '", type,
-         "' is not supported yet (only BPE: SentencePiece-style or byte-level)");
+         "' is not supported yet (BPE: SentencePiece-style or byte-level; WordPiece)");
   }
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     if (auto s = model.str(key); s && !s->empty()) {

@@ -100,6 +100,31 @@ std::vector<Architecture> make_table() {
   gpt_oss.ffn_norm_name = "post_attention_norm";
   gpt_oss.load = load_gpt_oss;
   t.push_back(gpt_oss);
+
+  Architecture bert;  // sentence-transformers' encoders (all-MiniLM, bge); embeddings only
+  bert.name = "bert";
+  bert.hf_model_types = {"bert"};
+  bert.encoder = true;
+  bert.hf_layer_prefix = "encoder.layer.";
+  bert.hf_top_names = {{"embeddings.word_embeddings.weight", "token_embd.weight"},
+                       {"embeddings.token_type_embeddings.weight", "token_types.weight"},
+                       {"embeddings.position_embeddings.weight", "position_embd.weight"},
+                       {"embeddings.LayerNorm.weight", "token_embd_norm.weight"},
+                       {"embeddings.LayerNorm.bias", "token_embd_norm.bias"}};
+  bert.hf_layer_names = {{"attention.self.query", "attn_q"},
+                         {"attention.self.key", "attn_k"},
+                         {"attention.self.value", "attn_v"},
+                         {"attention.output.dense", "attn_output"},
+                         {"attention.output.LayerNorm", "attn_output_norm"},
+                         {"intermediate.dense", "ffn_up"},
+                         {"output.dense", "ffn_down"},
+                         {"output.LayerNorm", "layer_output_norm"}};
+  bert.hf_text_prefixes = {{"bert.", ""}};  // BertForMaskedLM and the like
+  // The pooler and the masked-LM head are not the embedding; position_ids is an index buffer.
+  bert.hf_ignored_prefixes = {"pooler.", "cls.", "embeddings.position_ids", "bert.pooler.",
+                              "bert.embeddings.position_ids"};
+  bert.load = load_bert;
+  t.push_back(bert);
   return t;
 }
 

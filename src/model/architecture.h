@@ -65,6 +65,12 @@ struct Architecture {
   // (Gemma: 1); GGUF files store offset + w, so the loader and convert add it to every
   // "*norm.weight" tensor of a checkpoint.
   float hf_norm_offset = 0;
+  // An encoder (BERT): bidirectional attention, embeddings only, no generation.
+  bool encoder = false;
+  // The prefix of a Hugging Face layer's tensors ("model.layers.3.") and whole-name spellings
+  // of the tensors outside the layers, looked up before the common ones.
+  std::string_view hf_layer_prefix = "model.layers.";
+  std::vector<std::pair<std::string_view, std::string_view>> hf_top_names;
   std::string_view fallback_chat_template;  // a builtin template's name; empty: none
   std::unique_ptr<Model> (*load)(const ModelFile&, Communicator*) = nullptr;
 };

@@ -152,6 +152,23 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   c.expert_intermediate = u32(a + "expert_feed_forward_length");
   c.expert_gating_sigmoid = u32(a + "expert_gating_func") == 2;  // llama.cpp: 1 softmax, 2 sigmoid
   c.expert_weights_norm = r.flag(a + "expert_weights_norm", c.expert_weights_norm);
+  c.causal_attention = r.flag(a + "attention.causal", true);
+  // GGUF has no key for a Normalize module; llama-server L2-normalises embeddings by default.
+  c.normalize_embeddings = true;
+  c.token_type_count = u32("tokenizer.ggml.token_type_count");
+  if (f.has(a + "attention.layer_norm_epsilon")) {
+    c.rms_norm_eps = r.f32(a + "attention.layer_norm_epsilon", c.rms_norm_eps);
+  }
+  if (f.has(a + "pooling_type")) {
+    static const char* const kPooling[] = {"none", "mean", "cls", "last"};
+    const uint32_t p = u32(a + "pooling_type");
+    if (p < 4) {
+      c.pooling = kPooling[p];
+    } else {
+      c.unreadable.push_back(str_cat("metadata key '", a, "pooling_type' is ", p,
+                                     "; pagoda pools by none (0), mean (1), cls (2) or last (3)"));
+    }
+  }
   return c;
 }
 

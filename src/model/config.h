@@ -49,6 +49,16 @@ struct ModelConfig {
   bool expert_gating_sigmoid = false;  // scores by sigmoid, not softmax over the experts
   bool expert_weights_norm = true;     // the chosen experts' weights divided by their sum
 
+  // Encoders and embeddings. BERT attends both ways (GGUF attention.causal false), adds a token
+  // type's row (token_type_count of them) and keeps LayerNorm's epsilon in rms_norm_eps.
+  bool causal_attention = true;
+  uint32_t token_type_count = 0;
+  // How a text's token vectors become one embedding: "" (the model says nothing), "none",
+  // "mean", "cls", "last" (GGUF pooling_type 0-3; a folder's 1_Pooling/config.json), and
+  // whether it is then L2-normalised (a folder's modules.json lists Normalize).
+  std::string pooling;
+  bool normalize_embeddings = false;
+
   uint32_t expert_ffn_size() const { return expert_intermediate ? expert_intermediate : intermediate_size; }
 
   // Hyper-parameters the file sets in a form pagoda cannot use, one line each ("metadata key

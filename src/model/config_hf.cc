@@ -173,6 +173,22 @@ void check_fixed_choices(const Reader& r, const Architecture* arch, const ModelC
   }
 }
 
+// BERT's keys: its LayerNorm epsilon and token types; what it computes otherwise is refused.
+void read_encoder(const Reader& r, ModelConfig& c) {
+  c.causal_attention = false;
+  c.rms_norm_eps = static_cast<float>(r.number("layer_norm_eps").value_or(1e-12));
+  if (auto n = r.u32("type_vocab_size")) c.token_type_count = *n;
+  const std::string act = r.str("hidden_act").value_or("gelu");
+  if (act != "gelu") {
+    fail(r.source(), ": key 'hidden_act' is '", act, "'; pagoda's BERT computes 'gelu' (erf)");
+  }
+  const std::string pos = r.str("position_embedding_type").value_or("absolute");
+  if (pos != "absolute") {
+    fail(r.source(), ": key 'position_embedding_type' is '", pos,
+         "'; pagoda's BERT adds absolute position embeddings");
+  }
+}
+
 }  // namespace
 
 ModelConfig config_from_hf_json(const std::string& json_text, const std::string& source) {
@@ -222,6 +238,7 @@ ModelConfig config_from_hf_json(const std::string& json_text, const std::string&
   // The wrapper of a multimodal model may hold the flag instead of its text_config.
   if (auto tie = top.boolean("tie_word_embeddings")) c.tie_embeddings = *tie;
   if (auto tie = r.boolean("tie_word_embeddings")) c.tie_embeddings = *tie;
+  if (arch && arch->encoder) read_encoder(r, c);
   check_fixed_choices(r, arch, c, source);
   return c;
 }

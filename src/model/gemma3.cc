@@ -117,7 +117,7 @@ void Gemma3Model::forward_local(Backend& be, const ForwardBatch& batch, KvStorag
     be.add(act_.x.data(), act_.h.data(), m * hidden);
   }
 
-  compute_logits(be, c, out.logit_rows(), output_norm_, output_, act_, logits);
+  compute_logits(be, c, out, output_norm_, output_, act_, logits);
 }
 
 }  // namespace

@@ -214,7 +214,7 @@ void LlamaModel::forward_local(Backend& be, const ForwardBatch& batch, KvStorage
   }
 
   if (tp_ == nullptr) {
-    compute_logits(be, c, out.logit_rows(), output_norm_, output_, act_, logits);
+    compute_logits(be, c, out, output_norm_, output_, act_, logits);
     return;
   }
   compute_logits(be, c, out.logit_rows(), output_norm_, output_, act_, local_logits_);

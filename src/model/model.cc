@@ -67,6 +67,22 @@ void compute_logits(Backend& be, const ModelConfig& c, std::span<const int32_t> 
   be.download(act.logits.data(), logits.size() * sizeof(float), logits.data());
 }
 
+void compute_logits(Backend& be, const ModelConfig& c, const OutputRows& out,
+                    const std::vector<float>& output_norm, const WeightMatrix& output,
+                    Activations& act, std::vector<float>& logits) {
+  if (!out.batch.hidden_states) {
+    return compute_logits(be, c, out.logit_rows(), output_norm, output, act, logits);
+  }
+  const int64_t hidden = c.hidden_size;
+  const std::span<const int32_t> rows = out.logit_rows();
+  const auto m = static_cast<int64_t>(rows.size());
+  act.last.reserve(be, m * hidden, "the activations");
+  be.gather_rows(act.x.data(), rows, hidden, act.last.data());
+  be.rms_norm(act.last.data(), output_norm.data(), m, hidden, c.rms_norm_eps, act.last.data());
+  logits.resize(static_cast<size_t>(m * hidden));
+  be.download(act.last.data(), logits.size() * sizeof(float), logits.data());
+}
+
 OutputRows::OutputRows(const ForwardBatch& b) : batch(b) {
   const auto m = static_cast<int32_t>(b.logit_rows.size());
   if (m >= b.num_tokens()) return;
@@ -115,8 +131,15 @@ std::unique_ptr<Model> Model::load(const ModelFile& file, Communicator* tp) {
 
 void Model::forward(Backend& backend, const ForwardBatch& batch, KvStorage& kv,
                     std::vector<float>& logits) {
+  if (tp_ != nullptr && batch.hidden_states) {
+    fail("embeddings from a model split by tensor parallelism are not supported");
+  }
   if (tp_ != nullptr) send_forward(*tp_, batch, kv);
   forward_local(backend, batch, kv, logits);
+}
+
+void Model::hidden_states(Backend&, const ForwardBatch&, std::vector<float>&) {
+  fail("architecture '", config_.architecture, "' gives no embeddings by itself");
 }
 
 void Model::copy_kv_blocks(Backend& backend, KvStorage& kv, std::span<const BlockCopy> copies) {

@@ -14,6 +14,7 @@ namespace pagoda {
 
 class ModelFile;
 class KvStorage;
+struct OutputRows;
 class Communicator;
 
 // One step's tokens, laid out for the forward pass (see AttentionBatch for the K/V side).
@@ -26,6 +27,9 @@ struct ForwardBatch {
   int32_t max_blocks_per_seq = 0;
   int32_t block_size = 16;
   std::vector<int32_t> logit_rows;    // token rows whose logits are wanted, in output order
+  // Embeddings from a generative model: the forward pass leaves each logit row's hidden state
+  // after the final norm ([rows, hidden]) where the logits would go.
+  bool hidden_states = false;
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   int32_t num_seqs() const { return static_cast<int32_t>(query_start.size()) - 1; }
@@ -55,6 +59,12 @@ AttentionParams attention_params(const ModelConfig& config);
 // Only the rows whose logits are wanted go through the final norm and the vocabulary matrix:
 // logits = output · rms_norm(x[rows]), brought to the host.   logits: [rows.size(), vocab]
 void compute_logits(Backend& backend, const ModelConfig& config, std::span<const int32_t> rows,
+                    const std::vector<float>& output_norm, const WeightMatrix& output,
+                    Activations& act, std::vector<float>& logits);
+
+// compute_logits for the rows `out` names; when its batch asks for hidden_states, `logits` gets
+// the final-norm hidden state of each row instead ([rows, hidden]).
+void compute_logits(Backend& backend, const ModelConfig& config, const OutputRows& out,
                     const std::vector<float>& output_norm, const WeightMatrix& output,
                     Activations& act, std::vector<float>& logits);
 
@@ -110,6 +120,11 @@ class Model {
   // the backend that holds `kv`.
   void copy_kv_blocks(Backend& backend, KvStorage& kv, std::span<const BlockCopy> copies);
 
+  // Every token's last hidden state, [num_tokens, hidden] on the host, for embeddings: an
+  // encoder's (BERT: the whole of each sequence of the batch at once, no cache). The batch's
+  // token_ids, positions and query_start are read. Generative families refuse.
+  virtual void hidden_states(Backend& backend, const ForwardBatch& batch, std::vector<float>& out);
+
   // The ranks this model is split over; null when it is whole.
   Communicator* tensor_parallel() const { return tp_; }
   // This rank's part of the step rank 0 sent (follow_steps); on rank 0 the logits are every
@@ -136,5 +151,6 @@ std::vector<float> llama3_rope_freq_factors(const ModelConfig& c, int32_t rotary
 void apply_rope_scaling(const ModelConfig& c, RopeParams& p);
 std::unique_ptr<Model> load_gemma3(const ModelFile& file, Communicator* tp);
 std::unique_ptr<Model> load_gpt_oss(const ModelFile& file, Communicator* tp);
+std::unique_ptr<Model> load_bert(const ModelFile& file, Communicator* tp);
 
 }  // namespace pagoda

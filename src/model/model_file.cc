@@ -38,6 +38,31 @@ std::optional<json> read_json_object(const fs::path& path) {
   return doc;
 }
 
+std::optional<json> read_json_object_or_array(const fs::path& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return std::nullopt;
+  return parse_json(read_file(path.string()), path.string());
+}
+
+// 1_Pooling/config.json's mode, as llama.cpp's converter reads it: mean, cls or last token.
+std::string pooling_mode(const fs::path& path) {
+  auto cfg = read_json_object(path);
+  if (!cfg) fail(path.string(), ": missing (modules.json lists a Pooling module here)");
+  auto on = [&](const char* key) {
+    auto it = cfg->find(key);
+    return it != cfg->end() && it->is_boolean() && it->get<bool>();
+  };
+  if (on("pooling_mode_mean_tokens")) return "mean";
+  if (on("pooling_mode_cls_token")) return "cls";
+  if (on("pooling_mode_lasttoken")) return "last";
+  if (auto it = cfg->find("pooling_mode"); it != cfg->end() && it->is_string()) {
+    const std::string mode = it->get<std::string>();
+    if (mode == "mean" || mode == "cls") return mode;
+    if (mode == "lasttoken") return "last";
+  }
+  fail(path.string(), ": no pooling mode pagoda computes (mean, cls or last token)");
+}
+
 // model.safetensors.index.json: {"weight_map": {"tensor name": "shard file name"}}. Returns
 // the shard paths (sorted, each once) and the map, to check each shard holds what it should.
 std::vector<std::string> shards_from_index(const fs::path& index_path,
@@ -165,6 +190,37 @@ std::vector<TokenId> apply_special_overrides(Vocab& v, const fs::path& folder) {
   return extra_eog;
 }
 
+// A sentence-transformers folder: modules.json lists a Pooling module (its config.json says
+// how) and maybe Normalize. Other modules (Dense projections, ...) would change the vectors, so
+// a folder with one is refused rather than embedded wrong.
+void read_sentence_transformers(const fs::path& folder, ModelConfig& c) {
+  auto modules = read_json_object_or_array(folder / "modules.json");
+  if (!modules) return;
+  const std::string source = (folder / "modules.json").string();
+  if (!modules->is_array()) fail(source, ": the top level is not a list of modules");
+  for (const json& m : *modules) {
+    const std::string type = m.is_object() && m.contains("type") && m["type"].is_string()
+                                 ? m["type"].get<std::string>() : "";
+    const std::string path = m.is_object() && m.contains("path") && m["path"].is_string()
+                                 ? m["path"].get<std::string>() : "";
+    auto ends = [&](std::string_view s) {
+      return type.size() >= s.size() && type.compare(type.size() - s.size(), s.size(), s) == 0;
+    };
+    if (ends(".Transformer")) continue;
+    if (ends(".Normalize")) {
+      c.normalize_embeddings = true;
+    } else if (ends(".Pooling")) {
+      if (path.find("..") != std::string::npos || (!path.empty() && path[0] == '/')) {
+        fail(source, ": module path '", path, "' leaves the folder");
+      }
+      c.pooling = pooling_mode(folder / path / "config.json");
+    } else {
+      fail(source, ": module '", type, "' is not supported (pagoda runs Transformer, Pooling and "
+           "Normalize)");
+    }
+  }
+}
+
 }  // namespace
 
 ModelFile::~ModelFile() = default;
@@ -252,6 +308,7 @@ void ModelFile::open_hf(const std::string& folder, const std::vector<std::string
       find_tensor("model.embed_tokens.weight") != nullptr) {
     config_.tie_embeddings = true;
   }
+  read_sentence_transformers(folder, config_);
   read_hf_vocab(folder);
   if (config_.vocab_size == 0 && vocab_) config_.vocab_size = static_cast<uint32_t>(vocab_->size());
 }

@@ -38,6 +38,11 @@ std::string gguf_tensor_name(const std::string& hf_name, const Architecture* arc
       {"model.norm.weight", "output_norm.weight"},
       {"lm_head.weight", "output.weight"},
   };
+  if (arch != nullptr) {
+    for (const auto& [from, to] : arch->hf_top_names) {
+      if (hf == from) return std::string(to);
+    }
+  }
   for (const auto& [from, to] : kTop) {
     if (hf == from) return to;
   }
@@ -50,7 +55,7 @@ std::string gguf_tensor_name(const std::string& hf_name, const Architecture* arc
       {"mlp.down_proj", "ffn_down"},          {"self_attn.qkv_proj", "attn_qkv"},
       {"mlp.gate_up_proj", "ffn_up"},
   };
-  const std::string prefix = "model.layers.";
+  const std::string prefix(arch != nullptr ? arch->hf_layer_prefix : "model.layers.");
   if (!starts_with(hf, prefix)) return hf_name;
   size_t dot = hf.find('.', prefix.size());
   if (dot == std::string::npos) return hf_name;

@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "server/anthropic_messages.h"
 #include "server/api_error.h"
+#include "server/embeddings.h"
 #include "server/generation_task.h"
 #include "server/ollama_api.h"
 #include "server/openapi.h"
@@ -152,7 +153,8 @@ void HttpServer::log_access(const AccessRecord& r) {
       "/metrics",        "/stats",               "/tokenize",    "/detokenize",
       "/",               "/openapi.json",        "/v1/messages", "/v1/messages/count_tokens",
       "/api/chat",       "/api/generate",        "/api/tags",    "/api/show",
-      "/api/ps",         "/api/version",         "/api/embed",   "/v1/responses"};
+      "/api/ps",         "/api/version",         "/api/embed",   "/v1/responses",
+      "/api/embeddings", "/v1/embeddings"};
   metrics_.count_request(routes.count(r.path) ? r.path : "other", r.status);
   if (options_.log_format == LogFormat::kNone || is_poll(r)) return;
   json note = r.note.empty() ? json::object() : json::parse(r.note, nullptr, false);
@@ -226,6 +228,14 @@ void HttpServer::handle(HttpRequest req, std::shared_ptr<Exchange> ex) {
 void HttpServer::route(const HttpRequest& req, const std::shared_ptr<Exchange>& ex) {
   const std::string& p = req.path;
   if (req.method == "POST") {
+    static const std::set<std::string> generation = {"/v1/completions", "/v1/chat/completions",
+                                                     "/v1/messages", "/v1/responses", "/api/chat",
+                                                     "/api/generate"};
+    if (!model_.generates && generation.count(p)) {
+      throw ApiError(400, "invalid_request_error",
+                     "the model '" + model_.name + "' is an embedding model: it answers "
+                     "/v1/embeddings and /api/embed, not " + p, "model", "model_not_generative");
+    }
     if (p == "/v1/completions") return start_generation(req, ex, Endpoint::kCompletions);
     if (p == "/v1/chat/completions") return start_generation(req, ex, Endpoint::kChat);
     if (p == "/v1/messages") return start_generation(req, ex, Endpoint::kMessages);
@@ -235,6 +245,10 @@ void HttpServer::route(const HttpRequest& req, const std::shared_ptr<Exchange>& 
       return ex->respond(json_response(200, {{"input_tokens", r.prompts.at(0).size()}}));
     }
     if (p == "/api/chat" || p == "/api/generate") return ollama_generation(req, ex);
+    if (p == "/v1/embeddings") return ex->respond(openai_embeddings(req.body, model_, options_.limits));
+    if (p == "/api/embed" || p == "/api/embeddings") {
+      return ex->respond(ollama_embed(p, req.body, model_, options_.limits));
+    }
     if (p == "/tokenize") return ex->respond(tokenize(req));
     if (p == "/detokenize") return ex->respond(detokenize(req));
   } else if (req.method == "GET" || req.method == "HEAD") {
@@ -275,7 +289,8 @@ void HttpServer::route(const HttpRequest& req, const std::shared_ptr<Exchange>& 
   static const std::set<std::string> post_routes = {
       "/v1/completions", "/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens",
       "/tokenize",       "/detokenize",          "/api/chat",    "/api/generate",
-      "/api/show",       "/api/embed",           "/api/embeddings", "/v1/responses"};
+      "/api/show",       "/api/embed",           "/api/embeddings", "/v1/responses",
+      "/v1/embeddings"};
   static const std::set<std::string> get_routes = {"/v1/models", "/health",   "/metrics",
                                                    "/stats",     "/openapi.json", "/",
                                                    "/api/tags",  "/api/ps",   "/api/version"};

@@ -75,8 +75,8 @@ class OllamaWriter {
 };
 
 // The GET and POST routes that describe the served model (the caller checks the method):
-// /api/tags, /api/ps, /api/version, /api/show; and /api/embed, /api/embeddings and the model
-// management routes, which are refused (501). Returns false for any other path.
+// /api/tags, /api/ps, /api/version, /api/show; and the model management routes, which are
+// refused (501). Returns false for any other path (/api/embed is server/embeddings.h's).
 bool ollama_info_route(const std::string& path, const std::string& body,
                        const ModelContext& model, const RequestLimits& limits,
                        nlohmann::ordered_json& out);

@@ -208,10 +208,6 @@ bool ollama_info_route(const std::string& path, const std::string& body,
     out = ps(model);
   } else if (path == "/api/show") {
     out = show(body, model, limits);
-  } else if (path == "/api/embed" || path == "/api/embeddings") {
-    throw ApiError(501, "not_implemented",
-                   "embeddings are not available on this server: pagoda serve runs its model for "
-                   "generation only (see docs/SERVER.md)");
   } else if (management.count(path) || path.rfind("/api/blobs/", 0) == 0) {
     throw ApiError(501, "not_implemented",
                    path + " is not available: this server serves the one model it was started "

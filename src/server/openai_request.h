@@ -38,6 +38,8 @@ struct ModelDescription {
 };
 
 // The served model, as request parsing needs it.
+class EmbeddingService;
+
 struct ModelContext {
   std::string name;  // the id /v1/models lists and responses carry
   // Other names requests may use for it: the file's name and its stem.
@@ -74,6 +76,10 @@ struct ModelContext {
   bool split_reasoning = true;
   int32_t reasoning_budget = -1;
   ModelDescription description;
+  // Embeddings (server/embeddings.h): null when the model does not embed; `generates` is false
+  // for an embedding-only model (BERT), whose generation routes are refused.
+  std::shared_ptr<EmbeddingService> embeddings;
+  bool generates = true;
 };
 
 // Limits a server operator sets (pagoda serve options).

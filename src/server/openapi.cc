@@ -3,6 +3,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "server/embeddings.h"
+
 namespace pagoda::server {
 namespace {
 
@@ -226,8 +228,72 @@ constexpr const char* kSpec = R"json({
   }
 })json";
 
-// Ollama's routes (ollama_api.h), merged into kSpec's paths and schemas. /api/embed is left out:
-// it answers 501 until the server has embeddings.
+// The embedding routes (server/embeddings.h), merged into kSpec's paths and schemas. On a
+// model that does not embed they answer 400 naming how to turn embeddings on.
+constexpr const char* kEmbeddingSpec = R"json({
+  "paths": {
+    "/v1/embeddings": {"post": {
+      "operationId": "createEmbedding",
+      "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/EmbeddingRequest"}}}},
+      "responses": {
+        "200": {"description": "one embedding per input", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/EmbeddingList"}}}},
+        "400": {"$ref": "#/components/responses/Error"}, "401": {"$ref": "#/components/responses/Error"},
+        "404": {"$ref": "#/components/responses/Error"}, "413": {"$ref": "#/components/responses/Error"}}}},
+    "/api/embed": {"post": {
+      "operationId": "ollamaEmbed",
+      "requestBody": {"required": true, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/OllamaEmbedRequest"}}}},
+      "responses": {
+        "200": {"description": "one embedding per input", "content": {"application/json": {"schema": {"type": "object",
+          "required": ["model", "embeddings", "total_duration", "load_duration", "prompt_eval_count"],
+          "properties": {"model": {"type": "string"},
+                         "embeddings": {"type": "array", "items": {"type": "array", "items": {"type": "number"}}},
+                         "total_duration": {"type": "integer"}, "load_duration": {"type": "integer"},
+                         "prompt_eval_count": {"type": "integer"}}}}}},
+        "400": {"$ref": "#/components/responses/OllamaError"}, "401": {"$ref": "#/components/responses/OllamaError"},
+        "404": {"$ref": "#/components/responses/OllamaError"}, "413": {"$ref": "#/components/responses/Error"}}}},
+    "/api/embeddings": {"post": {
+      "operationId": "ollamaEmbeddings",
+      "requestBody": {"required": true, "content": {"application/json": {"schema": {"type": "object", "required": ["model", "prompt"],
+        "properties": {"model": {"$ref": "#/components/schemas/OllamaModel"}, "prompt": {"type": "string", "minLength": 1},
+                       "options": {"$ref": "#/components/schemas/OllamaEmbedOptions"},
+                       "keep_alive": {"nullable": true, "oneOf": [{"type": "string"}, {"type": "number"}]}}}}}},
+      "responses": {
+        "200": {"description": "Ollama's older embedding answer", "content": {"application/json": {"schema": {"type": "object",
+          "required": ["embedding"], "properties": {"embedding": {"type": "array", "items": {"type": "number"}}}}}}},
+        "400": {"$ref": "#/components/responses/OllamaError"}, "401": {"$ref": "#/components/responses/OllamaError"},
+        "404": {"$ref": "#/components/responses/OllamaError"}, "413": {"$ref": "#/components/responses/Error"}}}}
+  },
+  "schemas": {
+    "TokenIds": {"type": "array", "minItems": 1, "maxItems": 512, "items": {"type": "integer", "minimum": 0}},
+    "EmbeddingRequest": {"type": "object", "required": ["input"], "properties": {
+      "input": {"oneOf": [{"type": "string", "minLength": 1},
+                          {"type": "array", "minItems": 1, "maxItems": 2048, "items": {"type": "string", "minLength": 1}},
+                          {"$ref": "#/components/schemas/TokenIds"},
+                          {"type": "array", "minItems": 1, "maxItems": 2048, "items": {"$ref": "#/components/schemas/TokenIds"}}]},
+      "model": {"type": "string", "nullable": true},
+      "encoding_format": {"type": "string", "nullable": true, "enum": ["float", "base64", null]},
+      "dimensions": {"nullable": true, "enum": [null]},
+      "user": {"type": "string", "nullable": true}}},
+    "EmbeddingList": {"type": "object", "required": ["object", "data", "model", "usage"], "properties": {
+      "object": {"type": "string", "enum": ["list"]}, "model": {"type": "string"},
+      "data": {"type": "array", "items": {"type": "object", "required": ["object", "index", "embedding"],
+        "properties": {"object": {"type": "string", "enum": ["embedding"]}, "index": {"type": "integer"},
+                       "embedding": {"oneOf": [{"type": "array", "items": {"type": "number"}}, {"type": "string"}]}}}},
+      "usage": {"type": "object", "required": ["prompt_tokens", "total_tokens"],
+                "properties": {"prompt_tokens": {"type": "integer"}, "total_tokens": {"type": "integer"}}}}},
+    "OllamaEmbedOptions": {"type": "object", "nullable": true, "properties": {
+      "num_ctx": {"type": "integer", "minimum": 1, "nullable": true}}},
+    "OllamaEmbedRequest": {"type": "object", "required": ["model", "input"], "properties": {
+      "model": {"$ref": "#/components/schemas/OllamaModel"},
+      "input": {"oneOf": [{"type": "string", "minLength": 1},
+                          {"type": "array", "minItems": 1, "maxItems": 2048, "items": {"type": "string", "minLength": 1}}]},
+      "truncate": {"type": "boolean", "nullable": true},
+      "options": {"$ref": "#/components/schemas/OllamaEmbedOptions"},
+      "keep_alive": {"nullable": true, "oneOf": [{"type": "string"}, {"type": "number"}]}}}
+  }
+})json";
+
+// Ollama's routes (ollama_api.h), merged into kSpec's paths and schemas.
 constexpr const char* kOllamaSpec = R"json({
   "paths": {
     "/api/chat": {"post": {
@@ -383,6 +449,12 @@ std::string openapi_json(const RequestLimits& limits, const ModelContext& model)
     s["OllamaCommon"]["properties"]["think"].erase("enum");
   }
   add_responses_openapi(spec, limits, model);
+  static const json embedding = json::parse(kEmbeddingSpec);
+  spec["paths"].update(embedding["paths"]);
+  s.update(embedding["schemas"]);
+  s["EmbeddingRequest"]["properties"]["model"]["enum"] = json::array({model.name, nullptr});
+  s["TokenIds"]["maxItems"] = model.embeddings ? model.embeddings->max_tokens() : model.max_model_len;
+  s["TokenIds"]["items"]["maximum"] = model.vocab_size - 1;
   spec["paths"]["/detokenize"]["post"]["requestBody"]["content"]["application/json"]["schema"]
       ["properties"]["tokens"]["items"]["maximum"] = model.vocab_size - 1;
   return spec.dump(1);

@@ -43,7 +43,7 @@ const OutType& out_type(const std::string& name) {
 // GGUF) need more than a name mapping and are refused rather than written wrong.
 bool convert_handles(const Architecture& arch) {
   return arch.name == "llama" || arch.name == "qwen2" || arch.name == "qwen3" ||
-         arch.name == "gemma3";
+         arch.name == "gemma3" || arch.name == "bert";
 }
 
 // Where a tensor goes in the file: the embedding, the layers in numeric order, then the rest,
@@ -91,9 +91,6 @@ uint32_t permute_heads(const Architecture& arch, const ModelConfig& c, const std
 // The tokenizer under tokenizer.ggml.*, padded to `n_rows` tokens (the embedding's rows; some
 // checkpoints pad the table past the tokenizer, and llama.cpp wants one token per row).
 void write_tokenizer(const Vocab& v, uint64_t n_rows, GgufWriter& w, const std::string& source) {
-  if (v.kind == TokenizerKind::kWordPiece) {
-    fail(source, ": a WordPiece tokenizer: convert writes SentencePiece-style and byte-level BPE only");
-  }
   if (v.size() > n_rows) {
     fail(source, ": the tokenizer has ", v.size(), " tokens, the embedding only ", n_rows, " rows");
   }
@@ -144,6 +141,11 @@ void write_tokenizer(const Vocab& v, uint64_t n_rows, GgufWriter& w, const std::
   id("tokenizer.ggml.eot_token_id", v.eot);
   id("tokenizer.ggml.unknown_token_id", v.unk);
   id("tokenizer.ggml.padding_token_id", v.pad);
+  if (v.kind == TokenizerKind::kWordPiece) {  // llama.cpp's spelling: "seperator"
+    id("tokenizer.ggml.seperator_token_id", v.sep);
+    id("tokenizer.ggml.cls_token_id", v.cls);
+    id("tokenizer.ggml.mask_token_id", v.mask);
+  }
   w.add_bool("tokenizer.ggml.add_bos_token", v.add_bos);
   w.add_bool("tokenizer.ggml.add_eos_token", v.add_eos);
   if (spm) w.add_bool("tokenizer.ggml.add_space_prefix", v.add_space_prefix);
@@ -191,9 +193,28 @@ void write_rope_scaling(GgufWriter& w, const std::string& a, const ModelConfig& 
 
 }  // namespace
 
+// An encoder's keys, as llama.cpp's BertModel converter writes them: LayerNorm's epsilon, no
+// RoPE, bidirectional attention, the pooling mode (1 mean, 2 cls, 3 last) and the token types.
+void write_encoder_hyper_parameters(const ModelConfig& c, GgufWriter& w, const std::string& a) {
+  if (c.context_length) w.add_u32(a + "context_length", c.context_length);
+  w.add_u32(a + "embedding_length", c.hidden_size);
+  w.add_u32(a + "block_count", c.num_layers);
+  w.add_u32(a + "feed_forward_length", c.intermediate_size);
+  w.add_u32(a + "attention.head_count", c.num_heads);
+  w.add_f32(a + "attention.layer_norm_epsilon", c.rms_norm_eps);
+  w.add_bool(a + "attention.causal", false);
+  if (c.vocab_size) w.add_u32(a + "vocab_size", c.vocab_size);
+  const std::string& p = c.pooling;
+  if (p == "mean" || p == "cls" || p == "last") {
+    w.add_u32(a + "pooling_type", p == "mean" ? 1 : p == "cls" ? 2 : 3);
+  }
+  w.add_u32("tokenizer.ggml.token_type_count", c.token_type_count ? c.token_type_count : 1);
+}
+
 void write_gguf_hyper_parameters(const ModelConfig& c, GgufWriter& w, const std::string& source) {
   const Architecture& arch = architecture_of(c, source);
   const std::string a = std::string(arch.name) + ".";
+  if (arch.encoder) return write_encoder_hyper_parameters(c, w, a);
   if (c.context_length) w.add_u32(a + "context_length", c.context_length);
   w.add_u32(a + "embedding_length", c.hidden_size);
   w.add_u32(a + "block_count", c.num_layers);
@@ -241,7 +262,7 @@ ConvertSummary convert_hf_model(const ConvertOptions& o,
   const Architecture* arch = find_architecture(c.architecture);
   if (arch == nullptr || !convert_handles(*arch)) {
     fail(in, ": architecture '", c.architecture,
-         "' is not supported by convert (supported: llama, mistral, qwen2, qwen3, gemma3)");
+         "' is not supported by convert (supported: llama, mistral, qwen2, qwen3, gemma3, bert)");
   }
   c.validate(in);
   if (!file->has_vocab() && !file->vocab_unreadable()) {
@@ -321,7 +342,9 @@ ConvertSummary convert_hf_model(const ConvertOptions& o,
   uint64_t total = 0;
   for (const Item& it : items) {
     const TensorRef& t = *it.ref;
-    const bool vector = t.shape.size() <= 1;
+    // Vectors, and the position and token-type tables (llama.cpp's converter keeps those F32).
+    const bool vector = t.shape.size() <= 1 || it.key.name == "position_embd.weight" ||
+                        it.key.name == "token_types.weight";
     Job j{it.key.name, &t, vector ? DType::kF32 : out.type, permute_heads(*arch, c, it.key.name),
           vector && ends_with(it.key.name, "norm.weight") ? arch->hf_norm_offset : 0.0f};
     if (j.heads) {

@@ -42,7 +42,8 @@ def test_the_description_is_served_and_names_this_servers_limits(pagoda_bin):
                                       "/v1/messages", "/v1/messages/count_tokens",
                                       "/api/chat", "/api/generate", "/api/show", "/api/tags",
                                       "/api/ps", "/api/version", "/v1/responses",
-                                      "/v1/responses/{response_id}"}
+                                      "/v1/responses/{response_id}", "/v1/embeddings",
+                                      "/api/embed", "/api/embeddings"}
         messages = spec["components"]["schemas"]["MessagesRequest"]["allOf"][1]["properties"]
         assert messages["max_tokens"]["maximum"] == 8
         responses = spec["components"]["schemas"]["ResponsesRequest"]["properties"]

@@ -40,7 +40,7 @@ TEST(Architecture, EveryNameResolvesToOneFamily) {
 
 TEST(Architecture, UnknownFamilyNamesTheSupportedOnes) {
   EXPECT_EQ(supported_architectures(),
-            "llama, mistral, qwen2, qwen3, qwen3moe, phi3, gemma3, gpt-oss");
+            "llama, mistral, qwen2, qwen3, qwen3moe, phi3, gemma3, gpt-oss, bert");
   ModelConfig c;
   c.architecture = "falcon";
   try {
@@ -49,7 +49,7 @@ TEST(Architecture, UnknownFamilyNamesTheSupportedOnes) {
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(),
                  "x.gguf: architecture 'falcon' is not supported (supported: llama, mistral, qwen2, "
-                 "qwen3, qwen3moe, phi3, gemma3, gpt-oss)");
+                 "qwen3, qwen3moe, phi3, gemma3, gpt-oss, bert)");
   }
 }
 

@@ -13,6 +13,7 @@
 #include "model/model_file.h"
 #include "test_util.h"
 #include "tokenizer/pre_tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace pagoda {
 namespace {
@@ -381,10 +382,50 @@ TEST(HfTokenizer, ByteLevelGuessesThePreTokenizer) {
   EXPECT_EQ(pre_of(removed, true), "default");
 }
 
+// A BERT tokenizer.json becomes llama.cpp's "bert" vocabulary: word-initial pieces get "\u2581",
+// "##" continuations lose it, special tokens stay; [CLS] ... [SEP] from the template.
+TEST(HfTokenizer, WordPieceAsLlamaCppStoresIt) {
+  const Vocab v = vocab_from_hf_tokenizer_json(R"({
+    "added_tokens": [{"id": 0, "content": "[PAD]", "special": true},
+                     {"id": 1, "content": "[UNK]", "special": true},
+                     {"id": 2, "content": "[CLS]", "special": true},
+                     {"id": 3, "content": "[SEP]", "special": true}],
+    "normalizer": {"type": "BertNormalizer", "lowercase": true},
+    "post_processor": {"type": "TemplateProcessing",
+      "single": [{"SpecialToken": {"id": "[CLS]"}}, {"Sequence": {"id": "A"}},
+                 {"SpecialToken": {"id": "[SEP]"}}]},
+    "model": {"type": "WordPiece", "unk_token": "[UNK]", "continuing_subword_prefix": "##",
+              "vocab": {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "hello": 4, "##s": 5,
+                        "world": 6, "!": 7}}})", "t");
+  EXPECT_EQ(v.kind, TokenizerKind::kWordPiece);
+  EXPECT_EQ(v.model, "bert");
+  EXPECT_EQ(v.tokens[2], "[CLS]");
+  EXPECT_EQ(v.tokens[4], "\xE2\x96\x81hello");
+  EXPECT_EQ(v.tokens[5], "s");
+  EXPECT_EQ(v.bos, 2);
+  EXPECT_EQ(v.cls, 2);
+  EXPECT_EQ(v.eos, 3);
+  EXPECT_EQ(v.sep, 3);
+  EXPECT_EQ(v.unk, 1);
+  EXPECT_TRUE(v.add_bos && v.add_eos);
+  auto tok = Tokenizer::create(v);
+  EXPECT_EQ(tok->encode("Hellos, World!", {.add_special = true}),
+            (std::vector<TokenId>{2, 4, 5, 1, 6, 7, 3}));
+}
+
 TEST(HfTokenizer, BadFilesNameTheProblem) {
   EXPECT_ERROR(
-      vocab_from_hf_tokenizer_json(R"({"model": {"type": "WordPiece", "vocab": {}}})", "t"),
-      "t: tokenizer model type 'WordPiece' is not supported yet (only BPE");
+      vocab_from_hf_tokenizer_json(R"({"model": {"type": "WordLevel", "vocab": {}}})", "t"),
+      "t: tokenizer model type 'WordLevel' is not supported yet (BPE");
+  // WordPiece is BERT's uncased one, with "##" continuations.
+  EXPECT_ERROR(vocab_from_hf_tokenizer_json(
+                   R"({"model": {"type": "WordPiece", "vocab": {"a": 0},
+                      "continuing_subword_prefix": "@@"}})", "t"),
+               "t: key 'model.continuing_subword_prefix' is '@@'; only '##' is supported");
+  EXPECT_ERROR(vocab_from_hf_tokenizer_json(
+                   R"({"normalizer": {"type": "BertNormalizer", "lowercase": false},
+                      "model": {"type": "WordPiece", "vocab": {"a": 0}}})", "t"),
+               "t: key 'normalizer.lowercase' is false");
   EXPECT_ERROR(vocab_from_hf_tokenizer_json(R"({"model": {"type": "Unigram"}})", "t"),
                "t: tokenizer model type 'Unigram' is not supported yet");
   EXPECT_ERROR(vocab_from_hf_tokenizer_json(R"({"version": "1.0"})", "t"),
@@ -562,10 +603,10 @@ TEST(ModelFile, FolderWithoutTokenizer) {
   EXPECT_EQ(m->config().vocab_size, 300u);
 
   // A broken tokenizer.json does not stop the weights from loading; vocab() says what broke.
-  write(dir / "tokenizer.json", R"({"model": {"type": "WordPiece"}})");
+  write(dir / "tokenizer.json", R"({"model": {"type": "Unigram"}})");
   m = ModelFile::open(dir.string());
   EXPECT_FALSE(m->has_vocab());
-  EXPECT_ERROR(m->vocab(), "tokenizer.json: tokenizer model type 'WordPiece' is not supported yet");
+  EXPECT_ERROR(m->vocab(), "tokenizer.json: tokenizer model type 'Unigram' is not supported yet");
 
   write(dir / "config.json", R"({"model_type": "llama", "hidden_size": "64"})");
   EXPECT_ERROR(ModelFile::open(dir.string()),
