@@ -119,7 +119,7 @@ void GptOssModel::forward_local(Backend& be, const ForwardBatch& batch, KvStorag
     be.rms_norm(act_.x.data(), L.ffn_norm.data(), m, hidden, c.rms_norm_eps, act_.h.data());
     moe_ffn(be, L.moe, c, act_.h.data(), m, moe_scratch_, act_.x.data());
   }
-  compute_logits(be, c, out.logit_rows(), output_norm_, output_, act_, logits);
+  compute_logits(be, c, out, output_norm_, output_, act_, logits);
 }
 
 }  // namespace

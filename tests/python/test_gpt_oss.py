@@ -105,6 +105,12 @@ def experts_out(h, w, p, used, clamps):
 
 
 def reference_logits(path, ids, clamps, sinks=True):
+    x, w = reference_hidden(path, ids, clamps, sinks)
+    return x @ w["output.weight"].T
+
+
+def reference_hidden(path, ids, clamps, sinks=True):
+    """Every position's hidden state after the final norm, and the weights."""
     w, field = read(path)
     a = "gpt-oss."
     layers, heads = field(a + "block_count"), field(a + "attention.head_count")
@@ -138,8 +144,7 @@ def reference_logits(path, ids, clamps, sinks=True):
             out[:, hh] = probs[:, :-1] @ v[:, g]
         x = x + out.reshape(n, heads * hd) @ w[p + "attn_output.weight"].T + w[p + "attn_output.bias"]
         x = x + experts_out(rms_norm(x, w[p + "post_attention_norm.weight"], eps), w, p, used, clamps)
-    x = rms_norm(x, w["output_norm.weight"], eps)
-    return x @ w["output.weight"].T
+    return rms_norm(x, w["output_norm.weight"], eps), w
 
 
 def prompt_logits(model, ids, backend, vocab):
@@ -182,6 +187,25 @@ def test_sinks_matter(pagoda_bin, shared_dir, tmp_path):
     without = reference_logits(path, IDS[:20], [0, 0], sinks=False)
     got = prompt_logits(path, IDS[:20], "reference", without.shape[1])
     assert np.abs(got - without).max() > 100 * BOUNDS[("f32", "reference")]
+
+
+def test_embeds_with_pooling(pagoda_bin, shared_dir, tmp_path):
+    """`pagoda embed --pooling` on gpt-oss: the final-norm hidden states pooled and normalised,
+    as the numpy pass computes them (not its logits)."""
+    path = tmp_path / "gpt-oss-tiny-f32.gguf"
+    synth(pagoda_bin, shared_dir, path, "f32")
+    text = "Once upon a time there was a cat"
+    r = subprocess.run([str(pagoda_bin), "tokenize", "-m", str(path), "--bos", text],
+                       capture_output=True, text=True, timeout=60)
+    ids = [int(t) for t in r.stdout.split()]
+    hidden, _ = reference_hidden(path, ids, [0, 0])
+    for pooling, want in (("mean", hidden.mean(0)), ("last", hidden[-1])):
+        r = subprocess.run([str(pagoda_bin), "embed", "-m", str(path), "-q", "--pooling", pooling,
+                            text], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        got = np.array(json.loads(r.stdout)["embedding"])
+        want = want / np.linalg.norm(want)
+        assert got.shape == want.shape and np.abs(got - want).max() < 1e-4, pooling
 
 
 def complete(url, prompt, max_tokens):
