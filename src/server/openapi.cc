@@ -167,7 +167,7 @@ constexpr const char* kSpec = R"json({
         "n": {"type": "integer", "minimum": 1, "maximum": 16, "nullable": true},
         "stop": {"$ref": "#/components/schemas/Stop"},
         "stream": {"type": "boolean", "nullable": true},
-        "stream_options": {"type": "object", "nullable": true, "properties": {"include_usage": {"type": "boolean"}}},
+        "stream_options": {"type": "object", "nullable": true, "properties": {"include_usage": {"type": "boolean", "nullable": true}}},
         "presence_penalty": {"type": "number", "minimum": -2, "maximum": 2, "nullable": true},
         "frequency_penalty": {"type": "number", "minimum": -2, "maximum": 2, "nullable": true},
         "repetition_penalty": {"type": "number", "minimum": 0.001, "maximum": 100, "nullable": true},
