@@ -16,13 +16,7 @@ std::string quoted(const std::string& s) { return "'" + s + "'"; }
 // Refuses any key of `object` outside `known`, naming it at `where`; a null is not given.
 void only_keys(const json& object, const std::set<std::string>& known, const std::string& where,
                const std::string& why = "") {
-  for (const auto& [key, value] : object.items()) {
-    if (known.count(key) == 0 && !value.is_null()) {
-      const std::string name = where.empty() ? key : where + "." + key;
-      throw bad_param(name, quoted(name) + " is not supported by this server" +
-                                (why.empty() ? "" : " (" + why + ")"));
-    }
-  }
+  refuse_unknown_keys(object, known, where, why.empty() ? "" : " (" + why + ")");
 }
 
 // A text block: {"type": "text", "text", cache_control?, citations?}; its text.

@@ -18,12 +18,7 @@ std::string in_quotes(const std::string& s) { return "'" + s + "'"; }
 // Refuses any key of `object` outside `known`, naming it at `where`; a null is not given.
 void only_keys(const json& object, const std::set<std::string>& known, const std::string& where,
                const std::string& route) {
-  for (const auto& [key, value] : object.items()) {
-    if (known.count(key) == 0 && !value.is_null()) {
-      const std::string name = where.empty() ? key : where + "." + key;
-      throw bad_param(name, in_quotes(name) + " is not supported by this server's " + route);
-    }
-  }
+  refuse_unknown_keys(object, known, where, "'s " + route);
 }
 
 // An empty string, list or object (json::empty() is false for any string).
