@@ -420,6 +420,14 @@ Calibration calibrate(const std::vector<CalibrationRun>& runs, const HardwarePro
   return c;
 }
 
+double Calibration::worst_error() const {
+  double worst = 0;
+  for (const CalibrationFigure& f : figures) {
+    worst = std::max(worst, std::fabs(f.after_s / f.measured_s - 1));
+  }
+  return worst;
+}
+
 std::vector<CalibrationFigure> check_runs(const std::vector<CalibrationRun>& runs,
                                           const HardwareProfile& profile) {
   std::vector<CalibrationFigure> out;

@@ -81,7 +81,13 @@ struct Calibration {
   // values could not reproduce the runs, so all three moved and are not told apart.
   bool underdetermined = false;
   std::vector<CalibrationFigure> figures;
+  // The largest |after / measured - 1| over the figures. The cost model has three knobs; a
+  // machine whose prefill and decode differ in ways it does not model (per-token work outside
+  // the matmuls and attention, say) leaves some misfit however they are set.
+  double worst_error() const;
 };
+// A misfit above this is reported: the profile then cannot reproduce the runs.
+constexpr double kCalibrationMisfit = 0.05;
 // Throws Error when the runs hold no measured figure.
 Calibration calibrate(const std::vector<CalibrationRun>& runs, const HardwareProfile& profile);
 

@@ -290,6 +290,12 @@ std::string calibration_text(const Calibration& c, const HardwareProfile& p) {
               f.measured_s * 1e3, (f.before_s / f.measured_s - 1) * 100,
               (f.after_s / f.measured_s - 1) * 100);
   }
+  if (c.worst_error() > kCalibrationMisfit) {
+    s += strf("  (no setting of the three reproduces every figure: one stays %.0f%% off. The\n"
+              "   model leaves out work this machine spends time on, so its figures for\n"
+              "   other lengths are rougher than the table above suggests)\n",
+              c.worst_error() * 100);
+  }
   return s;
 }
 
@@ -335,6 +341,8 @@ EstimateJson calibration_json(const Calibration& c, const HardwareProfile& p) {
           {"compute", c.compute_measured ? "measured" : "modelled"},
           {"overheads", c.overhead_measured ? "measured" : "modelled"},
           {"underdetermined", c.underdetermined},
+          {"worst_error", c.worst_error()},
+          {"misfit", c.worst_error() > kCalibrationMisfit},
           {"bandwidth_efficiency", p.get("bandwidth_efficiency")},
           {"compute_efficiency", p.get("compute_efficiency")},
           {"figures", figures}};
