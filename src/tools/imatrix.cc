@@ -7,6 +7,7 @@
 #include <sstream>
 #include <utility>
 
+#include "backend/forwarding_backend.h"
 #include "core/error.h"
 #include "format/gguf.h"
 #include "format/gguf_writer.h"
@@ -122,10 +123,10 @@ struct TensorSpan {
   int64_t num_experts;  // 3-D tensors: experts stacked, each a matrix of its own
 };
 
-class MatmulObserver final : public Backend {
+class MatmulObserver final : public ForwardingBackend {
  public:
   MatmulObserver(Backend& inner, const ModelFile& file, MatmulInputSink sink)
-      : inner_(inner), sink_(std::move(sink)) {
+      : ForwardingBackend(inner), sink_(std::move(sink)) {
     const Architecture* arch = find_architecture(file.config().architecture);
     for (const TensorRef& t : file.tensors()) {
       const std::string name = gguf_tensor_name(t.name, arch);
@@ -136,24 +137,7 @@ class MatmulObserver final : public Backend {
     std::sort(spans_.begin(), spans_.end(), [](const auto& a, const auto& b) { return a.begin < b.begin; });
   }
 
-  std::string name() const override { return inner_.name(); }
   // The inputs are read on the host (the sink), so the inner backend's memory must be too.
-  bool host_visible() const override { return inner_.host_visible(); }
-  std::unique_ptr<BackendBuffer> allocate(uint64_t bytes, const char* what) override {
-    return inner_.allocate(bytes, what);
-  }
-  void upload(const void* host, uint64_t bytes, void* dst) override { inner_.upload(host, bytes, dst); }
-  void download(const void* src, uint64_t bytes, void* host) override { inner_.download(src, bytes, host); }
-  void gather_rows(const float* x, std::span<const int32_t> rows, int64_t width, float* out) override {
-    inner_.gather_rows(x, rows, width, out);
-  }
-  void copy_blocks(KvLayer cache, uint64_t block_bytes, std::span<const BlockCopy> copies) override {
-    inner_.copy_blocks(cache, block_bytes, copies);
-  }
-  void prepare(const WeightMatrix& w) override { inner_.prepare(w); }
-  void embed(const WeightMatrix& table, const int32_t* ids, int64_t n, float* out) override {
-    inner_.embed(table, ids, n, out);
-  }
   void matmul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y) override {
     collect(w, x, num_tokens, nullptr);
     inner_.matmul(w, x, num_tokens, y);
@@ -163,28 +147,6 @@ class MatmulObserver final : public Backend {
     for (const Product& p : products) last = collect(*p.w, x, num_tokens, last);
     inner_.matmul_many(products, x, num_tokens);
   }
-  void rms_norm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps, float* y) override {
-    inner_.rms_norm(x, weight, rows, dim, eps, y);
-  }
-  void rope(float* x, const int32_t* positions, int64_t n, int64_t heads, int64_t head_dim,
-            const RopeParams& p) override {
-    inner_.rope(x, positions, n, heads, head_dim, p);
-  }
-  void write_kv(const float* k, const float* v, const AttentionBatch& b, const AttentionParams& p,
-                KvLayer cache) override {
-    inner_.write_kv(k, v, b, p, cache);
-  }
-  void attention(const float* q, KvLayer cache, const AttentionBatch& b, const AttentionParams& p,
-                 float* out) override {
-    inner_.attention(q, cache, b, p, out);
-  }
-  void silu_mul(const float* g, const float* u, int64_t n, float* out) override { inner_.silu_mul(g, u, n, out); }
-  void gelu_mul(const float* g, const float* u, int64_t n, float* out) override { inner_.gelu_mul(g, u, n, out); }
-  void add(float* x, const float* y, int64_t n) override { inner_.add(x, y, n); }
-  void add_bias(float* x, const float* bias, int64_t rows, int64_t dim) override {
-    inner_.add_bias(x, bias, rows, dim);
-  }
-  void scale(float* x, float s, int64_t n) override { inner_.scale(x, s, n); }
 
  private:
   // Adds x to the entry of the tensor w lies in, unless that tensor is `same` (a second view of
@@ -210,7 +172,6 @@ class MatmulObserver final : public Backend {
     return &span;
   }
 
-  Backend& inner_;
   MatmulInputSink sink_;
   std::vector<TensorSpan> spans_;
   const TensorSpan* last_span_ = nullptr;
