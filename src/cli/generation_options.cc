@@ -11,6 +11,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/kv_format.h"
 #include "cli/commands.h"
+#include "comm/communicator.h"
 #include "core/error.h"
 #include "core/memory.h"
 #include "model/kv_storage.h"
@@ -68,6 +69,13 @@ void add_generation_options(CLI::App* cmd, GenerationOptions& o,
                       ->default_str("random");
   cmd->add_flag("--special", o.special,
                 "Print control tokens the model emits (<|im_end|>, <start_of_image>) as text");
+  cmd->add_option("--lora", o.lora,
+                  "LoRA adapter in llama.cpp's GGUF form, applied unmerged: W x + scale B A x")
+      ->check(CLI::ExistingFile);
+  cmd->add_option("--lora-scale", o.lora_scale,
+                  "The adapter's scale (times its alpha / rank, as llama.cpp)")
+      ->default_val(1.0f)
+      ->check(CLI::Range(-100.0f, 100.0f));
 }
 
 SamplingParams sampling_params(GenerationOptions& o) {
@@ -139,6 +147,17 @@ LoadedModel load_model(const GenerationOptions& o, Communicator* tp) {
   m.tokenizer = Tokenizer::create(m.file->vocab());
   m.model = Model::load(*m.file, tp);
   m.backend = make_backend(o.backend, o.threads);
+  if (!o.lora.empty()) {
+    if (tp != nullptr && tp->size() > 1) {
+      throw UsageError("--lora runs on one process; tensor parallelism (mpirun -np N) does not "
+                       "apply adapters yet");
+    }
+    m.lora = LoraAdapter::open(o.lora, *m.file, o.lora_scale);
+    m.device = std::move(m.backend);
+    m.backend = make_lora_backend(*m.device, *m.file, *m.lora);
+    std::fprintf(stderr, "lora: %s, %zu weights, alpha %g, scale %g\n", o.lora.c_str(),
+                 m.lora->weights().size(), double(m.lora->alpha()), double(o.lora_scale));
+  }
   return m;
 }
 

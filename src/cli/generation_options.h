@@ -12,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "engine/engine.h"
+#include "model/lora.h"
 #include "model/model.h"
 #include "model/model_file.h"
 #include "tokenizer/tokenizer.h"
@@ -35,10 +36,12 @@ struct GenerationOptions {
   SamplingParams sampling;
   uint64_t seed = 0;
   CLI::Option* seed_option = nullptr;
+  std::string lora;  // a LoRA adapter (GGUF) applied unmerged; empty: none
+  float lora_scale = 1.0f;
 };
 
 // Adds -m, -n, -c, -t, --backend, --kv-type, --temp, --top-k, --top-p, --min-p, the penalties,
-// --seed and --special to `cmd`. `num_tokens_help` says what -n means for the command.
+// --seed, --special, --lora and --lora-scale to `cmd`. `num_tokens_help` says what -n means for the command.
 void add_generation_options(CLI::App* cmd, GenerationOptions& o,
                             const std::string& num_tokens_help);
 
@@ -66,9 +69,12 @@ struct LoadedModel {
   std::unique_ptr<ModelFile> file;
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<Model> model;
-  std::unique_ptr<Backend> backend;
+  std::unique_ptr<LoraAdapter> lora;
+  std::unique_ptr<Backend> device;   // the backend the ops run on, under `backend` with --lora
+  std::unique_ptr<Backend> backend;  // what the engine calls
 };
-// With `tp` (several ranks) each rank loads its slice of the model (cli/ranks.h).
+// With `tp` (several ranks) each rank loads its slice of the model (cli/ranks.h); --lora
+// refuses several ranks.
 LoadedModel load_model(const GenerationOptions& o, Communicator* tp = nullptr);
 
 // Set by the SIGINT handler that `install_interrupt_handler` puts in place: how many Ctrl-C

@@ -7,6 +7,7 @@ import subprocess
 
 import gguf
 import pytest
+from gguf_copy import copy_gguf
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -471,39 +472,12 @@ def test_this_machine_predicts_what_bench_latency_measures(pagoda_bin, shared_di
         assert 1 / 2.5 < p / m < 2.5, f"{name}: predicted {p:.1f} ms, measured {m:.1f} ms"
 
 
-def copy_without_tensor(src, dst, dropped):
-    """`src` rewritten to `dst` with every key and all tensors but `dropped`."""
-    r = gguf.GGUFReader(str(src))
-    w = gguf.GGUFWriter(str(dst), arch=bytes(r.fields["general.architecture"].parts[-1]).decode())
-    for f in r.fields.values():
-        if f.name.startswith("GGUF.") or f.name == "general.architecture":
-            continue
-        kind = f.types[0]
-        if kind == gguf.GGUFValueType.ARRAY:
-            sub = f.types[-1]
-            values = [bytes(f.parts[i]).decode("utf-8", "replace")
-                      if sub == gguf.GGUFValueType.STRING else f.parts[i].tolist()[0]
-                      for i in f.data]
-            w.add_key_value(f.name, values, kind, sub_type=sub)
-        elif kind == gguf.GGUFValueType.STRING:
-            w.add_key_value(f.name, bytes(f.parts[f.data[0]]).decode(), kind)
-        else:
-            w.add_key_value(f.name, f.parts[f.data[0]].tolist()[0], kind)
-    for t in r.tensors:
-        if t.name != dropped:
-            w.add_tensor(t.name, t.data.copy(), raw_dtype=t.tensor_type)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-
-
 def test_this_machine_without_a_runnable_model_uses_the_kernel_probe(pagoda_bin, shared_dir,
                                                                      tmp_path):
     # The estimate needs only the file's shape; the engine needs every tensor. Without one the
     # engine probe says why in one line and the estimate goes on from the kernel probe.
     broken = tmp_path / "broken.gguf"
-    copy_without_tensor(shared_dir / "models" / "stories260K.gguf", broken, "blk.0.attn_q.weight")
+    copy_gguf(shared_dir / "models" / "stories260K.gguf", broken, dropped={"blk.0.attn_q.weight"})
     r = estimate(pagoda_bin, "-m", broken, "--hardware", "this", "--prompt-len", 64,
                  "--output-len", 16, "--json", "-")
     assert r.returncode == 0, r.stderr.decode()

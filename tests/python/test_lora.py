@@ -1,0 +1,157 @@
+"""LoRA adapters applied unmerged (`run --lora`, model/lora.h): the logits with an adapter equal
+those of the base model whose weights numpy merged, W + scale * B @ A, run without one; and a
+bad adapter is one clear line.
+
+The adapters are made here with numpy in llama.cpp's GGUF adapter layout (general.type adapter,
+adapter.type lora, adapter.lora.alpha, NAME.lora_a [rank, cols] and NAME.lora_b [rows, rank])."""
+import subprocess
+
+import gguf
+import numpy as np
+import pytest
+
+from conftest import find_tools
+from gguf_copy import copy_gguf
+
+IDS = [1, 403, 261, 159, 395, 263, 216, 298, 322, 278, 479, 338, 164, 289, 450, 112]
+TARGETS = ["blk.0.attn_q.weight", "blk.0.attn_v.weight", "blk.1.ffn_down.weight",
+           "blk.2.attn_output.weight", "blk.4.ffn_up.weight", "output.weight"]
+
+
+def base_model(shared_dir):
+    path = shared_dir / "models" / "stories260K.gguf"
+    if not path.exists():
+        pytest.skip(f"*** {path} is absent: SKIPPING ***")
+    return path
+
+
+def tensors_of(path):
+    return {t.name: np.array(t.data) for t in gguf.GGUFReader(str(path)).tensors}
+
+
+def write_adapter(path, arch, pairs, alpha, extra=None):
+    w = gguf.GGUFWriter(str(path), arch=arch)
+    w.add_string("general.type", "adapter")
+    w.add_string("adapter.type", "lora")
+    w.add_float32("adapter.lora.alpha", alpha)
+    for key, value in (extra or {}).items():
+        w.add_string(key, value)
+    for name, (a, b) in pairs.items():
+        w.add_tensor(name + ".lora_a", a.astype(np.float32))
+        w.add_tensor(name + ".lora_b", b.astype(np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
+def random_pairs(base, rank, seed, targets=TARGETS):
+    rng = np.random.default_rng(seed)
+    weights = tensors_of(base)
+    pairs = {}
+    for name in targets:
+        rows, cols = weights[name].shape
+        pairs[name] = (rng.normal(0, 0.3, (rank, cols)), rng.normal(0, 0.3, (rows, rank)))
+    return pairs
+
+
+def merged(base, dst, pairs, scale):
+    weights = tensors_of(base)
+    replaced = {name: (weights[name].astype(np.float64) + scale * (b @ a)).astype(np.float32)
+                for name, (a, b) in pairs.items()}
+    copy_gguf(base, dst, replaced)
+
+
+def prompt_logits(model, backend, *extra):
+    tool = find_tools("prompt_logits") / "prompt_logits"
+    r = subprocess.run([str(tool), str(model), "--backend", backend, *map(str, extra),
+                        *map(str, IDS)], capture_output=True, timeout=300)
+    assert r.returncode == 0, r.stderr.decode()
+    return np.frombuffer(r.stdout, dtype=np.float32).reshape(len(IDS), -1)
+
+
+# The bound is relative to the largest logit (about 20 here); the adapter moves the logits by
+# more than 1 (checked below), so it tells a missing or misplaced product apart from rounding.
+# llama.cpp (llama-cpp-python 0.3.36, lora_path / lora_scale 0.5) on the same adapter, alpha 8:
+# at most 0.048 from pagoda's logits, against 0.018 for the base model alone (its F16 K/V);
+# the adapter's effect there is 20.3, so both read the file and the scale rule alike.
+@pytest.mark.parametrize("backend", ["reference", "cpu"])
+@pytest.mark.parametrize("alpha,user_scale", [(8.0, 1.0), (0.0, 0.5)])
+def test_unmerged_adapter_equals_merged_weights(shared_dir, tmp_path, backend, alpha,
+                                                user_scale):
+    base = base_model(shared_dir)
+    rank = 4
+    pairs = random_pairs(base, rank, seed=7)
+    adapter = tmp_path / "adapter.gguf"
+    write_adapter(adapter, "llama", pairs, alpha)
+    scale = user_scale * alpha / rank if alpha else user_scale  # llama.cpp's rule
+    merged_path = tmp_path / "merged.gguf"
+    merged(base, merged_path, pairs, scale)
+    want = prompt_logits(merged_path, backend)
+    got = prompt_logits(base, backend, "--lora", adapter, "--lora-scale", user_scale)
+    plain = prompt_logits(base, backend)
+    assert np.abs(want - plain).max() > 1.0, "the adapter should change the logits"
+    assert np.abs(got - want).max() < 1e-4 * max(1.0, np.abs(want).max())
+
+
+def test_scale_zero_is_the_base_model(shared_dir, tmp_path):
+    base = base_model(shared_dir)
+    adapter = tmp_path / "adapter.gguf"
+    write_adapter(adapter, "llama", random_pairs(base, 2, seed=1), 4.0)
+    got = prompt_logits(base, "cpu", "--lora", adapter, "--lora-scale", 0)
+    assert np.abs(got - prompt_logits(base, "cpu")).max() < 1e-5
+
+
+def test_run_with_an_adapter_writes_the_merged_models_text(pagoda_bin, shared_dir, tmp_path):
+    base = base_model(shared_dir)
+    pairs = random_pairs(base, 4, seed=3)
+    adapter = tmp_path / "adapter.gguf"
+    write_adapter(adapter, "llama", pairs, 4.0)
+    merged_path = tmp_path / "merged.gguf"
+    merged(base, merged_path, pairs, 1.0)
+
+    def run(model, *extra):
+        r = subprocess.run([str(pagoda_bin), "run", "-m", str(model), "--temp", "0", "-n", "40",
+                            *map(str, extra), "-p", "Once upon a time"], capture_output=True,
+                           timeout=120)
+        assert r.returncode == 0, r.stderr.decode()
+        return r.stdout.decode(), r.stderr.decode()
+
+    with_adapter, log = run(base, "--lora", adapter)
+    assert "lora: " in log and "6 weights" in log
+    assert with_adapter == run(merged_path)[0]
+    assert with_adapter != run(base)[0]
+
+
+def bad_adapter_error(pagoda_bin, base, adapter):
+    r = subprocess.run([str(pagoda_bin), "run", "-m", str(base), "--lora", str(adapter), "-n", "1", "-p",
+                        "Hi"], capture_output=True, timeout=60)
+    assert r.returncode == 1
+    lines = r.stderr.decode().strip().splitlines()
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_bad_adapters_are_one_line_each(pagoda_bin, shared_dir, tmp_path):
+    base = base_model(shared_dir)
+    pairs = random_pairs(base, 4, seed=5, targets=["blk.0.attn_q.weight"])
+    other_arch = tmp_path / "qwen.gguf"
+    write_adapter(other_arch, "qwen2", pairs, 4.0)
+    assert "an adapter for 'qwen2', the model is 'llama'" in \
+        bad_adapter_error(pagoda_bin, base, other_arch)
+
+    a, b = pairs["blk.0.attn_q.weight"]
+    wrong_shape = tmp_path / "shape.gguf"
+    write_adapter(wrong_shape, "llama", {"blk.0.attn_k.weight": (a, b)}, 4.0)
+    assert "'blk.0.attn_k.weight' is 64 x 32 but its lora_a is 64 x 4" in \
+        bad_adapter_error(pagoda_bin, base, wrong_shape)
+
+    missing = tmp_path / "missing.gguf"
+    write_adapter(missing, "llama", {"blk.9.attn_q.weight": (a, b)}, 4.0)
+    assert "which the model does not have" in bad_adapter_error(pagoda_bin, base, missing)
+
+    assert "not 'adapter': not a LoRA adapter file" in bad_adapter_error(pagoda_bin, base, base)
+
+    alora = tmp_path / "alora.gguf"
+    write_adapter(alora, "llama", pairs, 4.0, extra={"adapter.alora.invocation_tokens": "x"})
+    assert "activated LoRA" in bad_adapter_error(pagoda_bin, base, alora)
