@@ -154,7 +154,7 @@ LoadedModel load_model(const GenerationOptions& o, Communicator* tp) {
     }
     m.lora = LoraAdapter::open(o.lora, *m.file, o.lora_scale);
     m.device = std::move(m.backend);
-    m.backend = make_lora_backend(*m.device, *m.file, *m.lora);
+    m.backend = make_lora_backend(*m.device, *m.file, {m.lora.get()}, 1);
     std::fprintf(stderr, "lora: %s, %zu weights, alpha %g, scale %g\n", o.lora.c_str(),
                  m.lora->weights().size(), double(m.lora->alpha()), double(o.lora_scale));
   }

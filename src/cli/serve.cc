@@ -27,6 +27,7 @@
 #include "grammar/grammar_cache.h"
 #include "grammar/grammar_compiler.h"
 #include "model/kv_storage.h"
+#include "model/lora.h"
 #include "model/model.h"
 #include "model/model_check.h"
 #include "model/model_file.h"
@@ -63,7 +64,44 @@ struct ServeOptions {
   int32_t max_model_len = 0;
   int64_t responses_max_mib = 256;
   EngineConfig engine;
+  std::vector<std::string> loras;  // NAME=PATH
 };
+
+// The model's LoRA adapters (serve --lora NAME=PATH), each a model id of its own, run by one
+// LoraBackend over `device` so that requests for any of them and for the base share a step.
+struct ServedLoras {
+  std::vector<std::unique_ptr<LoraAdapter>> adapters;
+  std::unique_ptr<LoraBackend> backend;  // null: no adapters
+};
+
+ServedLoras load_loras(const ServeOptions& o, const ModelFile& file, Backend& device,
+                       server::ModelContext& context) {
+  ServedLoras out;
+  if (o.loras.empty()) return out;
+  if (ranks() != nullptr) {
+    throw UsageError("--lora runs on one process; tensor parallelism does not apply adapters yet");
+  }
+  std::vector<const LoraAdapter*> list;
+  for (const std::string& spec : o.loras) {
+    const size_t eq = spec.find('=');
+    if (eq == 0 || eq == std::string::npos || eq + 1 == spec.size()) {
+      throw UsageError("--lora " + spec + ": give NAME=PATH (the name requests use as their model)");
+    }
+    const std::string name = spec.substr(0, eq), path = spec.substr(eq + 1);
+    if (context.answers_to(name) || context.adapter_named(name) != nullptr) {
+      throw UsageError("--lora " + spec + ": the name '" + name + "' is already taken");
+    }
+    out.adapters.push_back(LoraAdapter::open(path, file, 1.0f));
+    list.push_back(out.adapters.back().get());
+    context.adapters.push_back({name, static_cast<int32_t>(list.size()),
+                                out.adapters.back()->digest(), path});
+    std::fprintf(stderr, "serve: LoRA adapter '%s': %s, %zu weights, alpha %g\n", name.c_str(),
+                 path.c_str(), out.adapters.back()->weights().size(),
+                 double(out.adapters.back()->alpha()));
+  }
+  out.backend = make_lora_backend(device, file, std::move(list), 0);
+  return out;
+}
 
 // An IPv6 address goes in brackets in a URL: http://[::1]:8080.
 std::string url_host(const std::string& host) {
@@ -155,6 +193,10 @@ Action add_serve(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   auto* cmd = app.add_subcommand("serve", "Serve the OpenAI-compatible HTTP API and a web page");
   cmd->add_option("-m,--model", o->model, "GGUF file or Hugging Face model folder")->required();
+  cmd->add_option("--lora", o->loras,
+                  "NAME=PATH: a LoRA adapter (llama.cpp's GGUF form) served as model NAME beside "
+                  "the base, applied unmerged; requests for different adapters share a step "
+                  "(repeatable)");
   cmd->add_option("--host", o->server.host, "Address to listen on")->default_val("127.0.0.1");
   cmd->add_option("--port", o->server.port, "Port (0: any free port)")->default_val(8080)
       ->check(CLI::Range(0, 65535));
@@ -344,8 +386,12 @@ Action add_serve(CLI::App& app) {
       config.kv_cache_bytes = 0;
       config.num_kv_cache_tokens = config.block_size;
     }
-    auto engine = std::make_unique<EngineThread>(std::make_unique<Engine>(*model, *backend, config));
-    add_embeddings(*o, *model, *backend, *tokenizer, *engine, config.max_model_len, context);
+    ServedLoras loras = load_loras(*o, *file, *backend, context);
+    Backend& runs_on = loras.backend ? *loras.backend : *backend;
+    auto core = std::make_unique<Engine>(*model, runs_on, config);
+    core->set_lora(loras.backend.get());
+    auto engine = std::make_unique<EngineThread>(std::move(core));
+    add_embeddings(*o, *model, runs_on, *tokenizer, *engine, config.max_model_len, context);
     o->server.log_format = o->log_format == "json"   ? server::LogFormat::kJson
                            : o->log_format == "none" ? server::LogFormat::kNone
                                                      : server::LogFormat::kText;

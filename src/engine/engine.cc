@@ -7,6 +7,7 @@
 #include <limits>
 #include <utility>
 
+#include "model/lora.h"
 #include "core/error.h"
 #include "core/memory.h"
 
@@ -92,6 +93,10 @@ Engine::Engine(Model& model, Backend& backend, EngineConfig config)
 
 void Engine::check_request(const GenerationRequest& r) const {
   if (r.prompt.empty()) fail("the prompt is empty (no tokens)");
+  const int32_t num_adapters = lora_ != nullptr ? lora_->num_adapters() : 0;
+  if (r.adapter < 0 || r.adapter > num_adapters) {
+    fail("LoRA adapter ", r.adapter, " asked for; the engine has ", num_adapters);
+  }
   for (TokenId id : r.prompt) {
     if (id < 0 || id >= vocab_size_) {
       fail("prompt token id ", id, " is outside the vocabulary [0, ", vocab_size_, ")");
@@ -169,6 +174,7 @@ void Engine::schedule_prompt(SequenceId seq_id, GenerationRequest& r) {
   base.max_tokens = r.max_tokens;
   base.stop_ids = std::move(r.stop_ids);
   base.cache_key = r.cache_key;
+  base.adapter = r.adapter;
   if (r.prompt_logprobs) {
     // Every position must be computed to be scored: a key no other request has, no cache hits.
     base.prompt_logits = true;
@@ -218,6 +224,7 @@ void Engine::add_sample_group(RequestId id, GenerationRequest r) {
     group.max_tokens = r.max_tokens;
     group.stop_ids = r.stop_ids;
     group.cache_key = r.cache_key;
+    group.adapter = r.adapter;
   }
   // Only the first sequence runs the prompt; the others fork from it once it samples (see the
   // top of engine.h).

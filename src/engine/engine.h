@@ -64,6 +64,8 @@
 
 namespace pagoda {
 
+class LoraBackend;
+
 // One GenerationRequest: the id its events carry. Each of its samples (or beams) is a sequence of
 // its own in the scheduler, under a SequenceId the engine allocates separately.
 using RequestId = int64_t;
@@ -93,6 +95,9 @@ struct GenerationRequest {
   std::vector<TokenId> stop_ids;  // EOS / EOG: the sample ends when it draws one
   int32_t n = 1;                  // parallel samples of the same prompt, [1, kMaxNumSamples]
   uint64_t cache_key = 0;         // only requests with equal keys share cached KV blocks
+  // The LoRA adapter it runs with (0: none; k: the engine's LoRA backend's adapter k, see
+  // Engine::set_lora). Its cache_key must name the adapter's contents (LoraAdapter::digest).
+  int32_t adapter = 0;
   // Speculative decoding: proposals per step, in [0, kMaxSpeculativeTokens]; -1: the engine's
   // default (EngineConfig::speculative.num_tokens).
   int32_t num_speculative_tokens = -1;
@@ -166,6 +171,9 @@ class Engine {
 
   bool has_work() const { return scheduler_.has_unfinished(); }
   EngineStats stats() const;
+  // LoRA adapters: `lora` is the backend the engine was made with (or nullptr: none), told
+  // before each forward pass which adapter each row takes (GenerationRequest::adapter).
+  void set_lora(LoraBackend* lora) { lora_ = lora; }
   const Scheduler& scheduler() const { return scheduler_; }
   const EngineConfig& config() const { return config_; }
   const KvStorage& kv() const { return *kv_; }
@@ -205,6 +213,7 @@ class Engine {
     int32_t max_tokens = 0;
     std::vector<TokenId> stop_ids;
     uint64_t cache_key = 0;
+    int32_t adapter = 0;
   };
   // A beam search: one sequence computes the prompt; beams fork from one another as the search
   // goes, and the n best arrive together when it is done.
@@ -292,6 +301,7 @@ class Engine {
 
   Model& model_;
   Backend& backend_;
+  LoraBackend* lora_ = nullptr;  // set_lora
   EngineConfig config_;
   int32_t vocab_size_;
   std::unique_ptr<KvStorage> kv_;

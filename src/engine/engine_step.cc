@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "model/lora.h"
 #include "engine/engine.h"
 #include "engine/forward_batch.h"
 
@@ -54,7 +55,10 @@ int32_t Engine::run_forward(const StepPlan& plan) {
   model_.copy_kv_blocks(backend_, *kv_, plan.block_copies);
   speculator_->copy_blocks(plan.block_copies);
   num_block_copies_ += static_cast<int64_t>(plan.block_copies.size());
+  // The route holds for this pass only: other passes on the backend (embeddings) run without.
+  if (lora_ != nullptr) lora_->route(batch.adapters, batch.logit_rows);
   if (batch.num_tokens() > 0) model_.forward(backend_, batch, *kv_, logits_);
+  if (lora_ != nullptr) lora_->route({}, {});
   num_computed_tokens_ += batch.num_tokens();
   return batch.num_tokens();
 }
@@ -259,6 +263,7 @@ void Engine::start_child(SequenceId child, std::vector<SampleResult> first,
     q.max_tokens = group.max_tokens;
     q.stop_ids = stop_ids;
     q.cache_key = group.cache_key;
+    q.adapter = group.adapter;
     scheduler_.add_sequence(std::move(q));
   }
   events.push_back(std::move(e));

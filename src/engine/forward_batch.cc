@@ -57,6 +57,10 @@ ForwardBatch build_forward_batch(const StepPlan& plan, const FindRequest& find_r
       b.slot_mapping.push_back(int64_t{s.block_table[pos / block_size]} * block_size +
                                pos % block_size);
     }
+    if (r->adapter != 0 || !b.adapters.empty()) {  // earlier sequences' tokens: none
+      b.adapters.resize(b.token_ids.size() - static_cast<size_t>(end - s.start_position), 0);
+      b.adapters.resize(b.token_ids.size(), r->adapter);
+    }
     b.query_start.push_back(b.num_tokens());
     const PromptRows prompt_rows = prompt_logit_rows(s, *r);
     for (int32_t i = 0; i < prompt_rows.count; ++i) {

@@ -8,10 +8,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/forwarding_backend.h"
 #include "format/gguf.h"
 #include "model/model_file.h"
 
@@ -47,12 +49,26 @@ class LoraAdapter {
   uint64_t digest_ = 0;
 };
 
-// A backend that runs `inner`'s ops and adds each adapter pair's product to the products of
-// its base weight: the base weights are found by address in `base`'s mapping (a view of some of
-// a weight's rows, as fused Q/K/V are taken, gets those rows of B). `inner`, `base` and
-// `adapter` must outlive it. Throws Error when `inner`'s memory is not the host's (the
-// additions are host code for now).
-std::unique_ptr<Backend> make_lora_backend(Backend& inner, const ModelFile& base,
-                                           const LoraAdapter& adapter);
+// A backend that runs `inner`'s ops and adds an adapter pair's product to the products of its
+// base weight: the base weights are found by address in `base`'s mapping (a view of some of a
+// weight's rows, as fused Q/K/V are taken, gets those rows of B). Adapter k (1-based) is
+// adapters[k - 1]; 0 is none. Which rows use which adapter: route() before each forward pass,
+// else `default_adapter` for every row. `inner`, `base` and the adapters must outlive it.
+class LoraBackend;
+// Throws Error when `inner`'s memory is not the host's (the additions are host code for now).
+std::unique_ptr<LoraBackend> make_lora_backend(Backend& inner, const ModelFile& base,
+                                               std::vector<const LoraAdapter*> adapters,
+                                               int32_t default_adapter);
+
+class LoraBackend : public ForwardingBackend {
+ public:
+  using ForwardingBackend::ForwardingBackend;
+  virtual int32_t num_adapters() const = 0;
+  // The adapter of each token of the next forward pass (empty: the default for all), and the
+  // rows whose logits it computes (ForwardBatch::logit_rows): a product over those rows only
+  // (the output matrix, the last layer's rows nobody else reads) takes their adapters.
+  virtual void route(std::span<const int32_t> token_adapters,
+                     std::span<const int32_t> logit_rows) = 0;
+};
 
 }  // namespace pagoda

@@ -1,40 +1,73 @@
-// make_lora_backend (model/lora.h): a ForwardingBackend whose products add B (A x) * scale for
-// the weights an adapter changes.
+// make_lora_backend (model/lora.h): a ForwardingBackend whose products add scale * B (A x) for
+// the weights the adapters change, each row with its own adapter (rows grouped by adapter,
+// Punica's SGMV idea in its plainest form: one pair of products per adapter present).
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <tuple>
 #include <vector>
 
-#include "backend/forwarding_backend.h"
 #include "core/error.h"
 #include "model/lora.h"
 
 namespace pagoda {
 namespace {
 
-// Where a changed base weight lies in the mapping, and its pair.
+// Where a changed base weight lies in the mapping, and each adapter's pair for it (null where
+// that adapter leaves it alone).
 struct Span {
   const uint8_t* begin;
   const uint8_t* end;
   uint64_t row_bytes;
-  const LoraWeight* lora;
+  std::vector<const LoraWeight*> pairs;  // [num_adapters + 1], [0] null
 };
 
-class LoraBackend final : public ForwardingBackend {
+class LoraBackendImpl final : public LoraBackend {
  public:
-  LoraBackend(Backend& inner, const ModelFile& base, const LoraAdapter& adapter)
-      : ForwardingBackend(inner) {
+  LoraBackendImpl(Backend& inner, const ModelFile& base, std::vector<const LoraAdapter*> adapters,
+                  int32_t default_adapter)
+      : LoraBackend(inner), num_adapters_(static_cast<int32_t>(adapters.size())),
+        default_(default_adapter) {
     if (!inner.host_visible()) {
       fail("--lora: the ", inner.name(), " backend does not run adapters yet (use --backend cpu)");
     }
+    if (default_ < 0 || default_ > num_adapters_) {
+      fail("LoRA: default adapter ", default_, " of ", num_adapters_);
+    }
     std::map<std::string, const TensorRef*> by_name;
     for (const TensorRef& t : base.tensors()) by_name[t.name] = &t;
-    for (const LoraWeight& w : adapter.weights()) {
-      const TensorRef& t = *by_name.at(w.target);
-      spans_.push_back({t.data, t.data + t.num_bytes, t.num_bytes / t.shape[1], &w});
+    std::map<const uint8_t*, size_t> by_data;
+    for (size_t k = 0; k < adapters.size(); ++k) {
+      for (const LoraWeight& w : adapters[k]->weights()) {
+        const TensorRef& t = *by_name.at(w.target);
+        auto [it, added] = by_data.try_emplace(t.data, spans_.size());
+        if (added) {
+          spans_.push_back({t.data, t.data + t.num_bytes, t.num_bytes / t.shape[1],
+                            std::vector<const LoraWeight*>(adapters.size() + 1, nullptr)});
+        }
+        spans_[it->second].pairs[k + 1] = &w;
+      }
     }
     std::sort(spans_.begin(), spans_.end(),
               [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  }
+
+  int32_t num_adapters() const override { return num_adapters_; }
+
+  void route(std::span<const int32_t> token_adapters,
+             std::span<const int32_t> logit_rows) override {
+    for (int32_t a : token_adapters) {
+      if (a < 0 || a > num_adapters_) fail("LoRA: adapter ", a, " of ", num_adapters_);
+    }
+    tokens_.assign(token_adapters.begin(), token_adapters.end());
+    logit_rows_.clear();
+    for (int32_t row : logit_rows) {
+      if (row < 0 || static_cast<size_t>(row) >= tokens_.size()) {
+        logit_rows_.clear();
+        break;
+      }
+      logit_rows_.push_back(tokens_[static_cast<size_t>(row)]);
+    }
   }
 
   void matmul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y) override {
@@ -48,7 +81,20 @@ class LoraBackend final : public ForwardingBackend {
   }
 
  private:
-  // y += scale * B[rows of w] (A x) where w is (some rows of) a weight the adapter changes.
+  // The adapter of each of `num_tokens` rows: the route's tokens, or its logit rows for a
+  // product over those alone; null: the default adapter for every row.
+  const std::vector<int32_t>* rows_for(int64_t num_tokens) const {
+    if (tokens_.empty()) return nullptr;
+    if (static_cast<size_t>(num_tokens) == tokens_.size()) return &tokens_;
+    if (!logit_rows_.empty() && static_cast<size_t>(num_tokens) == logit_rows_.size()) {
+      return &logit_rows_;
+    }
+    fail("LoRA: a product over ", num_tokens, " rows in a pass of ", tokens_.size(),
+         " tokens and ", logit_rows_.size(), " logit rows: its adapters are unknown");
+  }
+
+  // y += scale * B[rows of w] (A x) for each row's adapter, where w is (some rows of) a weight
+  // an adapter changes.
   void add_lora(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y) {
     if (num_tokens <= 0) return;
     auto it = std::upper_bound(spans_.begin(), spans_.end(), w.data,
@@ -57,13 +103,48 @@ class LoraBackend final : public ForwardingBackend {
     const Span& span = *std::prev(it);
     if (w.data >= span.end) return;
     if (w.row_bytes != span.row_bytes) {
-      fail("--lora: '", span.lora->target, "' is used in a layout the adapter cannot follow");
+      fail("LoRA: a weight an adapter changes is used in a layout the adapter cannot follow");
     }
-    const LoraWeight& lora = *span.lora;
     const int64_t first = (w.data - span.begin) / static_cast<int64_t>(span.row_bytes);
+    const std::vector<int32_t>* rows = rows_for(num_tokens);
+    if (rows == nullptr) {
+      if (const LoraWeight* lora = span.pairs[static_cast<size_t>(default_)]) {
+        add_pair(*lora, first, w, x, num_tokens, y);
+      }
+      return;
+    }
+    const int32_t one = (*rows)[0];
+    if (std::all_of(rows->begin(), rows->end(), [one](int32_t a) { return a == one; })) {
+      if (const LoraWeight* lora = span.pairs[static_cast<size_t>(one)]) {
+        add_pair(*lora, first, w, x, num_tokens, y);
+      }
+      return;
+    }
+    for (int32_t k = 1; k <= num_adapters_; ++k) {
+      const LoraWeight* lora = span.pairs[static_cast<size_t>(k)];
+      if (lora == nullptr) continue;
+      picked_.clear();
+      for (int64_t t = 0; t < num_tokens; ++t) {
+        if ((*rows)[static_cast<size_t>(t)] == k) picked_.push_back(static_cast<int32_t>(t));
+      }
+      if (picked_.empty()) continue;
+      const auto n = static_cast<int64_t>(picked_.size());
+      x_rows_.reserve(inner_, n * w.cols, "LoRA rows");
+      y_rows_.reserve(inner_, n * w.rows, "LoRA rows");
+      inner_.gather_rows(x, picked_, w.cols, x_rows_.data());
+      std::memset(y_rows_.data(), 0, static_cast<size_t>(n * w.rows) * sizeof(float));
+      add_pair(*lora, first, w, x_rows_.data(), n, y_rows_.data());
+      for (int64_t i = 0; i < n; ++i) {  // host memory: the constructor checked
+        inner_.add(y + int64_t{picked_[static_cast<size_t>(i)]} * w.rows,
+                   y_rows_.data() + i * w.rows, w.rows);
+      }
+    }
+  }
+
+  void add_pair(const LoraWeight& lora, int64_t first, const WeightMatrix& w, const float* x,
+                int64_t num_tokens, float* y) {
     const WeightMatrix& b = rows_of(lora, first, w.rows);
-    const int64_t rank = lora.a.rows;
-    ax_.reserve(inner_, num_tokens * rank, "LoRA A x");
+    ax_.reserve(inner_, num_tokens * lora.a.rows, "LoRA A x");
     bax_.reserve(inner_, num_tokens * w.rows, "LoRA B A x");
     inner_.matmul(lora.a, x, num_tokens, ax_.data());
     inner_.matmul(b, ax_.data(), num_tokens, bax_.data());
@@ -86,16 +167,21 @@ class LoraBackend final : public ForwardingBackend {
     return it->second;
   }
 
+  int32_t num_adapters_;
+  int32_t default_;
   std::vector<Span> spans_;
+  std::vector<int32_t> tokens_, logit_rows_;  // the route: adapters of the pass's rows
+  std::vector<int32_t> picked_;
   std::map<std::tuple<const LoraWeight*, int64_t, int64_t>, WeightMatrix> slices_;
-  BackendArray ax_, bax_;
+  BackendArray ax_, bax_, x_rows_, y_rows_;
 };
 
 }  // namespace
 
-std::unique_ptr<Backend> make_lora_backend(Backend& inner, const ModelFile& base,
-                                           const LoraAdapter& adapter) {
-  return std::make_unique<LoraBackend>(inner, base, adapter);
+std::unique_ptr<LoraBackend> make_lora_backend(Backend& inner, const ModelFile& base,
+                                               std::vector<const LoraAdapter*> adapters,
+                                               int32_t default_adapter) {
+  return std::make_unique<LoraBackendImpl>(inner, base, std::move(adapters), default_adapter);
 }
 
 }  // namespace pagoda

@@ -30,6 +30,8 @@ struct ForwardBatch {
   // Embeddings from a generative model: the forward pass leaves each logit row's hidden state
   // after the final norm ([rows, hidden]) where the logits would go.
   bool hidden_states = false;
+  // The LoRA adapter of each token (0: none; model/lora.h): empty when no sequence has one.
+  std::vector<int32_t> adapters;
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   int32_t num_seqs() const { return static_cast<int32_t>(query_start.size()) - 1; }

@@ -311,6 +311,7 @@ void Scheduler::fork(SequenceId parent, SequenceId child, std::optional<TokenId>
   c.max_tokens = p.max_tokens;
   c.stop_ids = p.stop_ids;
   c.cache_key = p.cache_key;
+  c.adapter = p.adapter;
   c.parent = parent;
   c.arrival_order = next_arrival_++;
   c.status = SequenceStatus::kWaiting;

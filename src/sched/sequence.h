@@ -33,6 +33,7 @@ struct Sequence {
   int32_t max_tokens = 16;        // output tokens at most
   std::vector<TokenId> stop_ids;  // EOS etc.; text stop strings are the caller's business
   uint64_t cache_key = 0;  // mixed into block hashes: only equal keys share blocks (a LoRA id)
+  int32_t adapter = 0;     // the LoRA adapter its tokens run with (0: none; model/lora.h)
   // The logits of every prompt position are wanted (prompt log-probabilities), not only the
   // last one's: the forward pass gives a row for each (prompt_logit_rows in forward_batch.h).
   bool prompt_logits = false;

@@ -47,6 +47,8 @@ Generation::Generation(EngineThread& engine, const Tokenizer& tokenizer, const A
     g.grammar = request.grammar;
     g.beam = request.beam;
     g.thinking = request.thinking;
+    g.adapter = request.adapter;
+    if (request.adapter != 0) g.cache_key = request.adapter_digest;
     try {
       streams_.push_back(engine.submit(std::move(g)));
     } catch (const Error& e) {

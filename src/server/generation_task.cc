@@ -66,7 +66,7 @@ void HttpServer::start_generation(const HttpRequest& req, const std::shared_ptr<
                                                       : "chatcmpl-") +
                     std::to_string(next_id_++);
     head.created = static_cast<int64_t>(std::time(nullptr));
-    head.model = model_.name;
+    head.model = request->adapter != 0 ? request->model : model_.name;  // an adapter: its name
     auto task = std::make_shared<GenerationTask>(*this, ex, std::move(request), std::move(g),
                                                  std::move(head), num_sequences);
     track(task);

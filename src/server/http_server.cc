@@ -225,6 +225,15 @@ void HttpServer::handle(HttpRequest req, std::shared_ptr<Exchange> ex) {
   }
 }
 
+// A LoRA adapter in /v1/models, as vLLM lists one: its base model is its parent.
+json HttpServer::adapter_info(const ServedAdapter& a) const {
+  json info = model_info_;
+  info["id"] = a.name;
+  info["parent"] = model_.name;
+  info["root"] = a.path;
+  return info;
+}
+
 void HttpServer::route(const HttpRequest& req, const std::shared_ptr<Exchange>& ex) {
   const std::string& p = req.path;
   if (req.method == "POST") {
@@ -253,11 +262,15 @@ void HttpServer::route(const HttpRequest& req, const std::shared_ptr<Exchange>& 
     if (p == "/detokenize") return ex->respond(detokenize(req));
   } else if (req.method == "GET" || req.method == "HEAD") {
     if (p == "/v1/models") {
-      return ex->respond(
-          json_response(200, {{"object", "list"}, {"data", json::array({model_info_})}}));
+      json data = json::array({model_info_});
+      for (const ServedAdapter& a : model_.adapters) data.push_back(adapter_info(a));
+      return ex->respond(json_response(200, {{"object", "list"}, {"data", data}}));
     }
     if (p.rfind("/v1/models/", 0) == 0 && p.size() > 11) {
       const std::string id = p.substr(11);
+      if (const ServedAdapter* a = model_.adapter_named(id)) {
+        return ex->respond(json_response(200, adapter_info(*a)));
+      }
       if (!model_.answers_to(id)) {
         throw ApiError(404, "invalid_request_error", "The model '" + id + "' does not exist",
                        "model", "model_not_found");

@@ -86,6 +86,7 @@ class HttpServer {
   // GET and DELETE /v1/responses/{id}.
   HttpResponse stored_response(const HttpRequest& req);
   HttpResponse tokenize(const HttpRequest& req);
+  nlohmann::json adapter_info(const ServedAdapter& a) const;
   HttpResponse detokenize(const HttpRequest& req);
   nlohmann::json stats_json() const;
   bool needs_key(const std::string& path) const;

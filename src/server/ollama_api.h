@@ -28,8 +28,10 @@ bool is_ollama_path(const std::string& path);
 nlohmann::json ollama_error_json(const ApiError& e);
 
 // The model a request names, as Ollama matches it: the served id or an alias, bare or with the
-// ":latest" tag. 404 "model 'x' not found" otherwise; 400 when it is missing or not a string.
-std::string ollama_model_name(const nlohmann::json& body, const ModelContext& model);
+// ":latest" tag, or with `adapters` a LoRA adapter's name (returned untagged). 404 "model 'x'
+// not found" otherwise; 400 when it is missing or not a string.
+std::string ollama_model_name(const nlohmann::json& body, const ModelContext& model,
+                              bool adapters = false);
 
 // An /api/chat or /api/generate body that only asks for the model to be loaded (no messages,
 // no prompt): Ollama answers it at once with done_reason "load".

@@ -334,16 +334,16 @@ bool is_ollama_path(const std::string& path) { return path.rfind("/api/", 0) == 
 
 json ollama_error_json(const ApiError& e) { return {{"error", e.what()}}; }
 
-std::string ollama_model_name(const json& body, const ModelContext& model) {
+std::string ollama_model_name(const json& body, const ModelContext& model, bool adapters) {
   const json* v = body.is_object() ? field(body, "model") : nullptr;
   if (v == nullptr) throw bad_param("model", "'model' is required");
   if (!v->is_string()) throw bad_param("model", "'model' must be a string");
   const std::string name = v->get<std::string>();
   const std::string tag = ":latest";
   const bool tagged = name.size() > tag.size() && name.compare(name.size() - tag.size(), tag.size(), tag) == 0;
-  if (model.answers_to(name) || (tagged && model.answers_to(name.substr(0, name.size() - tag.size())))) {
-    return name;
-  }
+  const std::string untagged = tagged ? name.substr(0, name.size() - tag.size()) : name;
+  if (model.answers_to(name) || model.answers_to(untagged)) return name;
+  if (adapters && model.adapter_named(untagged) != nullptr) return untagged;
   throw ApiError(404, "not_found_error", "model '" + name + "' not found", "model", "model_not_found");
 }
 
@@ -357,7 +357,7 @@ bool is_ollama_load_request(const json& body, bool generate) {
 
 std::string check_ollama_load_request(const json& body, const ModelContext& model,
                                       const RequestLimits& limits, bool generate) {
-  const std::string name = ollama_model_name(body, model);
+  const std::string name = ollama_model_name(body, model, true);
   // The rest of the body is checked as a generation request's would be.
   json probe = body;
   if (generate) {
@@ -390,7 +390,8 @@ ordered_json ollama_to_openai(const json& body, const ordered_json& ordered,
     const json* tools = field(body, "tools");
     if (tools != nullptr && !(tools->is_array() && tools->empty())) out["tools"] = ordered["tools"];
   }
-  out["model"] = model.name;
+  const std::string name = ollama_model_name(body, model, true);
+  out["model"] = model.adapter_named(name) != nullptr ? name : model.name;
   translate_common(body, out);
   translate_think(body, model, *raw, out);
   translate_logprobs(body, *raw, out);
@@ -403,7 +404,7 @@ ApiRequest parse_ollama_request(const std::string& raw_body, const ModelContext&
                                 const RequestLimits& limits, bool generate) {
   const json body = parse_json_body(raw_body, limits.max_json_depth);
   if (!body.is_object()) throw bad_param("", "the request body must be a JSON object");
-  const std::string name = ollama_model_name(body, model);
+  const std::string name = ollama_model_name(body, model, true);
   const ordered_json ordered = ordered_json::parse(raw_body);
   bool raw = false;
   ordered_json openai = ollama_to_openai(body, ordered, model, generate, &raw);

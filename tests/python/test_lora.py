@@ -4,7 +4,10 @@ bad adapter is one clear line.
 
 The adapters are made here with numpy in llama.cpp's GGUF adapter layout (general.type adapter,
 adapter.type lora, adapter.lora.alpha, NAME.lora_a [rank, cols] and NAME.lora_b [rows, rank])."""
+import concurrent.futures
+import json
 import subprocess
+import urllib.request
 
 import gguf
 import numpy as np
@@ -12,6 +15,7 @@ import pytest
 
 from conftest import find_tools
 from gguf_copy import copy_gguf
+from server_util import Server, post_json
 
 IDS = [1, 403, 261, 159, 395, 263, 216, 298, 322, 278, 479, 338, 164, 289, 450, 112]
 TARGETS = ["blk.0.attn_q.weight", "blk.0.attn_v.weight", "blk.1.ffn_down.weight",
@@ -155,3 +159,86 @@ def test_bad_adapters_are_one_line_each(pagoda_bin, shared_dir, tmp_path):
     alora = tmp_path / "alora.gguf"
     write_adapter(alora, "llama", pairs, 4.0, extra={"adapter.alora.invocation_tokens": "x"})
     assert "activated LoRA" in bad_adapter_error(pagoda_bin, base, alora)
+
+
+# ---- serve --lora NAME=PATH: adapters as model ids, mixed in one step ----
+
+PROMPT = ("Once upon a time, there was a little girl named Lily. She loved to play outside in "
+          "the park with her friends.")
+
+
+def complete(server, model, max_tokens=24):
+    status, body = post_json(server, "/v1/completions",
+                             {"model": model, "prompt": PROMPT, "max_tokens": max_tokens,
+                              "temperature": 0})
+    assert status == 200, body
+    assert body["model"] == model
+    return body["choices"][0]["text"]
+
+
+@pytest.fixture(scope="module")
+def served(pagoda_bin, shared_dir, tmp_path_factory):
+    """A server with adapters a and b on stories260K, and a server on each merged file."""
+    base = base_model(shared_dir)
+    tmp = tmp_path_factory.mktemp("lora")
+    servers = {}
+    try:
+        for name, seed in [("a", 11), ("b", 12)]:
+            pairs = random_pairs(base, 4, seed=seed)
+            write_adapter(tmp / f"{name}.gguf", "llama", pairs, 4.0)
+            merged(base, tmp / f"merged-{name}.gguf", pairs, 1.0)
+            servers["merged-" + name] = Server(pagoda_bin, tmp / f"merged-{name}.gguf")
+        servers["lora"] = Server(pagoda_bin, base, "--lora", f"a={tmp / 'a.gguf'}", "--lora",
+                                 f"b={tmp / 'b.gguf'}")
+        yield servers
+    finally:
+        for s in servers.values():
+            s.stop()
+
+
+def test_served_adapters_answer_as_their_merged_models(served):
+    s = served["lora"]
+    want = {"stories260K": complete(s, "stories260K"),
+            "a": complete(served["merged-a"], "merged-a"),
+            "b": complete(served["merged-b"], "merged-b")}
+    assert len(set(want.values())) == 3, want
+    # Base first: a full block of this prompt is cached under the base model's key, which an
+    # adapter's request must not take (its K/V differ).
+    assert complete(s, "stories260K") == want["stories260K"]
+    assert complete(s, "a") == want["a"]
+    assert complete(s, "b") == want["b"]
+    # Mixed in flight: each request gets the text it gets alone.
+    order = ["a", "stories260K", "b", "b", "a", "stories260K", "a", "b"]
+    with concurrent.futures.ThreadPoolExecutor(len(order)) as pool:
+        got = list(pool.map(lambda m: complete(s, m), order))
+    assert got == [want[m] for m in order]
+    # Ollama's route takes the adapter's name, tagged or not.
+    status, body = post_json(s, "/api/generate", {"model": "a:latest", "prompt": PROMPT,
+                                                  "raw": True, "stream": False,
+                                                  "options": {"temperature": 0,
+                                                              "num_predict": 24}})
+    assert status == 200 and body["response"] == want["a"], body
+
+
+def test_served_adapters_are_listed_and_unknown_ids_refused(served):
+    s = served["lora"]
+    with urllib.request.urlopen(s.url + "/v1/models", timeout=10) as r:
+        data = json.loads(r.read())["data"]
+    assert [m["id"] for m in data] == ["stories260K", "a", "b"]
+    assert data[1]["parent"] == "stories260K" and data[1]["root"].endswith("a.gguf")
+    with urllib.request.urlopen(s.url + "/v1/models/b", timeout=10) as r:
+        assert json.loads(r.read())["parent"] == "stories260K"
+    status, body = post_json(s, "/v1/completions", {"model": "c", "prompt": "x"})
+    assert status == 404 and "serves 'stories260K', 'a', 'b'" in body["error"]["message"]
+
+
+def test_serve_refuses_bad_lora_options(pagoda_bin, shared_dir, tmp_path):
+    base = base_model(shared_dir)
+    adapter = tmp_path / "a.gguf"
+    write_adapter(adapter, "llama", random_pairs(base, 2, seed=1), 4.0)
+    for spec, message in [(f"{adapter}", "give NAME=PATH"),
+                          (f"stories260K={adapter}", "the name 'stories260K' is already taken"),
+                          (f"x={base}", "not a LoRA adapter file")]:
+        r = subprocess.run([str(pagoda_bin), "serve", "-m", str(base), "--port", "0", "--lora",
+                            spec], capture_output=True, timeout=60)
+        assert r.returncode != 0 and message in r.stderr.decode(), (spec, r.stderr.decode())

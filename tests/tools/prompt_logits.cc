@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
     if (!lora_path.empty()) {
       lora = pagoda::LoraAdapter::open(lora_path, *file, lora_scale);
       device = std::move(backend);
-      backend = pagoda::make_lora_backend(*device, *file, *lora);
+      backend = pagoda::make_lora_backend(*device, *file, {lora.get()}, 1);
     }
     pagoda::Generator gen(*model, *backend, static_cast<int32_t>(ids.size()) + 1);
     const std::vector<float> logits = gen.prompt_logits(ids);

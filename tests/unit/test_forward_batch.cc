@@ -105,6 +105,28 @@ TEST(ForwardBatch, PrefillsAndDecodesOfTwoRequests) {
   expect_batch_matches(b, plan, s);
 }
 
+TEST(ForwardBatch, EachTokenCarriesItsSequencesAdapter) {
+  Scheduler s(make_config(32, 16));
+  Sequence a = make_request(1, 3, 4, 100), b = make_request(2, 2, 4, 200),
+           c = make_request(3, 4, 4, 300);
+  b.adapter = 2;  // the first with one is the second sequence: the first's tokens get 0
+  c.adapter = 1;
+  s.add_sequence(a);
+  s.add_sequence(b);
+  s.add_sequence(c);
+  StepPlan plan = s.schedule();
+  ForwardBatch fb = build_forward_batch(plan, s);
+  EXPECT_EQ(fb.adapters, (std::vector<int32_t>{0, 0, 0, 2, 2, 1, 1, 1, 1}));
+  s.commit(plan, std::vector<TokenId>{7, 8, 9});
+  plan = s.schedule();
+  EXPECT_EQ(build_forward_batch(plan, s).adapters, (std::vector<int32_t>{0, 2, 1}));
+
+  // No sequence with an adapter: none listed (the backend then adds nothing).
+  Scheduler plain(make_config(32, 16));
+  plain.add_sequence(make_request(1, 3, 4, 100));
+  EXPECT_TRUE(build_forward_batch(plain.schedule(), plain).adapters.empty());
+}
+
 TEST(ForwardBatch, ChunkedPrefillWantsLogitsOnlyAtThePromptsEnd) {
   Scheduler s(make_config(5, 8));
   s.add_sequence(make_request(1, 7, 4, 100));
