@@ -1,5 +1,6 @@
 // pagoda convert FOLDER -o OUT.gguf --type f32|f16|bf16: a Hugging Face model folder written as
-// a GGUF file (see tools/convert.h).
+// a GGUF file (see tools/convert.h). A PEFT LoRA folder with --base BASE.gguf: the adapter in
+// llama.cpp's GGUF form for that base (tools/peft_lora.h).
 //
 // stderr gets, on a terminal, a bar redrawn in place while the tensors are written; stdout gets
 // the one-line summary.
@@ -11,15 +12,34 @@
 #include "cli/commands.h"
 #include "cli/format_util.h"
 #include "cli/tensor_bar.h"
+#include "core/error.h"
+#include "model/model_file.h"
 #include "tools/convert.h"
+#include "tools/peft_lora.h"
 
 namespace pagoda::cli {
 namespace {
 
 struct Options {
   ConvertOptions convert;
+  std::string base;  // a PEFT adapter's base model (GGUF)
   bool quiet = false;
 };
+
+int convert_adapter(const Options& o) {
+  const ConvertOptions& c = o.convert;
+  if (o.base.empty()) {
+    throw UsageError(c.input_path + " is a PEFT LoRA adapter: give its base model with --base "
+                     "BASE.gguf (its Q/K rows and shapes decide the GGUF form)");
+  }
+  auto base = ModelFile::open(o.base);
+  const PeftSummary s = convert_peft_lora(c.input_path, *base, c.output_path);
+  std::cout << "wrote " << c.output_path << " (LoRA adapter for " << base->config().architecture
+            << "): " << s.num_pairs << " weights, rank " << s.rank << ", alpha " << s.alpha;
+  if (s.num_permuted) std::cout << ", " << s.num_permuted << " Q/K lora_B permuted";
+  std::cout << "\n";
+  return 0;
+}
 
 // The bar, on a terminal only.
 class Display {
@@ -53,8 +73,12 @@ Action add_convert(CLI::App& app) {
   // Checked by the command, not CLI11: an unknown type is a bad value (exit 1), not misuse.
   cmd->add_option("--type", c.type, "Weight type of the matrices: " + names);
   cmd->add_flag("-q,--quiet", o->quiet, "No progress bar on stderr");
+  cmd->add_option("--base", o->base,
+                  "For a PEFT LoRA folder (adapter_config.json): the base model's GGUF file");
   return [o] {
     const ConvertOptions& c = o->convert;
+    if (is_peft_folder(c.input_path)) return convert_adapter(*o);
+    if (!o->base.empty()) throw UsageError("--base is for PEFT LoRA folders; " + c.input_path + " is not one");
     ConvertSummary s;
     {
       Display display(o->quiet);

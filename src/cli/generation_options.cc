@@ -16,6 +16,7 @@
 #include "core/memory.h"
 #include "model/kv_storage.h"
 #include "model/model_check.h"
+#include "tools/peft_lora.h"
 
 namespace pagoda::cli {
 
@@ -70,8 +71,8 @@ void add_generation_options(CLI::App* cmd, GenerationOptions& o,
   cmd->add_flag("--special", o.special,
                 "Print control tokens the model emits (<|im_end|>, <start_of_image>) as text");
   cmd->add_option("--lora", o.lora,
-                  "LoRA adapter in llama.cpp's GGUF form, applied unmerged: W x + scale B A x")
-      ->check(CLI::ExistingFile);
+                  "LoRA adapter (llama.cpp's GGUF form, or a PEFT folder), applied unmerged: W x + scale B A x")
+      ->check(CLI::ExistingPath);
   cmd->add_option("--lora-scale", o.lora_scale,
                   "The adapter's scale (times its alpha / rank, as llama.cpp)")
       ->default_val(1.0f)
@@ -152,7 +153,7 @@ LoadedModel load_model(const GenerationOptions& o, Communicator* tp) {
       throw UsageError("--lora runs on one process; tensor parallelism (mpirun -np N) does not "
                        "apply adapters yet");
     }
-    m.lora = LoraAdapter::open(o.lora, *m.file, o.lora_scale);
+    m.lora = open_lora_adapter(o.lora, *m.file, o.lora_scale);
     m.device = std::move(m.backend);
     m.backend = make_lora_backend(*m.device, *m.file, {m.lora.get()}, 1);
     std::fprintf(stderr, "lora: %s, %zu weights, alpha %g, scale %g\n", o.lora.c_str(),

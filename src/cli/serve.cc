@@ -35,6 +35,7 @@
 #include "server/http_server.h"
 #include "server/reasoning_options.h"
 #include "template/chat_template.h"
+#include "tools/peft_lora.h"
 #include "tokenizer/tokenizer.h"
 
 namespace pagoda::cli {
@@ -91,7 +92,7 @@ ServedLoras load_loras(const ServeOptions& o, const ModelFile& file, Backend& de
     if (context.answers_to(name) || context.adapter_named(name) != nullptr) {
       throw UsageError("--lora " + spec + ": the name '" + name + "' is already taken");
     }
-    out.adapters.push_back(LoraAdapter::open(path, file, 1.0f));
+    out.adapters.push_back(open_lora_adapter(path, file, 1.0f));
     list.push_back(out.adapters.back().get());
     context.adapters.push_back({name, static_cast<int32_t>(list.size()),
                                 out.adapters.back()->digest(), path});

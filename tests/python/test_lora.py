@@ -16,6 +16,7 @@ import pytest
 from conftest import find_tools
 from gguf_copy import copy_gguf
 from server_util import Server, post_json
+from test_convert_families import write_safetensors
 
 IDS = [1, 403, 261, 159, 395, 263, 216, 298, 322, 278, 479, 338, 164, 289, 450, 112]
 TARGETS = ["blk.0.attn_q.weight", "blk.0.attn_v.weight", "blk.1.ffn_down.weight",
@@ -242,3 +243,80 @@ def test_serve_refuses_bad_lora_options(pagoda_bin, shared_dir, tmp_path):
         r = subprocess.run([str(pagoda_bin), "serve", "-m", str(base), "--port", "0", "--lora",
                             spec], capture_output=True, timeout=60)
         assert r.returncode != 0 and message in r.stderr.decode(), (spec, r.stderr.decode())
+
+
+# ---- PEFT folders: converted to the GGUF form, Q/K lora_B rows reordered for Llama ----
+
+def hf_to_gguf_rows(w, n_head):
+    """llama.cpp's convert_hf_to_gguf.py permute of Llama Q/K rows, written here from its rule:
+    within each head, the rows of the two halves interleave."""
+    return w.reshape(n_head, 2, w.shape[0] // n_head // 2, *w.shape[1:]).swapaxes(1, 2).reshape(
+        w.shape)
+
+
+def write_peft(folder, pairs_hf, rank, alpha, **config):
+    folder.mkdir()
+    settings = {"peft_type": "LORA", "r": rank, "lora_alpha": alpha, "bias": "none",
+                "target_modules": ["q_proj", "k_proj", "v_proj", "down_proj"],
+                "use_rslora": False, "use_dora": False, "fan_in_fan_out": False,
+                "modules_to_save": None, "rank_pattern": {}, "alpha_pattern": {}, **config}
+    (folder / "adapter_config.json").write_text(json.dumps(settings))
+    tensors = {}
+    for name, (a, b) in pairs_hf.items():
+        tensors[f"base_model.model.{name}.lora_A.weight"] = a
+        tensors[f"base_model.model.{name}.lora_B.weight"] = b
+    write_safetensors(folder / "adapter_model.safetensors", tensors, "F32")
+
+
+def test_a_peft_folder_runs_as_its_gguf_form(pagoda_bin, shared_dir, tmp_path):
+    base = base_model(shared_dir)
+    fields = gguf.GGUFReader(str(base)).fields
+    heads = int(fields["llama.attention.head_count"].parts[-1][0])
+    kv_heads = int(fields["llama.attention.head_count_kv"].parts[-1][0])
+    rng = np.random.default_rng(21)
+    weights = tensors_of(base)
+    hf = {"model.layers.0.self_attn.q_proj": ("blk.0.attn_q.weight", heads),
+          "model.layers.1.self_attn.k_proj": ("blk.1.attn_k.weight", kv_heads),
+          "model.layers.2.self_attn.v_proj": ("blk.2.attn_v.weight", 0),
+          "model.layers.3.mlp.down_proj": ("blk.3.ffn_down.weight", 0),
+          "lm_head": ("output.weight", 0)}
+    pairs_hf, pairs_gguf = {}, {}
+    for name, (target, n_head) in hf.items():
+        rows, cols = weights[target].shape
+        a, b = rng.normal(0, 0.3, (4, cols)), rng.normal(0, 0.3, (rows, 4))
+        pairs_hf[name] = (a, b)
+        pairs_gguf[target] = (a, hf_to_gguf_rows(b, n_head) if n_head else b)
+    folder = tmp_path / "peft"
+    write_peft(folder, pairs_hf, 4, 8)
+    gguf_form = tmp_path / "adapter.gguf"
+    write_adapter(gguf_form, "llama", pairs_gguf, 8.0)
+    want = prompt_logits(base, "cpu", "--lora", gguf_form)
+    got = prompt_logits(base, "cpu", "--lora", folder)
+    assert np.abs(want - prompt_logits(base, "cpu")).max() > 1.0
+    assert np.abs(got - want).max() < 1e-5 * max(1.0, np.abs(want).max())
+    # `pagoda convert` writes the same form; run reads either.
+    out = tmp_path / "converted.gguf"
+    r = subprocess.run([str(pagoda_bin), "convert", str(folder), "--base", str(base), "-o",
+                        str(out)], capture_output=True, timeout=60)
+    assert r.returncode == 0, r.stderr.decode()
+    assert "5 weights, rank 4, alpha 8, 2 Q/K lora_B permuted" in r.stdout.decode()
+    assert np.abs(prompt_logits(base, "cpu", "--lora", out) - want).max() < \
+        1e-5 * max(1.0, np.abs(want).max())
+
+
+@pytest.mark.parametrize("config,message", [
+    ({"use_dora": True}, "DoRA (use_dora) is not supported"),
+    ({"use_rslora": True}, "rsLoRA (use_rslora) is not supported"),
+    ({"modules_to_save": ["lm_head"]}, "modules_to_save"),
+    ({"rank_pattern": {"q_proj": 8}}, "per-module ranks or alphas"),
+])
+def test_peft_settings_the_gguf_form_cannot_say_are_refused(pagoda_bin, shared_dir, tmp_path,
+                                                            config, message):
+    base = base_model(shared_dir)
+    a, b = np.zeros((4, 64)), np.zeros((64, 4))
+    folder = tmp_path / "peft"
+    write_peft(folder, {"model.layers.0.self_attn.q_proj": (a, b)}, 4, 8, **config)
+    assert message in bad_adapter_error(pagoda_bin, base, folder)
+    r = subprocess.run([str(pagoda_bin), "convert", str(folder), "-o", str(tmp_path / "x.gguf")],
+                       capture_output=True, timeout=60)
+    assert r.returncode == 2 and "give its base model with --base" in r.stderr.decode()

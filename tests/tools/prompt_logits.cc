@@ -1,7 +1,7 @@
-// prompt_logits MODEL [--backend reference|cpu] [--lora ADAPTER [--lora-scale S]] ID...: runs the token ids through the model in one
-// batch and writes every position's logits to stdout as raw little-endian float32, positions x
-// vocabulary, so a Python test can compare them with its own forward pass (numpy) of a
-// Hugging Face checkpoint. Errors: one line on stderr, exit 1.
+// prompt_logits MODEL [--backend reference|cpu] [--lora ADAPTER|PEFT_FOLDER [--lora-scale S]]
+// ID...: runs the token ids through the model in one batch and writes every position's logits
+// to stdout as raw little-endian float32, positions x vocabulary, so a Python test can compare
+// them with its own forward pass (numpy) of a Hugging Face checkpoint. Errors: one line on stderr, exit 1.
 #include <cstdio>
 #include <iostream>
 #include <string>
@@ -13,6 +13,7 @@
 #include "model/lora.h"
 #include "model/model.h"
 #include "model/model_file.h"
+#include "tools/peft_lora.h"
 
 int main(int argc, char** argv) {
   try {
@@ -39,7 +40,7 @@ int main(int argc, char** argv) {
     std::unique_ptr<pagoda::LoraAdapter> lora;
     std::unique_ptr<pagoda::Backend> device;
     if (!lora_path.empty()) {
-      lora = pagoda::LoraAdapter::open(lora_path, *file, lora_scale);
+      lora = pagoda::open_lora_adapter(lora_path, *file, lora_scale);
       device = std::move(backend);
       backend = pagoda::make_lora_backend(*device, *file, {lora.get()}, 1);
     }
