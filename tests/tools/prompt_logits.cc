@@ -1,7 +1,8 @@
 // prompt_logits MODEL [--backend reference|cpu] [--lora ADAPTER|PEFT_FOLDER [--lora-scale S]]
 // ID...: runs the token ids through the model in one batch and writes every position's logits
 // to stdout as raw little-endian float32, positions x vocabulary, so a Python test can compare
-// them with its own forward pass (numpy) of a Hugging Face checkpoint. Errors: one line on stderr, exit 1.
+// them with its own forward pass (numpy) of a Hugging Face checkpoint. Errors: one line on
+// stderr, exit 1.
 #include <cstdio>
 #include <iostream>
 #include <string>
