@@ -122,6 +122,13 @@ Action add_quantize(CLI::App& app) {
                 "Requantize tensors the input already holds quantized (any type but F32, F16, "
                 "BF16) into another type; refused without it, as the errors compound (decoding "
                 "them to f32 is exact and always allowed)");
+  cmd->add_option("--merge-lora", q.merge_lora,
+                  "A LoRA adapter (llama.cpp's GGUF form or a PEFT folder) merged into the weights "
+                  "it changes: W + scale B A, so the file runs without it")
+      ->check(CLI::ExistingPath);
+  cmd->add_option("--lora-scale", q.lora_scale, "With --merge-lora: the adapter's scale (times "
+                  "its alpha / rank, as llama.cpp)")->default_val(1.0f)
+      ->check(CLI::Range(-100.0f, 100.0f));
   cmd->add_option("--imatrix", q.imatrix_path,
                   "Importance matrix (GGUF, from pagoda imatrix or llama-imatrix): the matrices it "
                   "has entries for are quantized minimising the error weighted by it")
@@ -244,6 +251,9 @@ Action add_quantize(CLI::App& app) {
                 << moved << " scaled (alpha > 0); summed output error " << (rtn > 0 ? err / rtn : 1.0)
                 << "x alpha 0's on the calibration sample\n";
       for (const auto& why : s.awq.skipped) std::cout << "awq: skipped " << why << "\n";
+    }
+    if (!q.merge_lora.empty()) {
+      std::cout << "lora: " << q.merge_lora << " merged into " << s.num_merged << " matrices\n";
     }
     if (!q.gptq.text_path.empty()) {
       std::cout << "gptq: " << s.gptq_chunks << " chunks (" << s.gptq_tokens << " tokens), "

@@ -14,7 +14,10 @@
 #include "core/error.h"
 #include "format/gguf.h"
 #include "format/gguf_writer.h"
+#include "model/lora.h"
+#include "model/model_file.h"
 #include "tools/imatrix.h"
+#include "tools/peft_lora.h"
 #include "model/recipe.h"
 #include "quant/gptq.h"
 #include "quant/reference.h"
@@ -87,13 +90,47 @@ double relative_error(double diff2, double ref2) {
   return diff2 > 0 ? std::numeric_limits<double>::infinity() : 0.0;
 }
 
+// An adapter pair decoded to floats, to add to a matrix's rows.
+struct MergedLora {
+  std::vector<float> a, b;  // [rank, cols], [rows, rank]
+  int64_t rank = 0;
+  float scale = 0;
+  // row += scale * B[r, :] A.
+  void add(int64_t r, float* row, int64_t cols) const {
+    for (int64_t k = 0; k < rank; ++k) {
+      const float f = scale * b[static_cast<size_t>(r * rank + k)];
+      const float* ak = a.data() + k * cols;
+      for (int64_t c = 0; c < cols; ++c) row[c] += f * ak[c];
+    }
+  }
+};
+
+MergedLora decode_lora(const LoraWeight& w) {
+  MergedLora m;
+  m.rank = w.a.rows;
+  m.scale = w.scale;
+  auto decode = [](const WeightMatrix& x, std::vector<float>& out) {
+    out.resize(static_cast<size_t>(x.rows * x.cols));
+    for (int64_t r = 0; r < x.rows; ++r) {
+      dequantize_row(x.type, x.data + static_cast<uint64_t>(r) * x.row_bytes,
+                     out.data() + r * x.cols, x.cols);
+    }
+  };
+  decode(w.a, m.a);
+  decode(w.b, m.b);
+  return m;
+}
+
 // Writes `t` encoded as `type` to `sink` in chunks, calling wrote(bytes) after each; returns
 // the round trip's relative error against the values decoded from `t`.
 // `importance`: per expert (one for a 2-D matrix), the columns' weights, or empty for none.
 // `scaling` (may be null): AWQ's scales, applied to each decoded row before it is encoded.
+// `lora` (may be null): an adapter's pair, added to each decoded row (W + scale B A).
 double convert_tensor(const GgufTensorInfo& t, DType type, int threads,
                       const std::vector<std::vector<float>>& importance, const TensorScaling* scaling,
-                      GgufWriter::Sink& sink, const std::function<void(uint64_t)>& wrote) {
+                      const LoraWeight* lora, GgufWriter::Sink& sink,
+                      const std::function<void(uint64_t)>& wrote) {
+  const MergedLora merge = lora ? decode_lora(*lora) : MergedLora{};
   const int64_t cols = static_cast<int64_t>(t.shape[0]);
   const uint64_t rows = t.num_elements / t.shape[0];
   const uint64_t rows_per_expert = importance.empty() ? rows : rows / importance.size();
@@ -111,6 +148,7 @@ double convert_tensor(const GgufTensorInfo& t, DType type, int threads,
       for (int64_t r = 0; r < static_cast<int64_t>(n); ++r) {
         dequantize_row(t.type, t.data + (r0 + r) * in_rb, row.data(), cols);
         if (scaling) apply_scaling(*scaling, static_cast<int64_t>(r0 + r), row.data(), cols);
+        if (lora) merge.add(static_cast<int64_t>(r0 + r), row.data(), cols);
         uint8_t* dst = out.data() + r * out_rb;
         const uint64_t expert = importance.empty() ? 0 : (r0 + r) / rows_per_expert;
         quantize_row_weighted(type, row.data(), dst, cols,
@@ -285,6 +323,29 @@ QuantizeSummary quantize_model(const QuantizeOptions& o,
     w.set_value("quantize.awq.groups_count", GgufWriter::make_uint(GgufType::kUint32, summary.awq.groups.size()));
   }
   const AwqScaling* scaling = searching ? &searched : o.awq_scaling;
+  // --merge-lora: the adapter's pairs by the weight they change.
+  std::unique_ptr<ModelFile> base;
+  std::unique_ptr<LoraAdapter> adapter;
+  std::map<std::string, const LoraWeight*> merges;
+  if (!o.merge_lora.empty()) {
+    if (searching || scaling || !o.gptq.text_path.empty()) {
+      fail("--merge-lora: not with --awq or --gptq (merge into an F32/F16 file first, then "
+           "quantize that)");
+    }
+    base = ModelFile::open(o.input_path);
+    adapter = open_lora_adapter(o.merge_lora, *base, o.lora_scale);
+    for (const LoraWeight& lw : adapter->weights()) merges[lw.target] = &lw;
+    for (size_t ti = 0; ti < in->tensors().size(); ++ti) {
+      const GgufTensorInfo& t = in->tensors()[ti];
+      if (merges.count(t.name) && is_quantized_type(t.type) && is_quantized_type(plan.types[ti]) &&
+          !o.allow_requantize) {
+        fail("--merge-lora: ", t.name, " is ", dtype_traits(t.type).name, " and merging writes it "
+             "again as ", dtype_traits(plan.types[ti]).name, ", which compounds the rounding: "
+             "merge into the F32, F16 or BF16 original, or pass --allow-requantize");
+      }
+    }
+    w.set_value("quantize.lora.merged", GgufWriter::make_string(o.merge_lora));
+  }
   AwqCalibration gptq_cal;
   std::optional<GptqFactors> gptq_factors;
   const bool gptq = !o.gptq.text_path.empty();
@@ -320,6 +381,9 @@ QuantizeSummary quantize_model(const QuantizeOptions& o,
         type == t.type ? t.num_bytes : row_bytes(type, cols) * (t.num_elements / t.shape[0]);
     p.bytes_total = plan.bytes_out;
     if (type != t.type) ++summary.num_converted;
+    const auto merge_it = merges.find(t.name);
+    const LoraWeight* lora = merge_it == merges.end() ? nullptr : merge_it->second;
+    if (lora) ++summary.num_merged;
     const TensorScaling* scaled = nullptr;
     if (scaling) {
       const auto it = scaling->find(t.name);
@@ -353,15 +417,15 @@ QuantizeSummary quantize_model(const QuantizeOptions& o,
     }
     w.add_tensor(
         t.name, type, t.shape,
-        [&t, type, threads, p, &written, &summary, &progress, scaled, gptq_input, &gptq_factors,
-         importance = std::move(importance)](GgufWriter::Sink& sink) mutable {
+        [&t, type, threads, p, &written, &summary, &progress, scaled, lora, gptq_input,
+         &gptq_factors, importance = std::move(importance)](GgufWriter::Sink& sink) mutable {
           p.name = t.name;
           auto wrote = [&](uint64_t bytes) {
             written += bytes;
             p.bytes_done = written;
             if (progress) progress(p);
           };
-          if (type == t.type && !scaled) {
+          if (type == t.type && !scaled && !lora) {
             sink.write(t.data, t.num_bytes);
             wrote(t.num_bytes);
           } else {
@@ -375,7 +439,8 @@ QuantizeSummary quantize_model(const QuantizeOptions& o,
                                             ? nullptr
                                             : importance[0].data(),
                                         scaled, sink, wrote)
-                          : convert_tensor(t, type, threads, importance, scaled, sink, wrote);
+                          : convert_tensor(t, type, threads, importance, scaled, lora, sink,
+                                           wrote);
             // A NaN error (a NaN weight) counts as the worst.
             const double worst = summary.worst_error;
             if (summary.worst_name.empty() || (!std::isnan(worst) && !(p.error <= worst))) {

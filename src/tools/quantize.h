@@ -58,6 +58,12 @@ struct QuantizeOptions {
   // progress(done, total) through the calibration chunks.
   GptqOptions gptq = {};
   std::function<void(int64_t, int64_t)> gptq_progress = {};
+  // A LoRA adapter merged into the weights it changes, W + lora_scale * alpha / rank * B A
+  // (model/lora.h: a GGUF adapter or a PEFT folder): the file then runs without it. Not with awq
+  // or gptq. A quantized matrix it changes is written again, so requantizing needs
+  // allow_requantize as above.
+  std::string merge_lora = {};
+  float lora_scale = 1.0f;
 };
 
 // The names QuantizeOptions::type accepts, in the order above.
@@ -116,6 +122,7 @@ struct QuantizeSummary {
   // With --gptq: the calibration, and the matrices rounded by GPTQ.
   int64_t gptq_chunks = 0, gptq_tokens = 0;
   size_t num_gptq = 0;
+  size_t num_merged = 0;  // matrices a LoRA adapter was merged into
 };
 
 // Writes the file; `progress` (may be empty) is called as described above. Throws Error naming

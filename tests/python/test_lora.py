@@ -15,7 +15,7 @@ import pytest
 
 from conftest import find_tools
 from gguf_copy import copy_gguf
-from server_util import Server, post_json
+from server_util import SMOLLM, Server, need, post_json
 from test_convert_families import write_safetensors
 
 IDS = [1, 403, 261, 159, 395, 263, 216, 298, 322, 278, 479, 338, 164, 289, 450, 112]
@@ -320,3 +320,37 @@ def test_peft_settings_the_gguf_form_cannot_say_are_refused(pagoda_bin, shared_d
     r = subprocess.run([str(pagoda_bin), "convert", str(folder), "-o", str(tmp_path / "x.gguf")],
                        capture_output=True, timeout=60)
     assert r.returncode == 2 and "give its base model with --base" in r.stderr.decode()
+
+
+def test_quantize_merges_an_adapter_into_the_file(pagoda_bin, shared_dir, tmp_path):
+    base = base_model(shared_dir)
+    pairs = random_pairs(base, 4, seed=9)
+    adapter = tmp_path / "adapter.gguf"
+    write_adapter(adapter, "llama", pairs, 8.0)
+    want = tmp_path / "numpy-merged.gguf"
+    merged(base, want, pairs, 0.5 * 8.0 / 4)
+    out = tmp_path / "merged.gguf"
+    r = subprocess.run([str(pagoda_bin), "quantize", "-i", str(base), "-o", str(out), "--type",
+                        "f32", "--merge-lora", str(adapter), "--lora-scale", "0.5", "-q"],
+                       capture_output=True, timeout=120)
+    assert r.returncode == 0, r.stderr.decode()
+    assert "merged into 6 matrices" in r.stdout.decode()
+    expected = prompt_logits(want, "cpu")
+    assert np.abs(prompt_logits(out, "cpu") - expected).max() < 1e-4 * np.abs(expected).max()
+    assert np.abs(prompt_logits(base, "cpu") - expected).max() > 1.0
+    reader = gguf.GGUFReader(str(out))
+    assert bytes(reader.fields["quantize.lora.merged"].parts[-1]).decode() == str(adapter)
+
+
+def test_quantize_refuses_to_merge_into_quantized_weights_silently(pagoda_bin, tmp_path):
+    model = need(SMOLLM)
+    adapter = tmp_path / "adapter.gguf"
+    weights = {t.name: tuple(int(d) for d in t.shape) for t in gguf.GGUFReader(str(model)).tensors}
+    cols, rows = weights["blk.0.attn_q.weight"]
+    write_adapter(adapter, "llama", {"blk.0.attn_q.weight": (np.zeros((2, cols)),
+                                                             np.zeros((rows, 2)))}, 2.0)
+    r = subprocess.run([str(pagoda_bin), "quantize", "-i", str(model), "-o",
+                        str(tmp_path / "out.gguf"), "--type", "q4_1", "--merge-lora", str(adapter),
+                        "-q"], capture_output=True, timeout=120)
+    assert r.returncode == 1
+    assert "blk.0.attn_q.weight is Q4_1 and merging writes it again as Q4_1" in r.stderr.decode()
