@@ -70,7 +70,9 @@ void add_tensors(Digest& d, const ModelFile& file) {
     if (t.data == nullptr || t.num_bytes == 0) continue;
     const uint64_t page = std::min(kPageBytes, t.num_bytes);
     const uint64_t last = t.num_bytes - page;
-    for (const uint64_t at : {uint64_t{0}, last / 3, 2 * (last / 3), last}) d.add(t.data + at, page);
+    for (const uint64_t at : {uint64_t{0}, last / 3, 2 * (last / 3), last}) {
+      d.add(t.data + at, page);
+    }
   }
 }
 

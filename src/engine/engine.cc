@@ -93,11 +93,14 @@ Engine::Engine(Model& model, Backend& backend, EngineConfig config)
 }
 
 void Engine::open_kv_disk() {
-  if (!config_.enable_prefix_caching) fail("--kv-disk needs the prefix cache (--no-prefix-caching is given)");
+  if (!config_.enable_prefix_caching) {
+    fail("--kv-disk needs the prefix cache (--no-prefix-caching is given)");
+  }
   if (config_.speculative.draft_model != nullptr) {
     fail("--kv-disk does not go with a draft model (the draft's K/V would not be kept)");
   }
-  kv_disk_ = std::make_unique<KvDisk>(*kv_, model_.config(), backend_.host_visible(), config_.kv_disk);
+  kv_disk_ = std::make_unique<KvDisk>(*kv_, model_.config(), backend_.host_visible(),
+                                      config_.kv_disk);
   scheduler_.set_lower_tier(kv_disk_.get());
 }
 
@@ -303,7 +306,7 @@ EngineStats Engine::stats() const {
   s.kv_cache_bytes = kv_->bytes() + speculator_->draft_kv_bytes();
   s.speculative = speculator_->stats();
   s.block_size = config_.block_size;
-  if (kv_disk_) s.kv_disk = kv_disk_->stats();
+  s.kv_disk = kv_disk_stats();
   return s;
 }
 

@@ -176,6 +176,8 @@ class Engine {
   // LoRA adapters: `lora` is the backend the engine was made with (or nullptr: none), told
   // before each forward pass which adapter each row takes (GenerationRequest::adapter).
   void set_lora(LoraBackend* lora) { lora_ = lora; }
+  // The disk tier's counters (zero without one); any thread.
+  KvDiskStats kv_disk_stats() const { return kv_disk_ ? kv_disk_->stats() : KvDiskStats{}; }
   const Scheduler& scheduler() const { return scheduler_; }
   const EngineConfig& config() const { return config_; }
   const KvStorage& kv() const { return *kv_; }

@@ -64,11 +64,14 @@ bool KvDisk::load(BlockId block, BlockHash hash, const PrefixDigest& digest,
                   std::span<const TokenId> tokens) {
   const auto start = std::chrono::steady_clock::now();
   const std::optional<std::vector<uint8_t>> payload = tier_.get(hash, digest, tokens);
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  ++num_loads_;
-  load_seconds_ += seconds;
-  max_load_seconds_ = std::max(max_load_seconds_, seconds);
+  const auto ns = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count());
+  num_loads_.fetch_add(1, std::memory_order_relaxed);
+  load_ns_.fetch_add(ns, std::memory_order_relaxed);
+  if (ns > max_load_ns_.load(std::memory_order_relaxed)) {
+    max_load_ns_.store(ns, std::memory_order_relaxed);  // only this thread writes it
+  }
   if (!payload || payload->size() != block_bytes()) {
     const uint64_t corrupt = tier_.stats().corrupt;
     if (corrupt > corrupt_seen_) {
@@ -106,9 +109,9 @@ KvDiskStats KvDisk::stats() const {
   out.dropped_writes = s.dropped;
   out.write_failures = s.write_failures;
   out.evicted_blocks = s.evicted;
-  out.num_loads = num_loads_;
-  out.load_seconds = load_seconds_;
-  out.max_load_seconds = max_load_seconds_;
+  out.num_loads = num_loads_.load(std::memory_order_relaxed);
+  out.load_seconds = double(load_ns_.load(std::memory_order_relaxed)) * 1e-9;
+  out.max_load_seconds = double(max_load_ns_.load(std::memory_order_relaxed)) * 1e-9;
   return out;
 }
 

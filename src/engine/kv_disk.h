@@ -10,10 +10,11 @@
 //
 // The folder keeps blocks of one model and K/V format apart from another's (KvDiskConfig's
 // identity: a digest of the model file's header, metadata, tensor table and sampled data pages,
-// with every setting that changes K/V), so a server started on another file never reads them. Host memory
-// only (the CPU backend): the CUDA backend refuses --kv-disk.
+// with every setting that changes K/V), so a server started on another file never reads them.
+// Host memory only (the CPU backend): the CUDA backend refuses --kv-disk.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -50,7 +51,7 @@ class KvDisk final : public LowerTier {
             std::span<const TokenId> tokens) override;
 
   void flush() { tier_.flush(); }
-  KvDiskStats stats() const;
+  KvDiskStats stats() const;  // any thread
 
  private:
   uint64_t block_bytes() const { return bytes_per_layer_block_ * 2 * num_layers_; }
@@ -59,8 +60,8 @@ class KvDisk final : public LowerTier {
   int32_t num_layers_;
   uint64_t bytes_per_layer_block_;  // one of K or V of one layer, one block
   DiskTier tier_;
-  uint64_t num_loads_ = 0;
-  double load_seconds_ = 0, max_load_seconds_ = 0;
+  // Written by the engine thread, read by any.
+  std::atomic<uint64_t> num_loads_ = 0, load_ns_ = 0, max_load_ns_ = 0;
   uint64_t corrupt_seen_ = 0;  // DiskTier's corrupt count already logged
 };
 

@@ -43,8 +43,8 @@ CachedPrefix KvCacheManager::get_computed_blocks(const TokenSequence& tokens,
     prefix.hashes.push_back(key.hash);
     prefix.prefix_ids.push_back(hit->prefix_id);
     if (lower_ != nullptr) {
-      prefix.digests.push_back(
-          lower_->chain(prefix.digests.empty() ? PrefixDigest{} : prefix.digests.back(), extra, buf));
+      const PrefixDigest parent = prefix.digests.empty() ? PrefixDigest{} : prefix.digests.back();
+      prefix.digests.push_back(lower_->chain(parent, extra, buf));
     }
     key.parent_hash = key.hash;
     key.parent_prefix_id = hit->prefix_id;

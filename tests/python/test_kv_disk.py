@@ -112,7 +112,7 @@ def test_smollm2_from_disk_exactly(pagoda_bin, tmp_path, kv_type):
 
 def test_run_twice_says_what_came_from_the_disk(pagoda_bin, stories, tmp_path):
     cmd = [str(pagoda_bin), "run", "-m", str(stories), "-p", PROMPT, "-n", "12", "--temp", "0",
-           "-t", "2", "--kv-disk", str(tmp_path / "kv")]
+           "-t", "2", "-c", "512", "--kv-disk", str(tmp_path / "kv")]
     first = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert first.returncode == 0, first.stderr
     assert "(0 from the disk cache)" in first.stderr
@@ -125,59 +125,79 @@ def test_run_twice_says_what_came_from_the_disk(pagoda_bin, stories, tmp_path):
     assert int(m.group(2)) > 0 and int(m.group(2)) < int(m.group(1))
 
 
+def serve_once(pagoda_bin, model, folder):
+    """A server's answer to PROMPT, its /stats' kv_disk and its log; stopped on SIGTERM."""
+    s = serve(pagoda_bin, model, folder)
+    try:
+        got = complete(s)
+        st = stats(s)
+        assert s.terminate() == 0
+        return got, st, "".join(s.log)
+    finally:
+        s.stop()
+
+
 def test_truncated_and_corrupted_records_are_misses(pagoda_bin, stories, tmp_path):
     folder = tmp_path / "kv"
     want = served_from_scratch(pagoda_bin, stories, "f16")[0]
-    first = serve(pagoda_bin, stories, folder)
-    try:
-        check_same(complete(first), want)
-        assert first.terminate() == 0
-    finally:
-        first.stop()
+    got, _, _ = serve_once(pagoda_bin, stories, folder)
+    check_same(got, want)
     files = records(folder)
     assert len(files) >= 4
-    # One record cut short, one with a flipped byte in its K/V.
-    truncated, flipped = files[0], files[1]
-    truncated.write_bytes(truncated.read_bytes()[:-100])
-    data = bytearray(flipped.read_bytes())
-    data[-7] ^= 0x40
-    flipped.write_bytes(bytes(data))
-    second = serve(pagoda_bin, stories, folder)
-    try:
-        check_same(complete(second), want)
-        log = "".join(second.log)
-        assert "unreadable records deleted" in log  # the truncated one, found at start
-        st = stats(second)
-    finally:
-        second.stop()
-    assert not truncated.exists()
-    # The flipped one is found when read: a miss, a log line, deleted (or it was never reached,
-    # the lookup having stopped at the truncated one before it).
-    if st["corrupt_records"] >= 2:
-        assert "did not read back" in log
-        assert not flipped.exists() or flipped.read_bytes() != bytes(data)
+    sizes = {f: f.stat().st_size for f in files}
+    # Every record with one flipped byte in its K/V: the first read fails its checksum.
+    for f in files:
+        data = bytearray(f.read_bytes())
+        data[-7] ^= 0x40
+        f.write_bytes(bytes(data))
+    got, st, log = serve_once(pagoda_bin, stories, folder)
+    check_same(got, want)
+    assert st["hit_tokens"] == 0 and st["corrupt_records"] == 1
+    assert "did not read back" in log and "a miss, the record is deleted" in log
+    # The first block was written again, whole; the lookup now stops at the second (a record
+    # already indexed is not rewritten until it is found unreadable).
+    got, st, _ = serve_once(pagoda_bin, stories, folder)
+    check_same(got, want)
+    assert st["hit_tokens"] == 16 and st["corrupt_records"] == 1
+    # Every record cut short: found when the folder is opened, deleted, then a miss.
+    num_left = len(records(folder))
+    for f in records(folder):
+        f.write_bytes(f.read_bytes()[:-100])
+    got, st, log = serve_once(pagoda_bin, stories, folder)
+    check_same(got, want)
+    assert "unreadable records deleted" in log
+    assert st["hit_tokens"] == 0 and st["corrupt_records"] == num_left
+    assert {f: f.stat().st_size for f in records(folder)} == sizes  # rewritten whole
+
+
+def wait_for(predicate, seconds=30):
+    import time
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def test_the_folder_removed_or_unwritable_while_serving(pagoda_bin, stories, tmp_path):
     folder = tmp_path / "kv"
-    want = served_from_scratch(pagoda_bin, stories, "f16", (PROMPT, OTHER))
+    third = PROMPT.replace("Lily", "Anna")
+    want = served_from_scratch(pagoda_bin, stories, "f16", (PROMPT, OTHER, third))
     s = serve(pagoda_bin, stories, folder)
     try:
         check_same(complete(s), want[0])
-        post(s, "/v1/completions", {"prompt": "x", "max_tokens": 1})  # the writes are behind
+        assert wait_for(lambda: stats(s)["written_blocks"] >= 4)
         shutil.rmtree(folder)
         check_same(complete(s), want[0])  # the pool still holds it
         check_same(complete(s, OTHER), want[1])
-        # The model's subfolder replaced by a file: no write can succeed.
-        sub = pathlib.Path(folder)
-        sub.mkdir(parents=True, exist_ok=True)
-        for d in sub.iterdir():
-            if d.is_dir():
-                shutil.rmtree(d)
-                d.write_text("not a folder")
-        third = PROMPT.replace("Lily", "Anna")
-        got = complete(s, third)
-        assert got[0] and stats(s)["write_failures"] + stats(s)["written_blocks"] > 0
+        assert wait_for(lambda: len(records(folder)) > 0)  # the folder is made again
+        # The model's subfolder replaced by a file: every write fails, answers do not change.
+        sub = next(d for d in pathlib.Path(folder).iterdir() if d.is_dir())
+        shutil.rmtree(sub)
+        sub.write_text("not a folder")
+        check_same(complete(s, third), want[2])
+        assert wait_for(lambda: stats(s)["write_failures"] > 0)
         check_same(complete(s), want[0])
     finally:
         s.stop()
@@ -198,7 +218,7 @@ def test_a_second_process_on_the_folder_refuses(pagoda_bin, stories, tmp_path):
 
 def test_another_models_blocks_are_ignored(pagoda_bin, stories, tmp_path):
     folder = tmp_path / "kv"
-    cmd = [str(pagoda_bin), "run", "-p", PROMPT, "-n", "4", "--temp", "0", "-t", "2",
+    cmd = [str(pagoda_bin), "run", "-p", PROMPT, "-n", "4", "--temp", "0", "-t", "2", "-c", "512",
            "--kv-disk", str(folder)]
     r = subprocess.run(cmd + ["-m", str(stories)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
