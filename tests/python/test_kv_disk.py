@@ -85,7 +85,11 @@ def write_then_restart(pagoda_bin, model, folder, kv_type):
     second = serve(pagoda_bin, model, folder, "--kv-type", kv_type)
     try:
         b = complete(second)
-        return a, b, stats(second), "".join(second.log)
+        st = stats(second)
+        # /metrics says the same as /stats.
+        assert second.metric("pagoda_kv_disk_hit_tokens_total") == st["hit_tokens"]
+        assert second.metric("pagoda_kv_disk_read_bytes_total") == st["bytes_read"]
+        return a, b, st, "".join(second.log)
     finally:
         second.stop()
 
