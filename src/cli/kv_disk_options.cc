@@ -122,11 +122,12 @@ void check_kv_disk_options(const KvDiskOptions& o, const std::string& backend) {
 }
 
 void apply_kv_disk_options(const KvDiskOptions& o, const ModelFile& file, int32_t context,
-                           EngineConfig& config) {
+                           EngineConfig& config, const std::string& also) {
   if (o.folder.empty()) return;
   config.kv_disk.folder = o.folder;
   config.kv_disk.max_bytes = static_cast<uint64_t>(o.gb * double(uint64_t{1} << 30));
   config.kv_disk.identity = kv_disk_identity(file, config.kv_type, config.block_size, context);
+  if (!also.empty()) config.kv_disk.identity += " " + also;
 }
 
 }  // namespace pagoda::cli

@@ -24,9 +24,11 @@ void add_kv_disk_options(CLI::App* cmd, KvDiskOptions& options);
 void check_kv_disk_options(const KvDiskOptions& options, const std::string& backend);
 
 // Sets config.kv_disk from the options, for the model `file` under config's K/V type and block
-// size and `context` tokens (nothing without --kv-disk).
+// size and `context` tokens (nothing without --kv-disk). `also` names anything else that changes
+// the K/V of every request (run's --lora adapter: its digest and scale); a request's own
+// adapter is in its cache key, which the disk tier's prefix digests include.
 void apply_kv_disk_options(const KvDiskOptions& options, const ModelFile& file, int32_t context,
-                           EngineConfig& config);
+                           EngineConfig& config, const std::string& also = "");
 
 // What names the K/V one model file computes under these settings: a digest of the file (a
 // GGUF file's header, metadata and tensor table as bytes; every tensor's name, type, shape and

@@ -126,7 +126,9 @@ Action add_run(CLI::App& app) {
     config.max_num_batched_tokens = 512;  // prompt tokens per step
     config.max_num_seqs = 1;
     config.kv_type = parse_kv_type(o->gen.kv_type);
-    apply_kv_disk_options(o->kv_disk, *m.file, context, config);
+    apply_kv_disk_options(o->kv_disk, *m.file, context, config,
+                          m.lora ? str_cat("lora ", m.lora->digest(), " scale ", o->gen.lora_scale)
+                                 : std::string());
     // One prompt: nothing to share, unless with blocks on disk from earlier runs.
     config.enable_prefix_caching = !config.kv_disk.folder.empty();
     DraftModel draft;

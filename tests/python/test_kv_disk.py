@@ -36,10 +36,12 @@ def post(server, path, body):
         return json.loads(r.read())
 
 
-def complete(server, prompt=PROMPT):
+def complete(server, prompt=PROMPT, model=None):
     """Greedy tokens and their log-probabilities."""
-    r = post(server, "/v1/completions", {"prompt": prompt, "max_tokens": 12, "temperature": 0,
-                                         "logprobs": 1})
+    body = {"prompt": prompt, "max_tokens": 12, "temperature": 0, "logprobs": 1}
+    if model:
+        body["model"] = model
+    r = post(server, "/v1/completions", body)
     lp = r["choices"][0]["logprobs"]
     return lp["tokens"], lp["token_logprobs"]
 
@@ -290,3 +292,52 @@ def test_concurrent_requests_after_a_restart(pagoda_bin, stories, tmp_path):
         assert stats(s)["hit_tokens"] > 0
     finally:
         s.stop()
+
+
+def test_lora_adapters_keep_blocks_of_their_own(pagoda_bin, stories, tmp_path):
+    """run --lora: the adapter (its digest and scale) is part of the folder's identity; serve
+    --lora: a request's adapter is in its prefix digests, and a restart serves it exactly."""
+    from test_lora import random_pairs, write_adapter
+    adapter = tmp_path / "adapter.gguf"
+    write_adapter(adapter, "llama", random_pairs(stories, 4, seed=3), 4.0)
+    folder = tmp_path / "kv"
+
+    def run(*extra):
+        r = subprocess.run([str(pagoda_bin), "run", "-m", str(stories), "-p", PROMPT, "-n", "8",
+                            "--temp", "0", "-t", "2", "-c", "512", "--kv-disk", str(folder),
+                            *map(str, extra)], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        import re
+        return r.stdout, int(re.search(r"\((\d+) from the disk cache\)", r.stderr).group(1))
+
+    plain, n = run()
+    assert n == 0
+    with_adapter, n = run("--lora", adapter)
+    assert n == 0 and with_adapter != plain
+    again, n = run("--lora", adapter)
+    assert n > 0 and again == with_adapter
+    assert run("--lora", adapter, "--lora-scale", "0.5")[1] == 0
+    assert run()[1] > 0
+
+    served = ("--lora", f"ad={adapter}")
+    want = served_from_scratch(pagoda_bin, stories, "f16")  # warms nothing: the base's answer
+    fresh = serve(pagoda_bin, stories, None, *served)
+    try:
+        want_ad = complete(fresh, model="ad")
+    finally:
+        fresh.stop()
+    folder = tmp_path / "served"
+    first = serve(pagoda_bin, stories, folder, *served)
+    try:
+        check_same(complete(first, model="ad"), want_ad)
+        assert first.terminate() == 0
+    finally:
+        first.stop()
+    second = serve(pagoda_bin, stories, folder, *served)
+    try:
+        check_same(complete(second), want[0])  # the base: none of the adapter's blocks
+        assert stats(second)["hit_tokens"] == 0
+        check_same(complete(second, model="ad"), want_ad)
+        assert stats(second)["hit_tokens"] > 0
+    finally:
+        second.stop()

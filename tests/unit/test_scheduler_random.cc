@@ -414,12 +414,17 @@ TEST(SchedulerRandomTest, RandomSequencesKeepEveryInvariant) {
   EXPECT_LT(totals.num_accepted, totals.num_proposed);
 }
 
-// Runs `requests` together through `config` until all finish; returns them by id.
+// Runs `requests` together through `config` until all finish; returns them by id. With
+// `lower_tier_tokens`, a lower tier holding every block sits under the pool, and the prompt
+// tokens read back from it are counted there.
 std::unordered_map<SequenceId, Sequence> run_all(const SchedulerConfig& config,
                                                 const std::vector<Sequence>& requests,
-                                                int64_t* num_preemptions) {
+                                                int64_t* num_preemptions,
+                                                int64_t* lower_tier_tokens = nullptr) {
   Scheduler s(config);
   FakeModel model(config.kv.num_blocks, config.kv.block_size);
+  FakeTier tier(model, 1 << 20, 7);
+  if (lower_tier_tokens != nullptr) s.set_lower_tier(&tier);
   for (const Sequence& r : requests) s.add_sequence(r);
   std::unordered_map<SequenceId, Sequence> out;
   for (int i = 0; i < 10000 && s.has_unfinished(); ++i) {
@@ -433,6 +438,7 @@ std::unordered_map<SequenceId, Sequence> run_all(const SchedulerConfig& config,
   EXPECT_FALSE(s.has_unfinished());
   EXPECT_EQ(s.stats().kv.num_used_blocks, 0);
   if (num_preemptions) *num_preemptions = s.stats().num_preemptions;
+  if (lower_tier_tokens) *lower_tier_tokens = s.stats().kv.num_lower_tier_hit_tokens;
   return out;
 }
 
@@ -457,6 +463,11 @@ TEST(SchedulerRandomTest, OutputsAreTheSameAloneAndInACrowd) {
   int64_t num_preemptions = 0;
   const auto together = run_all(crowded, requests, &num_preemptions);
   EXPECT_GT(num_preemptions, 0) << "the crowd should not fit";
+  // Preempted requests resume from the lower tier: what they had computed comes back from it.
+  int64_t num_tier_preemptions = 0, num_tier_tokens = 0;
+  const auto swapped = run_all(crowded, requests, &num_tier_preemptions, &num_tier_tokens);
+  EXPECT_GT(num_tier_preemptions, 0);
+  EXPECT_GT(num_tier_tokens, 0);
 
   SchedulerConfig roomy = crowded;
   roomy.kv.num_blocks = 64;
@@ -466,6 +477,8 @@ TEST(SchedulerRandomTest, OutputsAreTheSameAloneAndInACrowd) {
     ASSERT_EQ(alone.count(r.id), 1u);
     ASSERT_EQ(together.count(r.id), 1u);
     EXPECT_EQ(together.at(r.id).output, alone.at(r.id).output) << "request " << r.id;
+    ASSERT_EQ(swapped.count(r.id), 1u);
+    EXPECT_EQ(swapped.at(r.id).output, alone.at(r.id).output) << "request " << r.id;
     EXPECT_EQ(together.at(r.id).output.size(), static_cast<size_t>(r.max_tokens));
     SequenceStatus status;
     EXPECT_EQ(alone.at(r.id).output, alone_output(r, &status));
