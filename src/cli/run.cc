@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "cli/format_util.h"
 #include "cli/generation_options.h"
+#include "cli/kv_disk_options.h"
 #include "cli/ranks.h"
 #include "cli/speculative_options.h"
 #include "core/error.h"
@@ -29,6 +30,7 @@ struct RunOptions {
   bool chat = false;
   std::string system, chat_template_file;
   SpeculativeOptions speculative;
+  KvDiskOptions kv_disk;
   int32_t beam_width = 0;
   CLI::Option* prompt_option = nullptr;
 };
@@ -67,6 +69,7 @@ Action add_run(CLI::App& app) {
   cmd->add_flag("--raw", o->raw, "Do not add BOS");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-generation tokens (benchmarks)");
   add_speculative_options(cmd, o->speculative);
+  add_kv_disk_options(cmd, o->kv_disk);
   cmd->add_option(
          "--beam-width", o->beam_width,
          "Beam search with this many beams: the likeliest output, printed when done (0: off)")
@@ -77,6 +80,7 @@ Action add_run(CLI::App& app) {
     }
     const SamplingParams sampling = sampling_params(o->gen);
     apply_gpu_layers(o->gen);
+    check_kv_disk_options(o->kv_disk, o->gen.backend);
     // Under mpirun only rank 0 reads the prompt (stdin goes to it alone); the others follow.
     const std::string text = is_follower() ? std::string() : prompt_text(*o);
     LoadedModel m = load_model(o->gen, ranks());
@@ -121,8 +125,12 @@ Action add_run(CLI::App& app) {
     config.max_model_len = context;
     config.max_num_batched_tokens = 512;  // prompt tokens per step
     config.max_num_seqs = 1;
-    config.enable_prefix_caching = false;  // one prompt: nothing to share
     config.kv_type = parse_kv_type(o->gen.kv_type);
+    apply_kv_disk_options(o->kv_disk, *m.file, context, config,
+                          m.lora ? str_cat("lora ", m.lora->digest(), " scale ", o->gen.lora_scale)
+                                 : std::string());
+    // One prompt: nothing to share, unless with blocks on disk from earlier runs.
+    config.enable_prefix_caching = !config.kv_disk.folder.empty();
     DraftModel draft;
     config.speculative = speculative_config(o->speculative, *m.file, draft);
     Engine engine(*m.model, *m.backend, config);
@@ -146,11 +154,17 @@ Action add_run(CLI::App& app) {
     if (!r.error.empty()) fail("the engine failed: ", r.error);
 
     const std::string spec = speculative_summary(engine.stats().speculative);
+    const std::string disk =
+        config.kv_disk.folder.empty()
+            ? std::string()
+            : str_cat(" (", engine.stats().scheduler.kv.num_lower_tier_hit_tokens,
+                      " from the disk cache)");
     std::fprintf(
         stderr,
-        "prefill: %d tokens at %.1f tok/s | decode: %d tokens at %.1f tok/s | weights %s | "
+        "prefill: %d tokens%s at %.1f tok/s | decode: %d tokens at %.1f tok/s | weights %s | "
         "KV %s%s%s%s\n",
-        num_prompt, num_prompt / std::max(r.prefill_seconds, 1e-9), r.num_output_tokens,
+        num_prompt, disk.c_str(), num_prompt / std::max(r.prefill_seconds, 1e-9),
+        r.num_output_tokens,
         r.num_decode_tokens / std::max(r.decode_seconds, 1e-9),
         human_bytes(m.model->weight_bytes()).c_str(),
         human_bytes(engine.stats().kv_cache_bytes).c_str(), spec.empty() ? "" : " | ", spec.c_str(),

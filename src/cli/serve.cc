@@ -16,6 +16,7 @@
 #include "cli/chat_support.h"
 #include "cli/commands.h"
 #include "cli/generation_options.h"
+#include "cli/kv_disk_options.h"
 #include "cli/format_util.h"
 #include "cli/ranks.h"
 #include "cli/speculative_options.h"
@@ -52,6 +53,7 @@ struct ServeOptions {
   int32_t reasoning_budget = -1;
   bool allow_special_in_content = false;
   SpeculativeOptions speculative;
+  KvDiskOptions kv_disk;
   server::ServerOptions server;
   GrammarLimits grammar_limits;
   bool insecure = false;
@@ -294,6 +296,7 @@ Action add_serve(CLI::App& app) {
                   "Deepest nesting of arrays and objects in a request body")->default_val(64)
       ->check(CLI::Range(1, 10000));
   add_speculative_options(cmd, o->speculative);
+  add_kv_disk_options(cmd, o->kv_disk);
   cmd->add_flag("--allow-special-in-content", o->allow_special_in_content,
                 "Read control-token text in chat messages as control tokens (off: it is text)");
   cmd->add_option("--log-format", o->log_format,
@@ -317,6 +320,7 @@ Action add_serve(CLI::App& app) {
   return [o] {
     o->server.responses_max_bytes = static_cast<size_t>(o->responses_max_mib) << 20;
     apply_gpu_layers(o->gpu_layers, o->backend_option, o->backend);
+    check_kv_disk_options(o->kv_disk, o->backend);
     if (!server::is_loopback_host(o->server.host) && o->server.api_key.empty() && !o->insecure) {
       fail("refusing to listen on ", o->server.host,
            " without --api-key: anyone who can reach it could use it (add --insecure to do so "
@@ -386,7 +390,9 @@ Action add_serve(CLI::App& app) {
     if (!context.generates) {  // an encoder: the engine never steps, one block is enough
       config.kv_cache_bytes = 0;
       config.num_kv_cache_tokens = config.block_size;
+      if (!o->kv_disk.folder.empty()) fail("--kv-disk: an encoder keeps no KV cache");
     }
+    apply_kv_disk_options(o->kv_disk, *file, config.max_model_len, config);
     ServedLoras loras = load_loras(*o, *file, *backend, context);
     Backend& runs_on = loras.backend ? *loras.backend : *backend;
     auto core = std::make_unique<Engine>(*model, runs_on, config);

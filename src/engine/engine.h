@@ -54,6 +54,7 @@
 #include "backend/backend.h"
 #include "engine/beam_search.h"
 #include "engine/engine_stats.h"
+#include "engine/kv_disk.h"
 #include "engine/sampler.h"
 #include "engine/speculator.h"
 #include "engine/thinking_budget.h"
@@ -86,6 +87,7 @@ struct EngineConfig {
   // the commands default to F16.
   KvType kv_type = KvType::kF32;
   SpeculativeConfig speculative;  // proposals to verify per step (off by default)
+  KvDiskConfig kv_disk;           // the prefix cache's disk tier (--kv-disk); off by default
 };
 
 struct GenerationRequest {
@@ -174,6 +176,8 @@ class Engine {
   // LoRA adapters: `lora` is the backend the engine was made with (or nullptr: none), told
   // before each forward pass which adapter each row takes (GenerationRequest::adapter).
   void set_lora(LoraBackend* lora) { lora_ = lora; }
+  // The disk tier's counters (zero without one); any thread.
+  KvDiskStats kv_disk_stats() const { return kv_disk_ ? kv_disk_->stats() : KvDiskStats{}; }
   const Scheduler& scheduler() const { return scheduler_; }
   const EngineConfig& config() const { return config_; }
   const KvStorage& kv() const { return *kv_; }
@@ -242,6 +246,7 @@ class Engine {
   };
 
   bool has_request(RequestId id) const;
+  void open_kv_disk();  // the disk tier, under the scheduler's prefix cache
   void add_sample_group(RequestId id, GenerationRequest request);
   void add_beam_group(RequestId id, GenerationRequest request);
   // Adds the sequence that computes a request's prompt to the scheduler.
@@ -321,6 +326,8 @@ class Engine {
   int64_t num_computed_tokens_ = 0;
   int64_t num_generated_tokens_ = 0;
   int64_t num_block_copies_ = 0;
+  // The disk tier below the prefix cache (kv_disk.h), or null. Last: it goes first.
+  std::unique_ptr<KvDisk> kv_disk_;
 };
 
 }  // namespace pagoda

@@ -9,6 +9,20 @@
 
 namespace pagoda {
 
+// The disk tier under the prefix cache (--kv-disk, engine/kv_disk.h); zero without one.
+struct KvDiskStats {
+  bool enabled = false;
+  uint64_t records = 0, bytes = 0;  // on disk now, this model's
+  uint64_t hit_blocks = 0;          // blocks read back into the KV cache
+  uint64_t corrupt_records = 0;     // unreadable records found (a miss, deleted)
+  uint64_t written_blocks = 0, bytes_written = 0, bytes_read = 0;
+  uint64_t dropped_writes = 0;   // blocks not written: the write-behind queue was full
+  uint64_t write_failures = 0;   // writes the disk refused (full, read-only, gone)
+  uint64_t evicted_blocks = 0;   // records deleted past --kv-disk-gb
+  uint64_t num_loads = 0;        // block reads
+  double load_seconds = 0, max_load_seconds = 0;  // their time in all, and the longest
+};
+
 struct EngineStats {
   // Running / waiting sequences, KV blocks used / free / cached, KV utilization, prefix-cache
   // hit rate in tokens, preemptions, tokens of the last step, steps so far.
@@ -21,6 +35,7 @@ struct EngineStats {
   uint64_t kv_cache_bytes = 0;        // the K/V memory (a draft model's included)
   int32_t block_size = 0;
   SpeculativeStats speculative;       // proposals made and accepted
+  KvDiskStats kv_disk;
 };
 
 }  // namespace pagoda

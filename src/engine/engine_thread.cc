@@ -112,8 +112,14 @@ void EngineThread::run_between_steps(std::function<void()> task) {
 }
 
 EngineStats EngineThread::stats() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return stats_;
+  EngineStats s;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    s = stats_;
+  }
+  // The disk tier's writes go on after the last step: read them now.
+  s.kv_disk = engine_->kv_disk_stats();
+  return s;
 }
 
 void EngineThread::deliver(std::vector<OutputEvent> events) {

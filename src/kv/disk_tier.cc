@@ -270,6 +270,7 @@ std::optional<std::vector<uint8_t>> DiskTier::get(BlockHash hash, const PrefixDi
   std::error_code ec;
   fs::last_write_time(path, fs::file_time_type::clock::now(), ec);  // the order after a restart
   ++stats_.hits;
+  stats_.bytes_read += bytes.size();
   return std::vector<uint8_t>(payload.begin(), payload.end());
 }
 
@@ -300,8 +301,10 @@ void DiskTier::write_loop() {
     queued_.erase(p.key);
     queued_bytes_ -= p.payload.size() + p.tokens.size() * sizeof(TokenId);
     if (ok) {
-      add_record(p.key, kHeaderBytes + p.tokens.size() * sizeof(TokenId) + p.payload.size());
+      const uint64_t bytes = kHeaderBytes + p.tokens.size() * sizeof(TokenId) + p.payload.size();
+      add_record(p.key, bytes);
       ++stats_.written;
+      stats_.bytes_written += bytes;
       evict_past_bound();
     } else {
       ++stats_.write_failures;

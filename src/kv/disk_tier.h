@@ -1,6 +1,6 @@
 // The disk tier under the block pool: full KV blocks kept as files in a folder, found again by
-// their block hash and prefix across evictions and restarts (issue 36's second tier; the engine
-// does not use it yet — this is the store, tested on its own).
+// their block hash and prefix across evictions and restarts (issue 36's second tier; the engine's
+// side, which moves K/V bytes in and out of it, is engine/kv_disk.h).
 //
 // One file per block, <folder>/<identity>/<hash>-<digest>.kvb:
 //   header  magic "PGKVBLK1", format version, identity digest, block hash, prefix digest,
@@ -37,13 +37,9 @@
 
 #include "core/token.h"
 #include "kv/block_hash.h"
+#include "kv/lower_tier.h"
 
 namespace pagoda {
-
-struct PrefixDigest {
-  uint64_t lo = 0, hi = 0;
-  bool operator==(const PrefixDigest&) const = default;
-};
 
 struct DiskTierOptions {
   std::string folder;
@@ -85,6 +81,7 @@ class DiskTier {
     uint64_t records = 0, bytes = 0;  // on disk
     uint64_t hits = 0, misses = 0, corrupt = 0;
     uint64_t written = 0, write_failures = 0, dropped = 0, evicted = 0;
+    uint64_t bytes_written = 0, bytes_read = 0;  // whole records, headers included
   };
   Stats stats() const;
   const std::string& folder() const { return dir_; }  // this identity's subfolder

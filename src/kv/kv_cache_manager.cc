@@ -42,11 +42,75 @@ CachedPrefix KvCacheManager::get_computed_blocks(const TokenSequence& tokens,
     prefix.blocks.push_back(hit->block);
     prefix.hashes.push_back(key.hash);
     prefix.prefix_ids.push_back(hit->prefix_id);
+    if (lower_ != nullptr) {
+      const PrefixDigest parent = prefix.digests.empty() ? PrefixDigest{} : prefix.digests.back();
+      prefix.digests.push_back(lower_->chain(parent, extra, buf));
+    }
     key.parent_hash = key.hash;
     key.parent_prefix_id = hit->prefix_id;
   }
   prefix.num_tokens = static_cast<int32_t>(prefix.blocks.size()) * bs;
   return prefix;
+}
+
+void KvCacheManager::set_lower_tier(LowerTier* tier) {
+  PAGODA_CHECK(tables_.empty());
+  lower_ = tier;
+}
+
+std::vector<KvCacheManager::LowerKey> KvCacheManager::find_in_lower_tier(
+    const CachedPrefix& prefix, const TokenSequence& tokens, int32_t num_lookup) const {
+  const int32_t bs = block_size();
+  std::vector<LowerKey> found;
+  BlockKey key;
+  key.extra = prefix.extra;
+  key.parent_hash = prefix.hashes.empty() ? kRootBlockHash : prefix.hashes.back();
+  key.parent_prefix_id = prefix.prefix_ids.empty() ? kRootPrefixId : prefix.prefix_ids.back();
+  PrefixDigest digest = prefix.digests.empty() ? PrefixDigest{} : prefix.digests.back();
+  for (auto i = static_cast<int32_t>(prefix.blocks.size()); i < num_lookup; ++i) {
+    std::vector<TokenId> buf(static_cast<size_t>(bs));
+    tokens.copy(i * bs, bs, buf.data());
+    key.hash = pool_.hash_fn()(key.parent_hash, key.extra, buf);
+    digest = lower_->chain(digest, key.extra, buf);
+    if (!lower_->contains(key.hash, digest)) break;
+    found.push_back({key, digest, std::move(buf)});
+    key.parent_hash = key.hash;
+  }
+  return found;
+}
+
+void KvCacheManager::load_from_lower_tier(CachedPrefix& prefix, const TokenSequence& tokens) {
+  if (lower_ == nullptr || !prefix_caching_ || tokens.size() == 0) return;
+  PAGODA_CHECK(prefix.digests.size() == prefix.blocks.size());
+  const int32_t num_lookup = (tokens.size() - 1) / block_size();
+  std::vector<LowerKey> found = find_in_lower_tier(prefix, tokens, num_lookup);
+  if (found.empty()) return;
+  // Hold the pool's hits while blocks are taken, so that taking them cannot evict one.
+  for (BlockId b : prefix.blocks) pool_.acquire(b);
+  const auto num_taken = std::min(static_cast<int32_t>(found.size()), pool_.num_free());
+  const std::vector<BlockId> taken = pool_.allocate(num_taken);
+  size_t num_loaded = 0;
+  for (; num_loaded < taken.size(); ++num_loaded) {
+    LowerKey& f = found[num_loaded];
+    const BlockId b = taken[num_loaded];
+    f.key.parent_prefix_id = prefix.prefix_ids.empty() ? kRootPrefixId : prefix.prefix_ids.back();
+    if (!lower_->load(b, f.key.hash, f.digest, f.tokens)) break;
+    const PrefixId id = pool_.cache(b, f.key, f.tokens);
+    if (!pool_.is_hashed(b) || pool_.prefix_id(b) != id) break;  // the hash is held by another
+    prefix.blocks.push_back(b);
+    prefix.hashes.push_back(f.key.hash);
+    prefix.prefix_ids.push_back(id);
+    prefix.digests.push_back(f.digest);
+  }
+  // Last block first, as free() does: the prefix's first blocks are evicted last. The loaded
+  // ones stay cached (free); the rest go back empty.
+  for (auto b = taken.rbegin(); b != taken.rend(); ++b) pool_.release(*b);
+  for (auto b = prefix.blocks.rbegin(); b != prefix.blocks.rend(); ++b) {
+    if (std::find(taken.begin(), taken.end(), *b) == taken.end()) pool_.release(*b);
+  }
+  const auto num_loaded_tokens = static_cast<int32_t>(num_loaded) * block_size();
+  prefix.num_tokens += num_loaded_tokens;
+  prefix.num_lower_tier_tokens += num_loaded_tokens;
 }
 
 std::optional<std::vector<BlockId>> KvCacheManager::allocate_slots(
@@ -87,9 +151,11 @@ std::optional<std::vector<BlockId>> KvCacheManager::allocate_slots(
     table.blocks = new_computed->blocks;
     table.hashes = new_computed->hashes;
     table.prefix_ids = new_computed->prefix_ids;
+    table.digests = new_computed->digests;
     table.extra = new_computed->extra;
     num_queried_tokens_ += new_computed->num_queried_tokens;
     num_hit_tokens_ += new_computed->num_tokens;
+    num_lower_tier_hit_tokens_ += new_computed->num_lower_tier_tokens;
   }
   std::vector<BlockId> fresh = pool_.allocate(num_alloc);
   table.blocks.insert(table.blocks.end(), fresh.begin(), fresh.end());
@@ -116,15 +182,22 @@ void KvCacheManager::cache_full_blocks(SequenceId id, const TokenSequence& token
     key.hash = pool_.hash_fn()(key.parent_hash, key.extra, buf);
     const BlockId b = table.blocks[i];
     PrefixId prefix_id;
+    bool newly_cached = false;
     if (pool_.is_hashed(b)) {
       // Shared through a fork and already cached by the other holder: the same content.
       PAGODA_CHECK(pool_.hash(b) == key.hash);
       prefix_id = pool_.prefix_id(b);
     } else {
       prefix_id = pool_.cache(b, key, buf);
+      newly_cached = pool_.is_hashed(b);
     }
     table.hashes.push_back(key.hash);
     table.prefix_ids.push_back(prefix_id);
+    if (lower_ != nullptr) {
+      const PrefixDigest parent = i ? table.digests[i - 1] : PrefixDigest{};
+      table.digests.push_back(lower_->chain(parent, key.extra, buf));
+      if (newly_cached) lower_->store(b, key.hash, table.digests.back(), buf);
+    }
   }
 }
 
@@ -169,6 +242,10 @@ std::optional<std::vector<BlockCopy>> KvCacheManager::fork(SequenceId parent, Se
   to.hashes.assign(from.hashes.begin(), from.hashes.begin() + static_cast<ptrdiff_t>(num_hashed));
   to.prefix_ids.assign(from.prefix_ids.begin(),
                        from.prefix_ids.begin() + static_cast<ptrdiff_t>(num_hashed));
+  if (lower_ != nullptr) {
+    to.digests.assign(from.digests.begin(),
+                      from.digests.begin() + static_cast<ptrdiff_t>(num_hashed));
+  }
   to.extra = from.extra;
   to.num_slots = num_computed_tokens;
   std::vector<BlockCopy> copies;
@@ -189,6 +266,7 @@ KvCacheStats KvCacheManager::stats() const {
   s.num_cached_blocks = pool_.num_cached();
   s.num_queried_tokens = num_queried_tokens_;
   s.num_hit_tokens = num_hit_tokens_;
+  s.num_lower_tier_hit_tokens = num_lower_tier_hit_tokens_;
   return s;
 }
 
@@ -201,6 +279,7 @@ void KvCacheManager::check_invariants() const {
     PAGODA_CHECK(table.num_slots >= 0);
     PAGODA_CHECK(static_cast<int32_t>(table.blocks.size()) == num_blocks_for(table.num_slots));
     PAGODA_CHECK(table.hashes.size() == table.prefix_ids.size());
+    PAGODA_CHECK(table.digests.size() == (lower_ != nullptr ? table.hashes.size() : 0));
     PAGODA_CHECK(static_cast<int64_t>(table.hashes.size()) * bs <= table.num_slots);
     const auto num_full = static_cast<size_t>(table.num_slots / bs);
     for (size_t i = 0; i < table.blocks.size(); ++i) {

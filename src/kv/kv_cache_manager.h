@@ -13,7 +13,12 @@
 //     the ones the table recorded (it is the cached copy of that content);
 //   - only full blocks are shared or cached: a block held by two or more tables, or hashed in
 //     the pool, lies within the first floor(num_slots / block_size) blocks of every table
-//     holding it, so no one writes into a block another request or the cache can read.
+//     holding it, so no one writes into a block another request or the cache can read;
+//   - with a lower tier, a table keeps one PrefixDigest per hashed block.
+//
+// A lower tier (lower_tier.h, set_lower_tier()) extends the cache below the pool: each block the
+// pool newly caches is handed to it, and load_from_lower_tier() continues a prefix lookup
+// there.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +29,7 @@
 #include "core/block_copy.h"
 #include "kv/block_hash.h"
 #include "kv/block_pool.h"
+#include "kv/lower_tier.h"
 
 namespace pagoda {
 
@@ -44,7 +50,9 @@ struct CachedPrefix {
   std::vector<BlockId> blocks;
   std::vector<BlockHash> hashes;     // [blocks.size()] chain hashes
   std::vector<PrefixId> prefix_ids;  // [blocks.size()]
+  std::vector<PrefixDigest> digests;  // [blocks.size()] with a lower tier, else empty
   int32_t num_tokens = 0;            // blocks.size() * block_size
+  int32_t num_lower_tier_tokens = 0;  // of those, loaded from the lower tier
   int32_t num_queried_tokens = 0;    // the length of the sequence that was looked up
   uint64_t extra = 0;                // the extra key the hashes were made with
 };
@@ -56,6 +64,7 @@ struct KvCacheStats {
   int32_t num_cached_blocks = 0;   // free but still hashed
   int64_t num_queried_tokens = 0;  // tokens of admitted requests looked up in the prefix cache
   int64_t num_hit_tokens = 0;      // of those, found cached
+  int64_t num_lower_tier_hit_tokens = 0;  // of those, loaded from the lower tier
   double utilization() const { return num_blocks ? double(num_used_blocks) / num_blocks : 0.0; }
   double prefix_hit_rate() const {
     return num_queried_tokens ? double(num_hit_tokens) / double(num_queried_tokens) : 0.0;
@@ -70,6 +79,16 @@ class KvCacheManager {
   // compute so the step that finishes the prompt has logits: a fully cached sequence gives up
   // its last block. Changes nothing. Empty when prefix caching is off.
   CachedPrefix get_computed_blocks(const TokenSequence& tokens, uint64_t extra) const;
+
+  // The lower tier below the pool (not owned; null: none). Set before any sequence is added.
+  void set_lower_tier(LowerTier* tier);
+  bool has_lower_tier() const { return lower_ != nullptr; }
+  // Continues `prefix` (get_computed_blocks() of `tokens`) with the blocks the lower tier holds
+  // after it, loaded into fresh pool blocks and cached there (as free cached blocks, so the
+  // prefix's allocate_slots() revives them), within the same size - 1 tokens. Stops at the
+  // first block the tier lacks or cannot read, or when no block is free; the pool blocks of
+  // `prefix` are never evicted for it.
+  void load_from_lower_tier(CachedPrefix& prefix, const TokenSequence& tokens);
 
   // Grows sequence `id`'s table to cover num_computed_tokens + (new_computed ? its tokens : 0) +
   // num_new_tokens slots and returns the newly allocated blocks, or nullopt when the pool has
@@ -120,17 +139,28 @@ class KvCacheManager {
     std::vector<BlockId> blocks;       // grows; shrinks only by truncate()
     std::vector<BlockHash> hashes;     // of the first full blocks, hashed in order
     std::vector<PrefixId> prefix_ids;  // [hashes.size()]
+    std::vector<PrefixDigest> digests;  // [hashes.size()] with a lower tier
     int32_t num_slots = 0;             // token slots allocated
     uint64_t extra = 0;
   };
 
   const Table& entry(SequenceId id) const;
+  // The blocks the lower tier holds after `prefix`, up to block `num_lookup`, as keys.
+  struct LowerKey {
+    BlockKey key;
+    PrefixDigest digest;
+    std::vector<TokenId> tokens;
+  };
+  std::vector<LowerKey> find_in_lower_tier(const CachedPrefix& prefix, const TokenSequence& tokens,
+                                           int32_t num_lookup) const;
 
   BlockPool pool_;
   bool prefix_caching_;
   std::unordered_map<SequenceId, Table> tables_;
+  LowerTier* lower_ = nullptr;
   int64_t num_queried_tokens_ = 0;
   int64_t num_hit_tokens_ = 0;
+  int64_t num_lower_tier_hit_tokens_ = 0;
 };
 
 }  // namespace pagoda

@@ -149,7 +149,9 @@ void Scheduler::schedule_waiting(StepPlan& plan, int32_t& budget) {
   while (!waiting_.empty() && budget > 0 &&
          static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
     Sequence& r = get(waiting_.front());
-    const CachedPrefix prefix = kv_.get_computed_blocks(r.tokens(), r.cache_key);
+    CachedPrefix prefix = kv_.get_computed_blocks(r.tokens(), r.cache_key);
+    // What the pool lacks may be below it (a prompt scored in full wants no hits).
+    if (!r.prompt_logits) kv_.load_from_lower_tier(prefix, r.tokens());
     const int32_t num_new = std::min(r.num_tokens() - prefix.num_tokens, budget);
     // First come, first served: a request that does not fit blocks the ones behind it.
     if (!kv_.allocate_slots(r.id, 0, num_new, &prefix)) break;

@@ -98,6 +98,8 @@ class Scheduler {
   bool step_in_flight() const { return in_flight_step_ >= 0; }
   const SchedulerConfig& config() const { return config_; }
   const KvCacheManager& kv() const { return kv_; }
+  // A tier of KV blocks below the pool (kv/lower_tier.h); before any sequence is added.
+  void set_lower_tier(LowerTier* tier) { kv_.set_lower_tier(tier); }
   SchedulerStats stats() const;
 
   void check_invariants() const;

@@ -47,6 +47,26 @@ bool is_poll(const AccessRecord& r) {
          (r.path == "/health" || r.path == "/metrics" || r.path == "/stats");
 }
 
+// /stats' disk tier figures (--kv-disk); null without one.
+json kv_disk_json(const EngineStats& s) {
+  const KvDiskStats& d = s.kv_disk;
+  if (!d.enabled) return nullptr;
+  return {{"hit_tokens", s.scheduler.kv.num_lower_tier_hit_tokens},
+          {"hit_blocks", d.hit_blocks},
+          {"blocks", d.records},
+          {"bytes", d.bytes},
+          {"written_blocks", d.written_blocks},
+          {"bytes_written", d.bytes_written},
+          {"bytes_read", d.bytes_read},
+          {"dropped_writes", d.dropped_writes},
+          {"write_failures", d.write_failures},
+          {"corrupt_records", d.corrupt_records},
+          {"evicted_blocks", d.evicted_blocks},
+          {"loads", d.num_loads},
+          {"load_seconds", d.load_seconds},
+          {"max_load_seconds", d.max_load_seconds}};
+}
+
 
 }  // namespace
 
@@ -141,6 +161,7 @@ json HttpServer::stats_json() const {
           {"spec_accepted_tokens", s.speculative.num_accepted},
           {"spec_acceptance_rate", s.speculative.acceptance_rate()},
           {"spec_mean_accepted_length", s.speculative.mean_accepted_length()},
+          {"kv_disk", kv_disk_json(s)},
           {"in_flight", in_flight_.load()},
           {"connections", transport_->num_connections()},
           {"uptime_s", uptime}};

@@ -32,6 +32,42 @@ void counter(std::ostringstream& out, const char* name, const char* help, double
   out << name << ' ' << number(value) << '\n';
 }
 
+// The disk tier under the prefix cache (--kv-disk).
+void render_kv_disk(std::ostringstream& out, const EngineStats& stats) {
+  const KvDiskStats& d = stats.kv_disk;
+  counter(out, "pagoda_kv_disk_hit_tokens_total",
+          "Prompt tokens whose K/V was read from the disk tier.",
+          double(stats.scheduler.kv.num_lower_tier_hit_tokens));
+  counter(out, "pagoda_kv_disk_hit_blocks_total", "KV blocks read from the disk tier.",
+          double(d.hit_blocks));
+  counter(out, "pagoda_kv_disk_written_blocks_total", "KV blocks written to the disk tier.",
+          double(d.written_blocks));
+  counter(out, "pagoda_kv_disk_written_bytes_total", "Bytes written to the disk tier.",
+          double(d.bytes_written));
+  counter(out, "pagoda_kv_disk_read_bytes_total", "Bytes read from the disk tier.",
+          double(d.bytes_read));
+  counter(out, "pagoda_kv_disk_dropped_writes_total",
+          "KV blocks not written: the write-behind queue was full.", double(d.dropped_writes));
+  counter(out, "pagoda_kv_disk_write_failures_total",
+          "KV block writes the disk refused (full, read-only, removed).",
+          double(d.write_failures));
+  counter(out, "pagoda_kv_disk_corrupt_records_total",
+          "Disk tier records that did not read back (a miss; deleted).",
+          double(d.corrupt_records));
+  counter(out, "pagoda_kv_disk_evicted_blocks_total",
+          "Disk tier records deleted past --kv-disk-gb, least recently used first.",
+          double(d.evicted_blocks));
+  counter(out, "pagoda_kv_disk_loads_total", "Block reads from the disk tier.",
+          double(d.num_loads));
+  counter(out, "pagoda_kv_disk_load_seconds_total", "Time spent reading blocks from the disk tier.",
+          d.load_seconds);
+  gauge(out, "pagoda_kv_disk_load_seconds_max", "The longest block read from the disk tier.",
+        d.max_load_seconds);
+  gauge(out, "pagoda_kv_disk_blocks", "KV blocks on the disk tier (this model's).",
+        double(d.records));
+  gauge(out, "pagoda_kv_disk_bytes", "Bytes on the disk tier (this model's).", double(d.bytes));
+}
+
 }  // namespace
 
 Histogram::Histogram(std::vector<double> bounds)
@@ -123,6 +159,7 @@ std::string ServerMetrics::render(const EngineStats& stats) const {
   counter(out, "pagoda_computed_tokens_total", "Token rows run through the model.",
           double(stats.num_computed_tokens));
   gauge(out, "pagoda_kv_cache_bytes", "Bytes of K/V memory.", double(stats.kv_cache_bytes));
+  if (stats.kv_disk.enabled) render_kv_disk(out, stats);
   const SpeculativeStats& sp = stats.speculative;
   counter(out, "pagoda_spec_proposed_tokens_total", "Speculative tokens proposed and verified.",
           double(sp.num_proposed));

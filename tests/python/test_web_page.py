@@ -259,7 +259,7 @@ def test_empty_page_and_engine_panel(page):
                       timeout=10)
     assert wait_until(lambda: browser.eval(
         "document.getElementById('chart-line').getAttribute('points')"), timeout=10)
-    for figure in ("tps", "running", "waiting", "hits", "preempt"):
+    for figure in ("tps", "running", "waiting", "hits", "preempt", "disk"):
         assert browser.eval(f"document.getElementById('{figure}').textContent") != "-", figure
     screenshot(browser, "web-empty.png")
 

@@ -7,12 +7,16 @@
 // copy-on-write or a block freed while in use changes the output. Checked after every step:
 // the scheduler's invariants, the budget and max_num_seqs, that no one writes into a shared or
 // cached block; at the end: every request finished or was aborted, no block leaked, and every
-// finished output equals the output of the same request generated alone.
+// finished output equals the output of the same request generated alone. Half the runs have a
+// lower tier under the pool (FakeTier: bounded, and now and then a record does not read), whose
+// blocks come back through the same reads.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <random>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
@@ -112,6 +116,22 @@ class FakeModel {
     return sampled;
   }
 
+  // A block's slots as stored (the lower tier's records).
+  std::vector<std::pair<TokenId, int32_t>> read_block(BlockId b) {
+    std::vector<std::pair<TokenId, int32_t>> out;
+    for (int32_t i = 0; i < block_size_; ++i) {
+      const Slot& got = slots_[static_cast<size_t>(b * block_size_ + i)];
+      out.push_back({got.token, got.position});
+    }
+    return out;
+  }
+  void write_block(BlockId b, const std::vector<std::pair<TokenId, int32_t>>& in) {
+    for (int32_t i = 0; i < block_size_; ++i) {
+      slots_[static_cast<size_t>(b * block_size_ + i)] = {in[static_cast<size_t>(i)].first,
+                                                          in[static_cast<size_t>(i)].second};
+    }
+  }
+
   const std::string& first_error() const { return first_error_; }
   int64_t num_errors() const { return num_errors_; }
 
@@ -132,6 +152,52 @@ class FakeModel {
   std::vector<Slot> slots_;  // [num_blocks * block_size]
   int64_t num_errors_ = 0;
   std::string first_error_;
+};
+
+// A lower tier in memory over the fake model's slots: at most `capacity` records (past it one
+// goes, by key order), and one load in eight fails (an unreadable record).
+class FakeTier final : public LowerTier {
+ public:
+  FakeTier(FakeModel& model, size_t capacity, uint32_t seed)
+      : model_(model), capacity_(capacity), rng_(seed) {}
+
+  PrefixDigest chain(const PrefixDigest& parent, uint64_t extra,
+                     std::span<const TokenId> tokens) const override {
+    const uint64_t lo = hash_block(parent.lo, extra ^ 0x77, tokens);
+    return {lo, hash_block(parent.hi, extra, tokens) ^ lo};
+  }
+  void store(BlockId block, BlockHash hash, const PrefixDigest& digest,
+             std::span<const TokenId> tokens) override {
+    if (records_.size() >= capacity_) records_.erase(records_.begin());
+    records_.emplace(Key{hash, digest.lo, digest.hi},
+                     Record{{tokens.begin(), tokens.end()}, model_.read_block(block)});
+  }
+  bool contains(BlockHash hash, const PrefixDigest& digest) const override {
+    return records_.count(Key{hash, digest.lo, digest.hi}) > 0;
+  }
+  bool load(BlockId block, BlockHash hash, const PrefixDigest& digest,
+            std::span<const TokenId> tokens) override {
+    auto it = records_.find(Key{hash, digest.lo, digest.hi});
+    if (it == records_.end() || rng_() % 8 == 0) return false;
+    const std::vector<TokenId>& stored = it->second.tokens;
+    if (!std::equal(tokens.begin(), tokens.end(), stored.begin(), stored.end())) return false;
+    model_.write_block(block, it->second.slots);
+    ++num_loads;
+    return true;
+  }
+
+  int64_t num_loads = 0;  // that succeeded
+
+ private:
+  using Key = std::tuple<BlockHash, uint64_t, uint64_t>;
+  struct Record {
+    std::vector<TokenId> tokens;
+    std::vector<std::pair<TokenId, int32_t>> slots;
+  };
+  FakeModel& model_;
+  size_t capacity_;
+  std::mt19937 rng_;
+  std::map<Key, Record> records_;
 };
 
 // Checks on a fresh plan, before the step runs.
@@ -178,6 +244,7 @@ struct Totals {
   int64_t num_finished = 0, num_aborted = 0, num_forks = 0, num_copies = 0;
   int64_t num_preemptions = 0, num_hit_tokens = 0, num_chunks = 0;
   int64_t num_proposed = 0, num_accepted = 0;
+  int64_t num_lower_tier_tokens = 0;
 };
 
 // Proposals for each request the plan lets propose: the fake model's own continuation, cut
@@ -216,6 +283,8 @@ void run_seed(uint32_t seed, int num_steps, Totals& totals) {
   config.max_num_seqs = uniform(1, 8);
   Scheduler s(config);
   FakeModel model(config.kv.num_blocks, config.kv.block_size);
+  FakeTier tier(model, static_cast<size_t>(uniform(1, 3 * config.kv.num_blocks)), seed);
+  if (seed % 2 == 0) s.set_lower_tier(&tier);
 
   std::vector<std::vector<TokenId>> bases(3);
   for (auto& base : bases) {
@@ -307,6 +376,9 @@ void run_seed(uint32_t seed, int num_steps, Totals& totals) {
   EXPECT_EQ(stats.kv.num_free_blocks, config.kv.num_blocks);
   totals.num_preemptions += stats.num_preemptions;
   totals.num_hit_tokens += stats.kv.num_hit_tokens;
+  totals.num_lower_tier_tokens += stats.kv.num_lower_tier_hit_tokens;
+  // A loaded block may be found in the pool later instead (its request did not fit at once).
+  EXPECT_LE(stats.kv.num_lower_tier_hit_tokens, tier.num_loads * config.kv.block_size);
 
   for (const auto& [id, r] : done) {
     SequenceStatus status;
@@ -335,18 +407,24 @@ TEST(SchedulerRandomTest, RandomSequencesKeepEveryInvariant) {
   EXPECT_GT(totals.num_copies, 10);
   EXPECT_GT(totals.num_preemptions, 10);
   EXPECT_GT(totals.num_hit_tokens, 1000);
+  EXPECT_GT(totals.num_lower_tier_tokens, 200);
   EXPECT_GT(totals.num_chunks, 100);
   EXPECT_GT(totals.num_proposed, 1000);
   EXPECT_GT(totals.num_accepted, 300);
   EXPECT_LT(totals.num_accepted, totals.num_proposed);
 }
 
-// Runs `requests` together through `config` until all finish; returns them by id.
+// Runs `requests` together through `config` until all finish; returns them by id. With
+// `lower_tier_tokens`, a lower tier holding every block sits under the pool, and the prompt
+// tokens read back from it are counted there.
 std::unordered_map<SequenceId, Sequence> run_all(const SchedulerConfig& config,
                                                 const std::vector<Sequence>& requests,
-                                                int64_t* num_preemptions) {
+                                                int64_t* num_preemptions,
+                                                int64_t* lower_tier_tokens = nullptr) {
   Scheduler s(config);
   FakeModel model(config.kv.num_blocks, config.kv.block_size);
+  FakeTier tier(model, 1 << 20, 7);
+  if (lower_tier_tokens != nullptr) s.set_lower_tier(&tier);
   for (const Sequence& r : requests) s.add_sequence(r);
   std::unordered_map<SequenceId, Sequence> out;
   for (int i = 0; i < 10000 && s.has_unfinished(); ++i) {
@@ -360,6 +438,7 @@ std::unordered_map<SequenceId, Sequence> run_all(const SchedulerConfig& config,
   EXPECT_FALSE(s.has_unfinished());
   EXPECT_EQ(s.stats().kv.num_used_blocks, 0);
   if (num_preemptions) *num_preemptions = s.stats().num_preemptions;
+  if (lower_tier_tokens) *lower_tier_tokens = s.stats().kv.num_lower_tier_hit_tokens;
   return out;
 }
 
@@ -384,6 +463,11 @@ TEST(SchedulerRandomTest, OutputsAreTheSameAloneAndInACrowd) {
   int64_t num_preemptions = 0;
   const auto together = run_all(crowded, requests, &num_preemptions);
   EXPECT_GT(num_preemptions, 0) << "the crowd should not fit";
+  // Preempted requests resume from the lower tier: what they had computed comes back from it.
+  int64_t num_tier_preemptions = 0, num_tier_tokens = 0;
+  const auto swapped = run_all(crowded, requests, &num_tier_preemptions, &num_tier_tokens);
+  EXPECT_GT(num_tier_preemptions, 0);
+  EXPECT_GT(num_tier_tokens, 0);
 
   SchedulerConfig roomy = crowded;
   roomy.kv.num_blocks = 64;
@@ -393,6 +477,8 @@ TEST(SchedulerRandomTest, OutputsAreTheSameAloneAndInACrowd) {
     ASSERT_EQ(alone.count(r.id), 1u);
     ASSERT_EQ(together.count(r.id), 1u);
     EXPECT_EQ(together.at(r.id).output, alone.at(r.id).output) << "request " << r.id;
+    ASSERT_EQ(swapped.count(r.id), 1u);
+    EXPECT_EQ(swapped.at(r.id).output, alone.at(r.id).output) << "request " << r.id;
     EXPECT_EQ(together.at(r.id).output.size(), static_cast<size_t>(r.max_tokens));
     SequenceStatus status;
     EXPECT_EQ(alone.at(r.id).output, alone_output(r, &status));

@@ -468,6 +468,9 @@ async function poll() {
     $("blocks").textContent = s.kv_blocks_used + " / " + s.kv_blocks_total;
     $("hits").textContent = (100 * s.prefix_cache_hit_rate).toFixed(1) + "%";
     $("preempt").textContent = s.preemptions;
+    $("disk").textContent = s.kv_disk
+        ? s.kv_disk.hit_tokens + " tokens read, " + s.kv_disk.blocks + " blocks kept"
+        : "off";
     $("spec").textContent = s.spec_proposed_tokens > 0
         ? (100 * s.spec_acceptance_rate).toFixed(1) + "% (" +
           s.spec_mean_accepted_length.toFixed(2) + " tok/step)"

@@ -1,0 +1,40 @@
+// The disk tier options `run` and `serve` share (--kv-disk DIR, --kv-disk-gb G), and the
+// identity that keeps one model's K/V blocks apart from another's in the folder.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "engine/engine.h"
+#include "model/model_file.h"
+
+namespace pagoda::cli {
+
+struct KvDiskOptions {
+  std::string folder;  // empty: no disk tier
+  double gb = 8.0;
+  CLI::Option* gb_option = nullptr;
+};
+
+// Adds --kv-disk and --kv-disk-gb to `cmd`.
+void add_kv_disk_options(CLI::App* cmd, KvDiskOptions& options);
+
+// Before the model loads: throws Error in one line when --kv-disk is given with a backend other
+// than the CPU or with several ranks, UsageError for --kv-disk-gb without --kv-disk.
+void check_kv_disk_options(const KvDiskOptions& options, const std::string& backend);
+
+// Sets config.kv_disk from the options, for the model `file` under config's K/V type and block
+// size and `context` tokens (nothing without --kv-disk). `also` names anything else that changes
+// the K/V of every request (run's --lora adapter: its digest and scale); a request's own
+// adapter is in its cache key, which the disk tier's prefix digests include.
+void apply_kv_disk_options(const KvDiskOptions& options, const ModelFile& file, int32_t context,
+                           EngineConfig& config, const std::string& also = "");
+
+// What names the K/V one model file computes under these settings: a digest of the file (a
+// GGUF file's header, metadata and tensor table as bytes; every tensor's name, type, shape and
+// four 4 KiB pages of its data; never the whole file), the model's RoPE settings, and the K/V
+// type, block size and context.
+std::string kv_disk_identity(const ModelFile& file, KvType kv_type, int32_t block_size,
+                             int32_t context);
+
+}  // namespace pagoda::cli

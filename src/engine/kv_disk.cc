@@ -1,0 +1,118 @@
+// The engine's disk tier: K/V bytes between the KV memory and DiskTier records (kv_disk.h).
+#include "engine/kv_disk.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+
+#include "core/error.h"
+
+namespace pagoda {
+namespace {
+
+DiskTierOptions tier_options(const KvDiskConfig& c, bool host_visible) {
+  if (!host_visible) fail("--kv-disk: the KV cache is not in host memory (the CPU backend only)");
+  if (c.folder.empty()) fail("--kv-disk: no folder given");
+  if (c.max_bytes == 0) fail("--kv-disk-gb must be positive");
+  return DiskTierOptions{.folder = c.folder, .max_bytes = c.max_bytes, .identity = c.identity};
+}
+
+}  // namespace
+
+KvDisk::KvDisk(KvStorage& kv, const ModelConfig& model, bool host_visible,
+               const KvDiskConfig& config)
+    : kv_(kv),
+      num_layers_(static_cast<int32_t>(model.num_layers)),
+      bytes_per_layer_block_(KvStorage::slot_bytes(model, kv.type()) *
+                             static_cast<uint64_t>(kv.block_size())),
+      tier_(tier_options(config, host_visible)) {
+  const DiskTier::Stats s = tier_.stats();
+  corrupt_seen_ = s.corrupt;
+  std::fprintf(stderr, "kv-disk: %s: %llu blocks (%.1f MiB) of this model and K/V format%s\n",
+               tier_.folder().c_str(), static_cast<unsigned long long>(s.records),
+               double(s.bytes) / double(1 << 20),
+               s.corrupt > 0 ? ", unreadable records deleted" : "");
+}
+
+PrefixDigest KvDisk::chain(const PrefixDigest& parent, uint64_t extra,
+                           std::span<const TokenId> tokens) const {
+  return tier_.chain(parent, extra, tokens);
+}
+
+void KvDisk::store(BlockId block, BlockHash hash, const PrefixDigest& digest,
+                   std::span<const TokenId> tokens) {
+  if (tier_.contains(hash, digest)) return;
+  // Per layer, K's block then V's: each is one contiguous range of the layer's memory.
+  std::vector<uint8_t> payload(block_bytes());
+  const uint64_t offset = static_cast<uint64_t>(block) * bytes_per_layer_block_;
+  uint8_t* out = payload.data();
+  for (int32_t l = 0; l < num_layers_; ++l) {
+    const KvLayer layer = kv_.layer(l);
+    std::memcpy(out, static_cast<const uint8_t*>(layer.k) + offset, bytes_per_layer_block_);
+    out += bytes_per_layer_block_;
+    std::memcpy(out, static_cast<const uint8_t*>(layer.v) + offset, bytes_per_layer_block_);
+    out += bytes_per_layer_block_;
+  }
+  tier_.put(hash, digest, tokens, std::move(payload));
+}
+
+bool KvDisk::contains(BlockHash hash, const PrefixDigest& digest) const {
+  return tier_.contains(hash, digest);
+}
+
+bool KvDisk::load(BlockId block, BlockHash hash, const PrefixDigest& digest,
+                  std::span<const TokenId> tokens) {
+  const auto start = std::chrono::steady_clock::now();
+  const std::optional<std::vector<uint8_t>> payload = tier_.get(hash, digest, tokens);
+  const auto ns = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
+          .count());
+  num_loads_.fetch_add(1, std::memory_order_relaxed);
+  load_ns_.fetch_add(ns, std::memory_order_relaxed);
+  if (ns > max_load_ns_.load(std::memory_order_relaxed)) {
+    max_load_ns_.store(ns, std::memory_order_relaxed);  // only this thread writes it
+  }
+  if (!payload || payload->size() != block_bytes()) {
+    const uint64_t corrupt = tier_.stats().corrupt;
+    if (corrupt > corrupt_seen_) {
+      std::fprintf(stderr,
+                   "kv-disk: a record of block %016llx did not read back (truncated, corrupted "
+                   "or removed): a miss, the record is deleted\n",
+                   static_cast<unsigned long long>(hash));
+      corrupt_seen_ = corrupt;
+    }
+    return false;
+  }
+  const uint64_t offset = static_cast<uint64_t>(block) * bytes_per_layer_block_;
+  const uint8_t* in = payload->data();
+  for (int32_t l = 0; l < num_layers_; ++l) {
+    const KvLayer layer = kv_.layer(l);
+    std::memcpy(static_cast<uint8_t*>(layer.k) + offset, in, bytes_per_layer_block_);
+    in += bytes_per_layer_block_;
+    std::memcpy(static_cast<uint8_t*>(layer.v) + offset, in, bytes_per_layer_block_);
+    in += bytes_per_layer_block_;
+  }
+  return true;
+}
+
+KvDiskStats KvDisk::stats() const {
+  const DiskTier::Stats s = tier_.stats();
+  KvDiskStats out;
+  out.enabled = true;
+  out.records = s.records;
+  out.bytes = s.bytes;
+  out.hit_blocks = s.hits;
+  out.corrupt_records = s.corrupt;
+  out.written_blocks = s.written;
+  out.bytes_written = s.bytes_written;
+  out.bytes_read = s.bytes_read;
+  out.dropped_writes = s.dropped;
+  out.write_failures = s.write_failures;
+  out.evicted_blocks = s.evicted;
+  out.num_loads = num_loads_.load(std::memory_order_relaxed);
+  out.load_seconds = double(load_ns_.load(std::memory_order_relaxed)) * 1e-9;
+  out.max_load_seconds = double(max_load_ns_.load(std::memory_order_relaxed)) * 1e-9;
+  return out;
+}
+
+}  // namespace pagoda

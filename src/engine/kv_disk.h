@@ -1,0 +1,68 @@
+// The engine's disk tier (issue 36, --kv-disk): the lower tier of the prefix cache
+// (kv/lower_tier.h) over a DiskTier folder (kv/disk_tier.h). Full blocks the pool caches are
+// copied out of the KV memory and queued to DiskTier's writer thread (write-behind: the step
+// copies bytes, never waits on the disk; a full queue drops the block and counts it); a prefix
+// lookup that misses the pool reads the blocks it finds back into fresh pool blocks.
+//
+// Reads are synchronous, at admission, on the engine thread (Scheduler::schedule_waiting): a
+// request whose blocks are on disk waits for their reads inside that step. Reading them ahead,
+// off the step, is not done yet.
+//
+// The folder keeps blocks of one model and K/V format apart from another's (KvDiskConfig's
+// identity: a digest of the model file's header, metadata, tensor table and sampled data pages,
+// with every setting that changes K/V), so a server started on another file never reads them.
+// Host memory only (the CPU backend): the CUDA backend refuses --kv-disk.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/engine_stats.h"
+#include "kv/disk_tier.h"
+#include "kv/lower_tier.h"
+#include "model/config.h"
+#include "model/kv_storage.h"
+
+namespace pagoda {
+
+struct KvDiskConfig {
+  std::string folder;      // empty: no disk tier
+  uint64_t max_bytes = 0;  // records of this identity at most
+  // The model file and every setting that changes its K/V (cli/kv_disk_options.h makes it).
+  std::string identity;
+};
+
+class KvDisk final : public LowerTier {
+ public:
+  // Opens the folder (DiskTier: creates it, takes its lock, indexes this identity's records).
+  // Throws Error when it cannot be used, is in use by another process, or `kv` is not in host
+  // memory.
+  KvDisk(KvStorage& kv, const ModelConfig& model, bool host_visible, const KvDiskConfig& config);
+
+  PrefixDigest chain(const PrefixDigest& parent, uint64_t extra,
+                     std::span<const TokenId> tokens) const override;
+  void store(BlockId block, BlockHash hash, const PrefixDigest& digest,
+             std::span<const TokenId> tokens) override;
+  bool contains(BlockHash hash, const PrefixDigest& digest) const override;
+  bool load(BlockId block, BlockHash hash, const PrefixDigest& digest,
+            std::span<const TokenId> tokens) override;
+
+  void flush() { tier_.flush(); }
+  KvDiskStats stats() const;  // any thread
+
+ private:
+  uint64_t block_bytes() const { return bytes_per_layer_block_ * 2 * num_layers_; }
+
+  KvStorage& kv_;
+  int32_t num_layers_;
+  uint64_t bytes_per_layer_block_;  // one of K or V of one layer, one block
+  DiskTier tier_;
+  // Written by the engine thread, read by any.
+  std::atomic<uint64_t> num_loads_ = 0, load_ns_ = 0, max_load_ns_ = 0;
+  uint64_t corrupt_seen_ = 0;  // DiskTier's corrupt count already logged
+};
+
+}  // namespace pagoda

@@ -1,0 +1,46 @@
+// A tier of KV blocks below the block pool (issue 36): full blocks the pool caches are handed
+// down to it as they are completed, and a prefix lookup that misses the pool continues there,
+// loading the blocks it finds into fresh pool blocks. The K/V bytes are the implementation's
+// business (the engine's disk tier, engine/kv_disk.h); KvCacheManager only names blocks.
+//
+// Below the pool a block is found by its chain hash and a PrefixDigest: 128 bits chained over
+// every block's tokens and extra key from the sequence's start, made by the tier (keyed by a
+// secret of its own), since a 64-bit hash alone could be made to collide across restarts,
+// where no PrefixId verifies the prefix.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "core/token.h"
+#include "kv/block_hash.h"
+
+namespace pagoda {
+
+using BlockId = int32_t;
+
+struct PrefixDigest {
+  uint64_t lo = 0, hi = 0;
+  bool operator==(const PrefixDigest&) const = default;
+};
+
+class LowerTier {
+ public:
+  virtual ~LowerTier() = default;
+  // The digest of the prefix through one more block, from its parent's (PrefixDigest{} for a
+  // sequence's first block).
+  virtual PrefixDigest chain(const PrefixDigest& parent, uint64_t extra,
+                             std::span<const TokenId> tokens) const = 0;
+  // Pool block `block`, whose K/V is computed, was just cached under `hash` and `digest`: keep
+  // a copy. Must not wait on the disk (it runs inside the engine's step).
+  virtual void store(BlockId block, BlockHash hash, const PrefixDigest& digest,
+                     std::span<const TokenId> tokens) = 0;
+  // Whether a block is held (an index lookup, no I/O).
+  virtual bool contains(BlockHash hash, const PrefixDigest& digest) const = 0;
+  // Fills pool block `block` with the K/V of the record; false on a miss (nothing was read
+  // into the block then, or what was is to be ignored).
+  virtual bool load(BlockId block, BlockHash hash, const PrefixDigest& digest,
+                    std::span<const TokenId> tokens) = 0;
+};
+
+}  // namespace pagoda
