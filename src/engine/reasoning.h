@@ -25,8 +25,9 @@
 // channel are content; a message to functions.NAME becomes content in the one form the harmony
 // tool-call parser reads (server/tool_calls.h): "to=functions.NAME<|message|>ARGS<|call|>".
 // The markers themselves are never content. An output that does not open with a header is
-// all content; a header that is not one (or never reaches <|message|>) is content as written;
-// an analysis body without its end is reasoning to the end. See reasoning_harmony.cc.
+// all content; from a header that is not one on, the text is content as written; a header the
+// end of the output cuts off is dropped (it is structure, not text); a body without its end
+// marker goes to its channel to the end. See reasoning_harmony.cc.
 #pragma once
 
 #include <memory>

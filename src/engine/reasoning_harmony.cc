@@ -109,9 +109,10 @@ class HarmonyParser final : public ReasoningParser {
     if (state_ == State::kBody) {
       emit(out, held_);
       if (route_ == Route::kCall) out.content += kCall;
-    } else {
-      out.content += held_;  // an unfinished header, or plain text
+    } else if (state_ == State::kPlain) {
+      out.content += held_;
     }
+    // kHeader: a header the output's end cut off (max_tokens) is structure, not text: dropped.
     held_.clear();
     return out;
   }

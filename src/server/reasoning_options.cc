@@ -7,6 +7,7 @@
 namespace pagoda::server {
 
 ReasoningSyntax reasoning_syntax_for_template(const std::string& t) {
+  if (t.find("<|channel|>") != std::string::npos) return ReasoningSyntax::kHarmony;
   if (t.find("<think>") != std::string::npos || t.find("</think>") != std::string::npos) {
     return ReasoningSyntax::kThinkTags;
   }

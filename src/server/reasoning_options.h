@@ -15,7 +15,8 @@
 
 namespace pagoda::server {
 
-// kThinkTags when the template writes or strips <think> ... </think>; kNone otherwise.
+// kHarmony when the template writes gpt-oss's <|channel|> messages; kThinkTags when it writes
+// or strips <think> ... </think>; kNone otherwise.
 ReasoningSyntax reasoning_syntax_for_template(const std::string& chat_template);
 
 // Sets r.reasoning and r.thinking for a chat whose rendered prompt is `prompt_text`; reads

@@ -78,10 +78,11 @@ TEST(HarmonyReasoning, NoHeaderIsAllContent) {
   expect_split("\n<|channel|>final<|message|>x", "", "\n<|channel|>final<|message|>x");
 }
 
-TEST(HarmonyReasoning, UnfinishedHeaderIsContentAsWritten) {
-  expect_split("<|channel|>analysis<|message|>a<|end|><|start|>assistant<|chan", "a",
-               "<|start|>assistant<|chan");
-  expect_split("<|channel|>final", "", "<|channel|>final");
+TEST(HarmonyReasoning, HeaderCutOffByTheEndIsDropped) {
+  // max_tokens ended the output inside a header: no marker or channel name becomes content.
+  expect_split("<|channel|>analysis<|message|>a<|end|><|start|>assistant<|chan", "a", "");
+  expect_split("<|channel|>final", "", "");
+  expect_split("<|channel|>final<|message|>b<|end|><|start|>assistant to=functions.f", "", "b");
 }
 
 TEST(HarmonyReasoning, BrokenHeaderIsContentAsWritten) {
