@@ -8,7 +8,7 @@ So the outputs that matter are forced by a grammar (the `grammar` extension; too
 recognised as harmony, a forced analysis message comes back as reasoning and the final message
 as content (through the openai client, streamed and not), a forced message to functions.NAME as
 a tool call, no marker or channel name reaches the content or a delta, every API gives the same
-reasoning, and an earlier turn's reasoning and tool call reach the prompt as the template writes
+reasoning, a thinking budget ends the analysis after exactly N tokens, and an earlier turn's reasoning and tool call reach the prompt as the template writes
 them. They do not prove that a gpt-oss model writes these messages, nor anything about a real
 gpt-oss vocabulary's tokens (tests/unit/test_harmony_vocab.cc covers those)."""
 import pathlib
@@ -53,9 +53,9 @@ def oai(server):
 
 
 def chat(server, grammar, **kw):
-    return oai(server).chat.completions.create(
-        model="g", messages=ASK, max_tokens=300, temperature=0, extra_body={"grammar": grammar},
-        **kw)
+    kw.setdefault("extra_body", {"grammar": grammar})
+    return oai(server).chat.completions.create(model="g", messages=ASK, max_tokens=300,
+                                               temperature=0, **kw)
 
 
 def streamed(server, grammar, **kw):
@@ -144,3 +144,23 @@ def test_earlier_reasoning_and_tool_call_reach_the_prompt(server):
             '{"city": "Paris"}<|call|>'
             "<|start|>functions.get_weather to=assistant<|channel|>commentary<|message|>"
             '"Sunny, 20C"<|end|><|start|>assistant') in r["prompt"], r["prompt"]
+
+
+def test_thinking_budget_ends_the_analysis(server):
+    """reasoning_budget 5: after five tokens of analysis the engine forces the end of the
+    analysis message and the final message's header (which the grammar lets through, and which
+    here the model would not write by itself), and the model goes on with its answer."""
+    grammar = ('root ::= "<|channel|>analysis<|message|>" [a-z ]* "<|end|><|start|>assistant'
+               '<|channel|>final<|message|>" [a-z ]{1,10}\n')
+    r = chat(server, grammar, logprobs=True, extra_body={"grammar": grammar,
+                                                          "reasoning_budget": 5})
+    m = r.choices[0].message
+    tokens = [t.token for t in r.choices[0].logprobs.content]
+    opened = next(i for i in range(len(tokens))
+                  if "".join(tokens[:i + 1]).endswith("<|message|>"))
+    thought = "".join(tokens[opened + 1:opened + 6])
+    # An SPM vocabulary (stories260K) spells the forced text with its leading space.
+    forced = "".join(tokens[opened + 6:]).lstrip()
+    assert forced.startswith("<|end|><|start|>assistant<|channel|>final<|message|>"), tokens
+    assert m.reasoning_content.strip() == thought.strip() and thought.strip()
+    assert m.content and r.choices[0].finish_reason == "stop"
