@@ -36,14 +36,23 @@ MARKERS = ("<|", "|>", "analysis", "commentary", "to=functions")
 
 
 @pytest.fixture(scope="module")
-def server(pagoda_bin, shared_dir, tmp_path_factory):
+def model(pagoda_bin, shared_dir, tmp_path_factory):
     path = tmp_path_factory.mktemp("harmony") / "gpt-oss-tiny.gguf"
     r = subprocess.run([str(pagoda_bin), "synth", "--like", "gpt-oss-tiny", "--type", "f32",
                         "--seed", "3", "--vocab", str(shared_dir / "models" / "stories260K.gguf"),
                         "-o", str(path)], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
-    s = Server(pagoda_bin, path, "-t", "2", "--kv-tokens", "4096", "--max-model-len", 2048,
-               "--model-name", "g", "--chat-template", TEMPLATE)
+    return path
+
+
+def serve(pagoda_bin, path, *args):
+    return Server(pagoda_bin, path, "-t", "2", "--kv-tokens", "4096", "--max-model-len", 2048,
+                  "--model-name", "g", "--chat-template", TEMPLATE, *args)
+
+
+@pytest.fixture(scope="module")
+def server(pagoda_bin, model):
+    s = serve(pagoda_bin, model)
     yield s
     s.stop()
 
@@ -164,3 +173,19 @@ def test_thinking_budget_ends_the_analysis(server):
     assert forced.startswith("<|end|><|start|>assistant<|channel|>final<|message|>"), tokens
     assert m.reasoning_content.strip() == thought.strip() and thought.strip()
     assert m.content and r.choices[0].finish_reason == "stop"
+
+
+def test_reasoning_format_none_keeps_the_messages_and_still_finds_the_call(pagoda_bin, model):
+    """--reasoning-format none: the generated text as it came (markers and the analysis in the
+    content, as llama.cpp's none), the call still parsed out of it."""
+    s = serve(pagoda_bin, model, "--reasoning-format", "none")
+    try:
+        r = chat(s, CALL_GBNF, tools=TOOLS)
+        m = r.choices[0].message
+        assert getattr(m, "reasoning_content", None) is None
+        assert m.content == ("<|channel|>analysis<|message|>" + THOUGHT + "<|end|>"
+                             "<|start|>assistant<|channel|>commentary")
+        assert [(c.function.name, c.function.arguments) for c in m.tool_calls] == \
+            [("get_weather", '{"city":"Paris"}')]
+    finally:
+        s.stop()
