@@ -19,7 +19,8 @@ namespace pagoda::server {
 // or strips <think> ... </think>; kNone otherwise.
 ReasoningSyntax reasoning_syntax_for_template(const std::string& chat_template);
 
-// Sets r.reasoning and r.thinking for a chat whose rendered prompt is `prompt_text`; reads
+// Sets r.reasoning and r.thinking for a chat whose rendered prompt is `prompt_text` (after the
+// tools are parsed: a harmony budget with a forced call ends the analysis only); reads
 // `reasoning_budget` (an integer >= 0, or null for the server's). Throws ApiError (400) for a
 // budget the model cannot take (its template has no thinking syntax).
 void parse_reasoning(const nlohmann::json& body, const ModelContext& model,

@@ -8,9 +8,11 @@ So the outputs that matter are forced by a grammar (the `grammar` extension; too
 recognised as harmony, a forced analysis message comes back as reasoning and the final message
 as content (through the openai client, streamed and not), a forced message to functions.NAME as
 a tool call, no marker or channel name reaches the content or a delta, every API gives the same
-reasoning, a thinking budget ends the analysis after exactly N tokens, and an earlier turn's reasoning and tool call reach the prompt as the template writes
-them. They do not prove that a gpt-oss model writes these messages, nor anything about a real
+reasoning and the same call (tool_choice "required", its analysis ended by a thinking budget),
+a thinking budget ends the analysis after exactly N tokens, and an earlier turn's reasoning and
+tool call reach the prompt as the template writes them. They do not prove that a gpt-oss model writes these messages, nor anything about a real
 gpt-oss vocabulary's tokens (tests/unit/test_harmony_vocab.cc covers those)."""
+import json
 import pathlib
 import subprocess
 
@@ -106,32 +108,53 @@ def test_message_to_a_function_is_a_tool_call(server):
     assert calls == {0: {"name": "get_weather", "arguments": '{"city":"Paris"}'}}
 
 
-def test_every_api_gives_the_same_reasoning(server):
-    """tool_choice "required" (its grammar lets an analysis come first, as gpt-oss writes one):
-    greedy, the random model stays in its analysis until max_tokens; each API returns that
-    analysis as its reasoning, and no marker as content."""
-    status, r = post_json(server, "/v1/chat/completions", {
-        "model": "g", "messages": ASK, "max_tokens": 60, "temperature": 0, "tools": TOOLS,
-        "tool_choice": "required"})
-    assert status == 200, r
-    message = r["choices"][0]["message"]
-    reasoning = message["reasoning_content"]
-    assert reasoning and not message.get("content")
-    status, r = post_json(server, "/v1/messages", {
-        "model": "g", "messages": ASK, "max_tokens": 60, "temperature": 0,
-        "tools": [{"name": "get_weather", "description": "Weather.", "input_schema": PARAMS}],
-        "tool_choice": {"type": "any"}})
-    assert status == 200, r
-    assert r["content"] == [{"type": "thinking", "thinking": reasoning, "signature": ""}]
-    status, r = post_json(server, "/v1/responses", {
-        "model": "g", "input": ASK, "max_output_tokens": 60, "temperature": 0,
-        "tools": [{"type": "function", "name": "get_weather", "description": "Weather.",
-                   "parameters": PARAMS}], "tool_choice": "required"})
-    assert status == 200, r
-    items = [i for i in r["output"] if i["type"] == "reasoning"]
-    assert [c["text"] for i in items for c in i["content"]] == [reasoning], r["output"]
-    texts = [c["text"] for i in r["output"] if i["type"] == "message" for c in i["content"]]
-    assert not "".join(texts), r["output"]
+def test_every_api_gives_the_same_reasoning_and_call(pagoda_bin, model):
+    """tool_choice "required" (its grammar lets an analysis come first, as gpt-oss writes one)
+    with a thinking budget of 5 (without one the greedy random model stays in its analysis):
+    the budget ends the analysis, the grammar forces the call (an enum keeps its arguments
+    short), and the chat completion (whole and streamed), the Messages API and the Responses
+    API give the same reasoning and the same call."""
+    params = {"type": "object", "properties": {"city": {"enum": ["Paris", "Oslo"]}},
+              "required": ["city"], "additionalProperties": False}
+    tools = [{"type": "function", "function": {"name": "get_weather", "description": "Weather.",
+                                               "parameters": params}}]
+    s = serve(pagoda_bin, model, "--reasoning-budget", 5)
+    try:
+        r = oai(s).chat.completions.create(model="g", messages=ASK, max_tokens=300,
+                                           temperature=0, tools=tools, tool_choice="required")
+        m = r.choices[0].message
+        reasoning = m.reasoning_content
+        [call] = m.tool_calls
+        assert reasoning and not m.content and r.choices[0].finish_reason == "tool_calls"
+        assert call.function.name == "get_weather"
+        arguments = json.loads(call.function.arguments)
+        assert arguments["city"] in ("Paris", "Oslo")
+
+        got = streamed(s, None, extra_body={}, tools=tools, tool_choice="required")
+        assert got == (reasoning, "", {0: {"name": "get_weather",
+                                           "arguments": call.function.arguments}}, "tool_calls")
+
+        status, r = post_json(s, "/v1/messages", {
+            "model": "g", "messages": ASK, "max_tokens": 300, "temperature": 0,
+            "tools": [{"name": "get_weather", "description": "Weather.", "input_schema": params}],
+            "tool_choice": {"type": "any"}})
+        assert status == 200, r
+        assert [b["type"] for b in r["content"]] == ["thinking", "tool_use"], r
+        assert r["content"][0]["thinking"] == reasoning
+        assert (r["content"][1]["name"], r["content"][1]["input"]) == ("get_weather", arguments)
+        assert r["stop_reason"] == "tool_use"
+
+        status, r = post_json(s, "/v1/responses", {
+            "model": "g", "input": ASK, "max_output_tokens": 300, "temperature": 0,
+            "tools": [{"type": "function", "name": "get_weather", "description": "Weather.",
+                       "parameters": params}], "tool_choice": "required"})
+        assert status == 200, r
+        assert [i["type"] for i in r["output"]] == ["reasoning", "function_call"], r["output"]
+        assert r["output"][0]["content"] == [{"type": "reasoning_text", "text": reasoning}]
+        assert r["output"][1]["name"] == "get_weather"
+        assert json.loads(r["output"][1]["arguments"]) == arguments
+    finally:
+        s.stop()
 
 
 def test_earlier_reasoning_and_tool_call_reach_the_prompt(server):
