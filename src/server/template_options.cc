@@ -94,7 +94,8 @@ TemplateTraits template_traits(const std::string& source) {
   return {.knows_developer = mentions_word(source, "developer"),
           .reads_reasoning_effort = mentions_word(source, "reasoning_effort"),
           .reads_thinking = source.find("message.thinking") != std::string::npos &&
-                            !mentions_word(source, "reasoning_content")};
+                            !mentions_word(source, "reasoning_content"),
+          .reads_tool_description = source.find("tool.description") != std::string::npos};
 }
 
 void apply_template_fields(const json& body, const ordered_json& ordered,

@@ -17,6 +17,7 @@ struct TemplateTraits {
   // Reads an assistant message's earlier thinking as message.thinking, not reasoning_content
   // (gpt-oss's): the server's reasoning_content is given to it under that name.
   bool reads_thinking = false;
+  bool reads_tool_description = false;  // reads tool.description (gpt-oss's, unguarded)
 };
 
 TemplateTraits template_traits(const std::string& source);

@@ -212,3 +212,11 @@ def test_reasoning_format_none_keeps_the_messages_and_still_finds_the_call(pagod
             [("get_weather", '{"city":"Paris"}')]
     finally:
         s.stop()
+
+
+def test_a_function_without_description(server):
+    """The description is optional in the API; the gpt-oss template prints it unguarded (jinja2
+    fails on it too), so the server gives it "" rather than answering 400."""
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": PARAMS}}]
+    r = chat(server, CALL_GBNF, tools=tools)
+    assert r.choices[0].message.tool_calls[0].function.name == "get_weather"
