@@ -8,6 +8,8 @@ namespace {
 
 constexpr std::string_view kOpen = "<think>";
 constexpr std::string_view kClose = "</think>";
+// A harmony prompt that ends inside an analysis message.
+constexpr std::string_view kHarmonyOpen = "<|channel|>analysis<|message|>";
 
 bool space(char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; }
 
@@ -145,17 +147,25 @@ class ThinkTagParser final : public ReasoningParser {
 std::unique_ptr<ReasoningParser> make_reasoning_parser(ReasoningSyntax syntax,
                                                        bool starts_inside) {
   if (syntax == ReasoningSyntax::kThinkTags) return std::make_unique<ThinkTagParser>(starts_inside);
+  if (syntax == ReasoningSyntax::kHarmony) return make_harmony_parser(starts_inside);
   return std::make_unique<NoReasoning>();
 }
 
 bool prompt_opens_thinking(ReasoningSyntax syntax, std::string_view prompt) {
-  if (syntax != ReasoningSyntax::kThinkTags) return false;
+  if (syntax == ReasoningSyntax::kNone) return false;
+  const std::string_view open =
+      syntax == ReasoningSyntax::kHarmony ? kHarmonyOpen : std::string_view(kOpen);
   prompt.remove_suffix(trailing_spaces(prompt));
-  return prompt.size() >= kOpen.size() && prompt.substr(prompt.size() - kOpen.size()) == kOpen;
+  return prompt.size() >= open.size() && prompt.substr(prompt.size() - open.size()) == open;
 }
 
 std::string_view thinking_end_text(ReasoningSyntax syntax) {
-  return syntax == ReasoningSyntax::kThinkTags ? "\n</think>\n\n" : "";
+  switch (syntax) {
+    case ReasoningSyntax::kThinkTags: return "\n</think>\n\n";
+    case ReasoningSyntax::kHarmony: return "<|end|><|start|>assistant<|channel|>final<|message|>";
+    case ReasoningSyntax::kNone: break;
+  }
+  return "";
 }
 
 }  // namespace pagoda

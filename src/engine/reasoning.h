@@ -17,8 +17,17 @@
 // Streaming: feed() holds back only what may still be part of a tag, plus whitespace that the
 // trimming may drop, so feeding a text in any pieces gives the same parts as feeding it whole.
 //
-// Other syntaxes (gpt-oss's harmony channels: analysis -> reasoning, final -> content,
-// commentary -> content for the tool-call parser) implement the same interface.
+// Syntax kHarmony (gpt-oss): the output is a run of messages, each a header naming its channel
+// (and for a tool call its recipient), <|message|>, a body, and <|end|> (or <|call|>,
+// <|return|>, which end the generation):
+//   <|channel|>analysis<|message|>...<|end|><|start|>assistant<|channel|>final<|message|>...
+// analysis bodies are reasoning; final bodies, commentary preambles and bodies of any other
+// channel are content; a message to functions.NAME becomes content in the one form the harmony
+// tool-call parser reads (server/tool_calls.h): "to=functions.NAME<|message|>ARGS<|call|>".
+// The markers themselves are never content. An output that does not open with a header is
+// all content; from a header that is not one on, the text is content as written; a header the
+// end of the output cuts off is dropped (it is structure, not text); a body without its end
+// marker goes to its channel to the end. See reasoning_harmony.cc.
 #pragma once
 
 #include <memory>
@@ -33,7 +42,7 @@ struct ReasoningParts {
   bool empty() const { return reasoning.empty() && content.empty(); }
 };
 
-enum class ReasoningSyntax { kNone, kThinkTags };
+enum class ReasoningSyntax { kNone, kThinkTags, kHarmony };
 
 class ReasoningParser {
  public:
@@ -50,12 +59,15 @@ class ReasoningParser {
 // thinking (its text ends with the opening tag).
 std::unique_ptr<ReasoningParser> make_reasoning_parser(ReasoningSyntax syntax, bool starts_inside);
 
+// The kHarmony parser (reasoning_harmony.cc); make_reasoning_parser gives it for kHarmony.
+std::unique_ptr<ReasoningParser> make_harmony_parser(bool starts_inside);
+
 // True when a rendered chat prompt leaves the model inside its thinking: it ends (spaces aside)
-// with the syntax's opening tag.
+// with the syntax's opening tag (harmony: "<|channel|>analysis<|message|>").
 bool prompt_opens_thinking(ReasoningSyntax syntax, std::string_view prompt);
 
 // The text a thinking budget forces when it is spent: the closing tag with the line breaks a
-// model writes around it.
+// model writes around it; harmony: the analysis message's <|end|> and the final message's header.
 std::string_view thinking_end_text(ReasoningSyntax syntax);
 
 }  // namespace pagoda

@@ -139,6 +139,13 @@ void parse_tools(const json& body, const ordered_json& ordered, const ModelConte
   if (mode == "none") return;
   if (model.template_renders_tools) {
     extra["tools"] = ordered["tools"];
+    // The description is optional in the API; a template that prints it unguarded (gpt-oss's)
+    // gets "" for a function without one, as llama.cpp gives every template.
+    if (model.template_traits.reads_tool_description) {
+      for (ordered_json& t : extra["tools"]) {
+        if (!t["function"].contains("description")) t["function"]["description"] = "";
+      }
+    }
   } else {
     // The template knows nothing of tools: a system message tells the model about them.
     const std::string prompt = tools_system_prompt(specs);

@@ -7,6 +7,7 @@
 namespace pagoda::server {
 
 ReasoningSyntax reasoning_syntax_for_template(const std::string& t) {
+  if (t.find("<|channel|>") != std::string::npos) return ReasoningSyntax::kHarmony;
   if (t.find("<think>") != std::string::npos || t.find("</think>") != std::string::npos) {
     return ReasoningSyntax::kThinkTags;
   }
@@ -33,8 +34,14 @@ void parse_reasoning(const nlohmann::json& body, const ModelContext& model,
   r.thinking.syntax = syntax;
   r.thinking.starts_inside = inside;
   r.thinking.tokenizer = model.tokenizer;
-  r.thinking.end_tokens = model.tokenizer->encode(
-      std::string(thinking_end_text(syntax)), {.add_special = false, .parse_special = true});
+  std::string end(thinking_end_text(syntax));
+  // A forced tool call (tool_choice required or named) follows the analysis: the end leaves the
+  // next header to the call's grammar, which would refuse the final message's.
+  if (syntax == ReasoningSyntax::kHarmony && r.grammar_param == "tools") {
+    end = "<|end|><|start|>assistant";
+  }
+  r.thinking.end_tokens =
+      model.tokenizer->encode(end, {.add_special = false, .parse_special = true});
 }
 
 }  // namespace pagoda::server

@@ -15,10 +15,12 @@
 
 namespace pagoda::server {
 
-// kThinkTags when the template writes or strips <think> ... </think>; kNone otherwise.
+// kHarmony when the template writes gpt-oss's <|channel|> messages; kThinkTags when it writes
+// or strips <think> ... </think>; kNone otherwise.
 ReasoningSyntax reasoning_syntax_for_template(const std::string& chat_template);
 
-// Sets r.reasoning and r.thinking for a chat whose rendered prompt is `prompt_text`; reads
+// Sets r.reasoning and r.thinking for a chat whose rendered prompt is `prompt_text` (after the
+// tools are parsed: a harmony budget with a forced call ends the analysis only); reads
 // `reasoning_budget` (an integer >= 0, or null for the server's). Throws ApiError (400) for a
 // budget the model cannot take (its template has no thinking syntax).
 void parse_reasoning(const nlohmann::json& body, const ModelContext& model,

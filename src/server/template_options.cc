@@ -62,6 +62,21 @@ void add_reasoning_effort(const json& body, const TemplateTraits& traits, ordere
   extra["reasoning_effort"] = *e;
 }
 
+// An assistant message's reasoning_content, as the thinking such a template reads.
+void rename_reasoning(ordered_json& m) {
+  if (!m.is_object() || !m.contains("reasoning_content") || m.contains("thinking")) return;
+  if (!m["reasoning_content"].is_string()) return;
+  std::string thinking = m["reasoning_content"].get<std::string>();
+  const bool calls = m.contains("tool_calls") && m["tool_calls"].is_array() &&
+                     !m["tool_calls"].empty();
+  if (calls && m.contains("content") && m["content"].is_string() &&
+      !m["content"].get_ref<const std::string&>().empty()) {
+    thinking += "\n\n" + m["content"].get<std::string>();
+    m["content"] = "";
+  }
+  m["thinking"] = std::move(thinking);
+}
+
 }  // namespace
 
 bool mentions_word(std::string_view source, std::string_view word) {
@@ -77,7 +92,10 @@ bool mentions_word(std::string_view source, std::string_view word) {
 
 TemplateTraits template_traits(const std::string& source) {
   return {.knows_developer = mentions_word(source, "developer"),
-          .reads_reasoning_effort = mentions_word(source, "reasoning_effort")};
+          .reads_reasoning_effort = mentions_word(source, "reasoning_effort"),
+          .reads_thinking = source.find("message.thinking") != std::string::npos &&
+                            !mentions_word(source, "reasoning_content"),
+          .reads_tool_description = source.find("tool.description") != std::string::npos};
 }
 
 void apply_template_fields(const json& body, const ordered_json& ordered,
@@ -85,6 +103,9 @@ void apply_template_fields(const json& body, const ordered_json& ordered,
                            ordered_json& extra) {
   add_kwargs(body, ordered, extra);
   add_reasoning_effort(body, traits, extra);
+  if (traits.reads_thinking) {
+    for (ordered_json& m : messages) rename_reasoning(m);
+  }
   if (traits.knows_developer) return;
   for (ordered_json& m : messages) {
     if (m.is_object() && m.contains("role") && m["role"] == "developer") m["role"] = "system";

@@ -14,6 +14,10 @@ namespace pagoda::server {
 struct TemplateTraits {
   bool knows_developer = false;        // names the role "developer"
   bool reads_reasoning_effort = false;  // reads the variable reasoning_effort
+  // Reads an assistant message's earlier thinking as message.thinking, not reasoning_content
+  // (gpt-oss's): the server's reasoning_content is given to it under that name.
+  bool reads_thinking = false;
+  bool reads_tool_description = false;  // reads tool.description (gpt-oss's, unguarded)
 };
 
 TemplateTraits template_traits(const std::string& source);
@@ -23,7 +27,9 @@ bool mentions_word(std::string_view source, std::string_view word);
 
 // Checks the three fields of a chat request body and applies them: kwargs and reasoning_effort
 // are added to `extra` (the template's variables beside messages), developer messages are
-// renamed for templates that lack the role. Throws ApiError (400) naming the field.
+// renamed for templates that lack the role, and reasoning_content becomes thinking for templates
+// that read that (an assistant message with tool calls and both gets them joined in thinking:
+// gpt-oss's template renders such a message's content as its analysis and refuses both). Throws ApiError (400) naming the field.
 void apply_template_fields(const nlohmann::json& body, const nlohmann::ordered_json& ordered,
                            const TemplateTraits& traits, nlohmann::ordered_json& messages,
                            nlohmann::ordered_json& extra);

@@ -1,7 +1,9 @@
 // Function calling (see tool_calls.h).
 #include "server/tool_calls.h"
 
+#include <optional>
 #include <random>
+#include <utility>
 
 #include "core/error.h"
 #include "grammar/gbnf.h"
@@ -16,6 +18,12 @@ constexpr std::string_view kHermesOpen = "<tool_call>";
 constexpr std::string_view kHermesClose = "</tool_call>";
 constexpr std::string_view kMistralMarker = "[TOOL_CALLS]";
 constexpr std::string_view kPythonTag = "<|python_tag|>";
+constexpr std::string_view kHarmonyCall = "to=functions.";
+constexpr std::string_view kHarmonyMessage = "<|message|>";
+constexpr std::string_view kHarmonyChannel = "<|channel|>";
+// Between the function's name and <|message|>: a content type, a channel (" <|constrain|>json",
+// "<|channel|>commentary json").
+constexpr size_t kHarmonyMaxHeaderTail = 64;
 
 std::string trim(std::string_view s) {
   size_t b = 0, e = s.size();
@@ -177,9 +185,75 @@ ParsedToolCalls parse_whole(std::string_view text, ToolFormat format,
   return out;
 }
 
+// Where a harmony call's arguments end (the text's size when nothing ends them), and the length
+// of the marker there.
+std::pair<size_t, size_t> harmony_args_end(std::string_view text, size_t from) {
+  size_t end = text.size(), len = 0;
+  for (std::string_view m : {"<|call|>", "<|end|>", "<|return|>", "<|start|>"}) {
+    const size_t at = text.find(m, from);
+    if (at < end) {
+      end = at;
+      len = m == "<|start|>" ? 0 : m.size();
+    }
+  }
+  return {end, len};
+}
+
+// One call of text[at...] (at: where "to=functions." starts), and where it ends.
+std::optional<ToolCall> harmony_call(std::string_view text, size_t at,
+                                     const std::vector<ToolSpec>& tools, size_t& next) {
+  const size_t name_at = at + kHarmonyCall.size();
+  size_t name_end = name_at;
+  while (name_end < text.size() && text[name_end] != ' ' && text[name_end] != '<') ++name_end;
+  const size_t message = text.find(kHarmonyMessage, name_end);
+  if (message == std::string_view::npos || message - name_end > kHarmonyMaxHeaderTail) {
+    next = name_end;
+    return std::nullopt;
+  }
+  const size_t args = message + kHarmonyMessage.size();
+  const auto [end, len] = harmony_args_end(text, args);
+  next = end + len;
+  const std::string name(text.substr(name_at, name_end - name_at));
+  if (!known(tools, name)) return std::nullopt;
+  ojson j;
+  try {
+    j = ojson::parse(text.substr(args, end - args));
+  } catch (const ojson::exception&) {
+    return std::nullopt;
+  }
+  if (!j.is_object()) return std::nullopt;
+  return ToolCall{new_call_id(), name, j.dump()};
+}
+
+// Every "to=functions.NAME ...<|message|>ARGS" in the text; a call that does not parse stays
+// content as written.
+ParsedToolCalls parse_harmony(std::string_view text, const std::vector<ToolSpec>& tools) {
+  ParsedToolCalls out;
+  std::string content;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const size_t at = text.find(kHarmonyCall, pos);
+    if (at == std::string_view::npos) {
+      content += text.substr(pos);
+      break;
+    }
+    content += text.substr(pos, at - pos);
+    size_t next = at;
+    if (auto call = harmony_call(text, at, tools, next)) {
+      out.calls.push_back(std::move(*call));
+    } else {
+      content += text.substr(at, next - at);
+    }
+    pos = next;
+  }
+  out.content = out.calls.empty() ? std::string(text) : trim(content);
+  return out;
+}
+
 }  // namespace
 
 ToolFormat tool_format_for_template(const std::string& t) {
+  if (t.find(kHarmonyChannel) != std::string::npos) return ToolFormat::kHarmony;
   if (t.find(kHermesOpen) != std::string::npos) return ToolFormat::kHermes;
   if (t.find(kMistralMarker) != std::string::npos) return ToolFormat::kMistral;
   if (t.find(kPythonTag) != std::string::npos || t.find("ipython") != std::string::npos) {
@@ -199,6 +273,8 @@ ParsedToolCalls parse_tool_calls(std::string_view text, ToolFormat format,
     }
     case ToolFormat::kMistral:
       return parse_marker_list(text, kMistralMarker, tools);
+    case ToolFormat::kHarmony:
+      return parse_harmony(text, tools);
     case ToolFormat::kLlama3:
     case ToolFormat::kJson:
       return parse_whole(text, format, tools);
@@ -219,6 +295,11 @@ std::string tool_call_gbnf(ToolFormat format, const std::vector<ToolSpec>& tools
       rules += args + " ::= json-object\n";
     } else {
       rules += json_schema_rules(t.parameters, args, budget);
+    }
+    if (format == ToolFormat::kHarmony) {
+      calls.push_back(gbnf_literal("<|channel|>commentary to=functions." + t.name +
+                                   " <|constrain|>json<|message|>") + " " + args);
+      continue;
     }
     calls.push_back("\"{\" ws " + gbnf_literal("\"name\"") + " ws \":\" ws " +
                     gbnf_literal("\"" + t.name + "\"") + " ws \",\" ws " +
@@ -243,6 +324,12 @@ std::string tool_call_gbnf(ToolFormat format, const std::vector<ToolSpec>& tools
       break;
     case ToolFormat::kJson:
       root = parallel ? "root ::= call | \"[\" call (\", \" call)* \"]\"" : "root ::= call";
+      break;    case ToolFormat::kHarmony:
+      // The prompt ends with "<|start|>assistant": an analysis message may come first, then
+      // the call (one: <|call|> ends the generation).
+      root = "root ::= analysis? call\n"
+             "analysis ::= \"<|channel|>analysis<|message|>\" ([^<] | \"<\" [^|])* "
+             "\"<|end|><|start|>assistant\"";
       break;
   }
   return root + "\n" + call + "\n" + rules + json_primitives_gbnf();
@@ -274,8 +361,9 @@ std::string ToolCallStream::feed(std::string_view text) {
   if (format_ == ToolFormat::kHermes) marker = kHermesOpen;
   if (format_ == ToolFormat::kMistral) marker = kMistralMarker;
   if (format_ == ToolFormat::kLlama3) marker = kPythonTag;
+  if (format_ == ToolFormat::kHarmony) marker = kHarmonyCall;
   if (!marker.empty()) start = rest.find(marker);
-  if (sent_ == 0) {
+  if (sent_ == 0 && format_ != ToolFormat::kHarmony) {
     // JSON (or a fence) at the very start, after spaces, may be a bare call in any format.
     size_t first = 0;
     while (first < rest.size() && std::isspace(static_cast<unsigned char>(rest[first]))) ++first;

@@ -9,6 +9,11 @@
 //   kLlama3   [<|python_tag|>]{"name": ..., "parameters": {...}} [; ...]      (Llama 3.1+)
 //   kMistral  [TOOL_CALLS] [{"name": ..., "arguments": {...}}, ...]           (Mistral)
 //   kJson     {"name": ..., "arguments": {...}} or a list of them (any other model; SmolLM2)
+//   kHarmony  to=functions.NAME ... <|message|>{...}<|call|>                (gpt-oss)
+// kHarmony reads the form the harmony reasoning parser (engine/reasoning.h) turns a message to
+// functions.NAME into, and the raw harmony message too (--reasoning-format none): from
+// "to=functions.NAME" to <|message|>, the arguments up to <|call|>, <|end|>, <|return|>,
+// <|start|> or the end of the text.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -22,7 +27,7 @@ class GrammarBudget;
 
 namespace pagoda::server {
 
-enum class ToolFormat { kHermes, kLlama3, kMistral, kJson };
+enum class ToolFormat { kHermes, kLlama3, kMistral, kJson, kHarmony };
 
 ToolFormat tool_format_for_template(const std::string& chat_template);
 // Whether the template renders a 'tools' variable at all (else pagoda describes the tools).

@@ -13,6 +13,10 @@ namespace {
 constexpr std::string_view kNonTextMarkers[] = {"<start_of_image>", "<end_of_image>",
                                                 "<image_soft_token>", "[multimodal]"};
 
+// gpt-oss's message structure: rendered in output text so its channels can be parsed.
+constexpr std::string_view kHarmonyMarkers[] = {"<|start|>", "<|channel|>", "<|constrain|>",
+                                                "<|message|>", "<|end|>"};
+
 }  // namespace
 
 size_t utf8_len(unsigned char c) {
@@ -44,6 +48,13 @@ Tokenizer::Tokenizer(Vocab vocab) : vocab_(std::move(vocab)), special_by_first_b
     if (id != kNoToken && vocab_.type(id) == TokenType::kUserDefined) hidden_markers_.push_back(id);
   }
   std::sort(hidden_markers_.begin(), hidden_markers_.end());
+  if (vocab_.find("<|channel|>") != kNoToken && vocab_.find("<|call|>") != kNoToken) {
+    for (std::string_view marker : kHarmonyMarkers) {
+      const TokenId id = vocab_.find(std::string(marker));
+      if (id != kNoToken && vocab_.type(id) == TokenType::kControl) shown_controls_.push_back(id);
+    }
+    std::sort(shown_controls_.begin(), shown_controls_.end());
+  }
   for (auto& list : special_by_first_byte_) {
     std::stable_sort(list.begin(), list.end(), [&](TokenId a, TokenId b) {
       return vocab_.tokens[a].size() > vocab_.tokens[b].size();
@@ -122,7 +133,10 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, const EncodeOption
 
 bool Tokenizer::is_hidden(TokenId id) const {
   const TokenType t = vocab_.type(id);
-  if (t == TokenType::kControl || t == TokenType::kUnknown || t == TokenType::kUnused) return true;
+  if (t == TokenType::kControl) {
+    return !std::binary_search(shown_controls_.begin(), shown_controls_.end(), id);
+  }
+  if (t == TokenType::kUnknown || t == TokenType::kUnused) return true;
   return t == TokenType::kUserDefined &&
          std::binary_search(hidden_markers_.begin(), hidden_markers_.end(), id);
 }
@@ -130,7 +144,10 @@ bool Tokenizer::is_hidden(TokenId id) const {
 std::string Tokenizer::token_to_bytes(TokenId id, bool render_special) const {
   if (!vocab_.valid(id)) fail("token id ", id, " is out of range (vocabulary has ", vocab_.size(), ")");
   if (is_hidden(id)) return render_special ? vocab_.tokens[static_cast<size_t>(id)] : std::string();
-  if (vocab_.type(id) == TokenType::kUserDefined) return vocab_.tokens[static_cast<size_t>(id)];
+  const TokenType t = vocab_.type(id);
+  if (t == TokenType::kUserDefined || t == TokenType::kControl) {
+    return vocab_.tokens[static_cast<size_t>(id)];  // a control token here is a shown one
+  }
   return piece_bytes(id);
 }
 

@@ -40,7 +40,11 @@ class Tokenizer {
   // otherwise nothing.
   std::string token_to_bytes(TokenId id, bool render_special = false) const;
   // True for tokens that are not text: control, unknown and unused tokens, and the user-defined
-  // tokens that stand for something else (Gemma 3's image markers).
+  // tokens that stand for something else (Gemma 3's image markers). Not hidden although control:
+  // the markers of gpt-oss's harmony messages (<|start|>, <|channel|>, <|constrain|>,
+  // <|message|>, <|end|>, in a vocabulary with <|channel|> and <|call|>), which the chat parser
+  // reads in the output text (engine/reasoning.h); prompts still read them only as control
+  // tokens, not from plain text.
   bool is_hidden(TokenId id) const;
   // Whole-sequence decode; the space an SPM tokenizer prefixed is removed again.
   std::string decode(const std::vector<TokenId>& ids, bool render_special = false) const;
@@ -73,6 +77,7 @@ class Tokenizer {
   // Special tokens by first byte, longest first, so splitting is one pass over the text.
   std::vector<std::vector<TokenId>> special_by_first_byte_;
   std::vector<TokenId> hidden_markers_;  // sorted: user-defined tokens that are not text
+  std::vector<TokenId> shown_controls_;  // sorted: control tokens that are output text
 };
 
 // Streams decoded text: bytes of a UTF-8 character split across tokens are held back until the

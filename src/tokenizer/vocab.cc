@@ -40,12 +40,22 @@ void Vocab::build_index(const std::string& source) {
   }
   // Chat models end a turn with one of these; they stop generation like EOS does.
   for (const char* text : {"<end_of_turn>", "<|eot_id|>", "<|im_end|>", "<|end|>", "<|endoftext|>",
-                           "<|eom_id|>", "<EOT>"}) {
+                           "<|eom_id|>", "<EOT>", "<|return|>", "<|call|>"}) {
     TokenId id = find(text);
     if (id != kNoToken && type(id) == TokenType::kControl &&
         std::find(eog.begin(), eog.end(), id) == eog.end()) {
       eog.push_back(id);
     }
+  }
+  // gpt-oss (harmony): <|end|> ends a message, not the turn (its analysis is followed by the
+  // final message); <|return|> ends the answer and <|call|> a tool call.
+  const TokenId end = find("<|end|>");
+  auto ends = [&](const char* text) {
+    const TokenId id = find(text);
+    return id != kNoToken && std::find(eog.begin(), eog.end(), id) != eog.end();
+  };
+  if (end != kNoToken && ends("<|return|>") && ends("<|call|>")) {
+    eog.erase(std::remove(eog.begin(), eog.end(), end), eog.end());
   }
 }
 

@@ -184,6 +184,44 @@ def test_smollm2_template(tool):
     compare(tool, conversation_cases(gguf_template(path)))
 
 
+# ---- gpt-oss's harmony template (tests/data/templates, see PROVENANCE.md) ----
+
+GPT_OSS = ROOT / "tests" / "data" / "templates" / "openai-gpt-oss-120b.jinja"
+
+HARMONY_TURNS = [
+    {"role": "developer", "content": "Answer briefly."},
+    {"role": "user", "content": "Weather in Paris?"},
+    {"role": "assistant", "content": "", "thinking": "I should call get_weather.",
+     "tool_calls": [{"id": "c1", "type": "function",
+                     "function": {"name": "get_weather", "arguments": {"city": "Paris"}}}]},
+    {"role": "tool", "tool_call_id": "c1", "content": "Sunny, 20C"}]
+# A later final answer drops the thinking before the call.
+HARMONY_DONE = HARMONY_TURNS + [
+    {"role": "assistant", "content": "Sunny, 20C.", "thinking": "Report it."},
+    {"role": "user", "content": "And tomorrow?"}]
+
+
+def test_gpt_oss_template(tool):
+    """The real gpt-oss template renders as jinja2 renders it: every conversation, and one with
+    the earlier thinking, a tool call and its result, the developer role and reasoning_effort."""
+    source = GPT_OSS.read_text()
+    cases = conversation_cases(source)
+    for effort in (None, "low", "high"):
+        for turns in (HARMONY_DONE, HARMONY_TURNS):
+            for add_generation_prompt in (False, True):
+                context = apply_context(turns, add_generation_prompt, TOOLS)
+                if effort:
+                    context["reasoning_effort"] = effort
+                cases.append((source, context, None))
+    results = compare(tool, cases)
+    text = results[len(cases) - 1]["output"]
+    assert ("<|start|>assistant<|channel|>analysis<|message|>I should call get_weather.<|end|>"
+            "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>"
+            '{"city": "Paris"}<|call|><|start|>functions.get_weather to=assistant'
+            '<|channel|>commentary<|message|>"Sunny, 20C"<|end|>') in text, text
+    assert "Reasoning: high" in text and text.endswith("<|start|>assistant")
+
+
 # ---- pagoda's built-in templates ----
 
 def builtin_source(tool, name):
