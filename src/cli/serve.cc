@@ -177,8 +177,8 @@ void wait_for_signal(std::atomic<server::HttpServer*>& target) {
 
 }  // namespace
 // Embeddings for /v1/embeddings and /api/embed: an encoder's (BERT) always, with its own
-// pooling unless --pooling names one; a generative model's with --pooling, run on the engine
-// thread between its steps.
+// pooling unless --pooling names one; a generative model's with --pooling, as engine requests
+// scheduled beside generation (server/embeddings.h).
 void add_embeddings(const ServeOptions& o, Model& model, Backend& backend,
                     const Tokenizer& tokenizer, EngineThread& engine, int32_t max_model_len,
                     server::ModelContext& context) {

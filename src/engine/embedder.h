@@ -49,6 +49,7 @@ class Embedder {
   int64_t max_tokens() const { return max_tokens_; }
   int64_t dimensions() const { return dimensions_; }
   const std::string& pooling() const { return pooling_; }
+  int64_t batch_tokens() const { return batch_tokens_; }
   bool normalizes() const { return normalize_; }
   // A token id outside the vocabulary, as a one-line error naming it; "" when all are valid.
   std::string check_tokens(const std::vector<TokenId>& ids) const;
