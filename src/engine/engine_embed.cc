@@ -38,7 +38,9 @@ void Engine::add_embedding(RequestId id, GenerationRequest r) {
   q.max_tokens = 1;
   q.prompt_only = r.embedding;
   scheduler_.add_sequence(std::move(q));
-  embeddings_.emplace(seq_id, EmbeddingState{.request_id = id});
+  EmbeddingState state;
+  state.request_id = id;
+  embeddings_.emplace(seq_id, std::move(state));
   embedding_requests_.emplace(id, seq_id);
 }
 

@@ -140,6 +140,27 @@ TEST(EngineEmbeddings, EqualTheEmbedderAndLeaveGenerationUnchanged) {
   for (size_t i = 0; i < generations.size(); ++i) EXPECT_EQ(f32.ids[i], alone[i]) << i;
 }
 
+// A generation that grows until the cache is short preempts the embedding admitted after it
+// (the newest) in the middle of its prompt: it is pooled again from its start.
+TEST(EngineEmbeddings, AnEmbeddingPreemptedMidPromptIsPooledFromItsStart) {
+  PAGODA_SHARED_OR_SKIP(shared, "");
+  LoadedModel m = load(stories260k(shared));
+  auto backend = make_cpu_backend(2);
+  const std::vector<TokenId> story = encode(m, kStoryA);
+  ASSERT_GE(story.size(), 100u);
+  const std::vector<TokenId> input(story.begin() + 30, story.begin() + 94);  // 64 tokens
+  Embedder embedder(*m.model, *backend, *m.tokenizer, {.pooling = "mean"});
+  const EmbeddingResult want = embedder.embed({input});
+  // 10 blocks of 16: the generation alone ends at 149 tokens (10 blocks); the embedding takes 4.
+  const std::vector<GenerationRequest> generation = {
+      greedy_request({story.begin(), story.begin() + 100}, 50)};
+  const Mixed got = run_mixed(*m.model, *backend, f16(config_with(160, true, 16)), generation,
+                              {input}, "mean");
+  EXPECT_GT(got.num_preemptions, 0);  // only the embedding can be the newest running request
+  ASSERT_TRUE(got.vectors.count(0));
+  EXPECT_LE(max_abs_diff(got.vectors.at(0), want.vectors[0]), 1e-5f);
+}
+
 TEST(EngineEmbeddings, AbortFreesTheSequenceAndBadRequestsAreRefused) {
   PAGODA_SHARED_OR_SKIP(shared, "");
   LoadedModel m = load(stories260k(shared));
