@@ -3,8 +3,10 @@
 // are pooled (mean, the first token "cls", or the last) and L2-normalised where the model says
 // so. A generative model (llama.cpp's --embeddings --pooling) runs one input per forward pass,
 // causally, into a K/V cache of the embedder's own that nothing keeps; its final-norm hidden
-// states are pooled by the pooling asked for and always L2-normalised. One Embedder is used by
-// one thread at a time (the caller serialises).
+// states are pooled by the pooling asked for and always L2-normalised (the server runs a
+// generative model's inputs through the engine's scheduler instead: GenerationRequest::embedding;
+// this path is `pagoda embed`'s and the tests' reference). One Embedder is used by one thread at
+// a time (the caller serialises).
 #pragma once
 
 #include <cstdint>
