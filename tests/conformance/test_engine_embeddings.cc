@@ -18,8 +18,8 @@ namespace pagoda {
 namespace {
 
 const char* const kTexts[] = {"Once upon a time", "Tom had a small blue boat.",
-                              "She loved to play outside in the sunshine. One day, she saw a big "
-                              "red ball in the park. She ran to get it, but a dog got there first."};
+                              ("She loved to play outside in the sunshine. One day, she saw a big "
+                               "red ball in the park. She ran to get it, but a dog got there first.")};
 
 PromptOnly rows_of(const std::string& pooling) {
   return pooling == "mean" ? PromptOnly::kAllRows
