@@ -2,6 +2,7 @@
 #include <pthread.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -184,8 +185,13 @@ void add_embeddings(const ServeOptions& o, Model& model, Backend& backend,
                     server::ModelContext& context) {
   const bool encoder = !model.config().causal_attention;
   if (!encoder && o.pooling.empty()) return;
+  // A generative model's input runs in the engine's KV cache: at most what the cache holds.
+  const EngineStats stats = engine.stats();
+  const int64_t capacity = int64_t{stats.scheduler.kv.num_blocks} * stats.block_size;
+  const int64_t longest = max_model_len > 0 ? std::min<int64_t>(max_model_len, capacity) : capacity;
   auto embedder = std::make_unique<Embedder>(
-      model, backend, tokenizer, EmbedderOptions{.pooling = o.pooling, .max_tokens = max_model_len});
+      model, backend, tokenizer,
+      EmbedderOptions{.pooling = o.pooling, .max_tokens = encoder ? max_model_len : longest});
   context.embeddings = std::make_shared<server::EmbeddingService>(std::move(embedder),
                                                                   encoder ? nullptr : &engine);
 }

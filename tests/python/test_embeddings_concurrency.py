@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from bert_reference import cosine
-from server_util import ROOT, SMOLLM, Server, need
+from server_util import ROOT, SMOLLM, Server, need, post_json
 
 MINILM = ROOT / "models" / "all-minilm-l6-v2"
 
@@ -98,5 +98,20 @@ def test_a_generative_models_embeddings_share_steps_with_generation(pagoda_bin, 
                 for k, d in enumerate(r.data):
                     assert cosine(d.embedding, want[(i + k) % len(TEXTS)]) > 0.99999, (i, k)
         assert got == alone * 2  # greedy completions unchanged by the embeddings beside them
+    finally:
+        s.stop()
+
+
+def test_a_generative_models_inputs_are_bounded_by_its_kv_cache(pagoda_bin):
+    """The inputs run in the engine's K/V cache: a longer one is a 400 naming the bound (or cut
+    to it where the route truncates), not a server error."""
+    s = Server(pagoda_bin, need(SMOLLM), "-t", "1", "--kv-tokens", "256", "--pooling", "last")
+    try:
+        status, r = post_json(s, "/v1/embeddings", {"input": "word " * 400})
+        assert status == 400 and "256" in r["error"]["message"], r
+        status, r = post_json(s, "/v1/embeddings", {"input": [[1] * 256]})
+        assert status == 200 and r["usage"]["prompt_tokens"] == 256
+        status, r = post_json(s, "/api/embed", {"model": SMOLLM.stem, "input": "word " * 400})
+        assert status == 200 and r["prompt_eval_count"] == 256, r
     finally:
         s.stop()
