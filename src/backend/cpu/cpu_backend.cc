@@ -143,8 +143,9 @@ class CpuBackend final : public Backend {
     elementwise(n, [&](int64_t i, int64_t m) { k.scale(x + i, s, m); });
   }
 
-  // Encoder ops (BERT): the reference's arithmetic (sums in double) spread over the threads, so
-  // they give its results bit for bit; attention in float through the vector kernels.
+  // Encoder ops (BERT): LayerNorm is the reference's arithmetic (sums in double) spread over the
+  // threads, so it gives its results bit for bit; GELU and attention in float through the
+  // vector kernels (encoder.cc).
   void layer_norm(const float* x, const float* weight, const float* bias, int64_t num_rows,
                   int64_t dim, float eps, float* y) override {
     split(num_rows, num_rows * dim >= kThreadedElements, [&](int64_t first, int64_t last) {
@@ -152,8 +153,8 @@ class CpuBackend final : public Backend {
     });
   }
   void gelu_erf(float* x, int64_t n) override {
-    // erf in double costs as much as a small product: threaded well below kThreadedElements.
-    split(n, n >= 4096, [&](int64_t first, int64_t last) { Backend::gelu_erf(x + first, last - first); });
+    const Kernels& k = kernels();
+    split(n, n >= 4096, [&](int64_t first, int64_t last) { cpu::gelu_erf(k, x + first, last - first); });
   }
   void encoder_attention(const float* q, const float* k, const float* v, const int32_t* query_start,
                          int32_t num_seqs, const AttentionParams& p, float* out) override {

@@ -64,4 +64,25 @@ void encoder_attention(const Kernels& k, const float* q, const float* keys, cons
   pool.run(num_items, [&](int64_t c, int) { run(items[static_cast<size_t>(c)]); });
 }
 
+void gelu_erf(const Kernels& k, float* x, int64_t n) {
+  // erf(z) = 1 - t (a1 + t (a2 + t (a3 + t (a4 + t a5)))) exp(-z^2), t = 1 / (1 + p z), z >= 0
+  // (Abramowitz and Stegun 7.1.26); odd in z. Here z = |x| / sqrt(2).
+  constexpr float kP = 0.3275911f, kA1 = 0.254829592f, kA2 = -0.284496736f, kA3 = 1.421413741f,
+                  kA4 = -1.453152027f, kA5 = 1.061405429f, kInvSqrt2 = 0.70710678118654752f;
+  constexpr int64_t kBlock = 256;
+  float e[kBlock];
+  for (int64_t i = 0; i < n; i += kBlock) {
+    const int64_t m = std::min(kBlock, n - i);
+    float* v = x + i;
+    for (int64_t j = 0; j < m; ++j) e[j] = -0.5f * v[j] * v[j];
+    k.exp_shift_sum(e, m, 0.0f);  // e = exp(-z^2)
+    for (int64_t j = 0; j < m; ++j) {
+      const float z = std::fabs(v[j]) * kInvSqrt2;
+      const float t = 1.0f / (1.0f + kP * z);
+      const float erf_z = 1.0f - t * (kA1 + t * (kA2 + t * (kA3 + t * (kA4 + t * kA5)))) * e[j];
+      v[j] = 0.5f * v[j] * (1.0f + (v[j] < 0 ? -erf_z : erf_z));
+    }
+  }
+}
+
 }  // namespace pagoda::cpu
