@@ -119,8 +119,9 @@ struct GenerationRequest {
   // Embeddings (engine_embed.cc): a prompt-only request, scheduled beside generation under the
   // same token budget, whose one event carries the final-norm hidden state of its prompt pooled
   // (OutputEvent::embedding): the mean of every position (kAllRows), the first or the last. It
-  // samples nothing and keeps no KV blocks; max_tokens, sampling and stop_ids are not read, and
-  // n > 1, beams, a grammar, a thinking budget, speculation and prompt_logprobs are refused.
+  // samples nothing and keeps no KV blocks; it runs with `adapter`; max_tokens, sampling,
+  // stop_ids and cache_key are not read; n > 1, beams, a grammar, a thinking budget,
+  // speculation and prompt_logprobs are refused.
   PromptOnly embedding = PromptOnly::kNo;
 };
 

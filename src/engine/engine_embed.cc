@@ -37,6 +37,7 @@ void Engine::add_embedding(RequestId id, GenerationRequest r) {
   q.prompt = std::move(r.prompt);
   q.max_tokens = 1;
   q.prompt_only = r.embedding;
+  q.adapter = r.adapter;  // a LoRA adapter's hidden states (checked by check_request)
   scheduler_.add_sequence(std::move(q));
   EmbeddingState state;
   state.request_id = id;
