@@ -2,6 +2,7 @@
 #include <pthread.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
@@ -179,15 +180,20 @@ void wait_for_signal(std::atomic<server::HttpServer*>& target) {
 
 }  // namespace
 // Embeddings for /v1/embeddings and /api/embed: an encoder's (BERT) always, with its own
-// pooling unless --pooling names one; a generative model's with --pooling, run on the engine
-// thread between its steps.
+// pooling unless --pooling names one; a generative model's with --pooling, as engine requests
+// scheduled beside generation (server/embeddings.h).
 void add_embeddings(const ServeOptions& o, Model& model, Backend& backend,
                     const Tokenizer& tokenizer, EngineThread& engine, int32_t max_model_len,
                     server::ModelContext& context) {
   const bool encoder = !model.config().causal_attention;
   if (!encoder && o.pooling.empty()) return;
+  // A generative model's input runs in the engine's KV cache: at most what the cache holds.
+  const EngineStats stats = engine.stats();
+  const int64_t capacity = int64_t{stats.scheduler.kv.num_blocks} * stats.block_size;
+  const int64_t longest = max_model_len > 0 ? std::min<int64_t>(max_model_len, capacity) : capacity;
   auto embedder = std::make_unique<Embedder>(
-      model, backend, tokenizer, EmbedderOptions{.pooling = o.pooling, .max_tokens = max_model_len});
+      model, backend, tokenizer,
+      EmbedderOptions{.pooling = o.pooling, .max_tokens = encoder ? max_model_len : longest});
   context.embeddings = std::make_shared<server::EmbeddingService>(std::move(embedder),
                                                                   encoder ? nullptr : &engine);
 }

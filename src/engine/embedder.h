@@ -3,8 +3,10 @@
 // are pooled (mean, the first token "cls", or the last) and L2-normalised where the model says
 // so. A generative model (llama.cpp's --embeddings --pooling) runs one input per forward pass,
 // causally, into a K/V cache of the embedder's own that nothing keeps; its final-norm hidden
-// states are pooled by the pooling asked for and always L2-normalised. One Embedder is used by
-// one thread at a time (the caller serialises).
+// states are pooled by the pooling asked for and always L2-normalised (the server runs a
+// generative model's inputs through the engine's scheduler instead: GenerationRequest::embedding;
+// this path is `pagoda embed`'s and the tests' reference). One Embedder is used by one thread at
+// a time (the caller serialises).
 #pragma once
 
 #include <cstdint>
@@ -49,6 +51,7 @@ class Embedder {
   int64_t max_tokens() const { return max_tokens_; }
   int64_t dimensions() const { return dimensions_; }
   const std::string& pooling() const { return pooling_; }
+  int64_t batch_tokens() const { return batch_tokens_; }
   bool normalizes() const { return normalize_; }
   // A token id outside the vocabulary, as a one-line error naming it; "" when all are valid.
   std::string check_tokens(const std::vector<TokenId>& ids) const;

@@ -115,6 +115,7 @@ void Engine::check_request(const GenerationRequest& r) const {
       fail("prompt token id ", id, " is outside the vocabulary [0, ", vocab_size_, ")");
     }
   }
+  if (r.embedding != PromptOnly::kNo) return check_embedding_request(r);
   if (r.max_tokens < 1) fail("max_tokens must be at least 1, got ", r.max_tokens);
   if (r.n < 1 || r.n > kMaxNumSamples) {
     fail("n must be in [1, ", kMaxNumSamples, "], got ", r.n);
@@ -169,7 +170,9 @@ void Engine::add_request(RequestId id, GenerationRequest request) {
   wait_mask_job();
   if (has_request(id)) fail("request id ", id, " is already in use");
   check_request(request);
-  if (request.beam.width > 0) {
+  if (request.embedding != PromptOnly::kNo) {
+    add_embedding(id, std::move(request));
+  } else if (request.beam.width > 0) {
     add_beam_group(id, std::move(request));
   } else {
     add_sample_group(id, std::move(request));
@@ -177,7 +180,8 @@ void Engine::add_request(RequestId id, GenerationRequest request) {
 }
 
 bool Engine::has_request(RequestId id) const {
-  return sample_groups_.count(id) > 0 || beam_groups_.count(id) > 0;
+  return sample_groups_.count(id) > 0 || beam_groups_.count(id) > 0 ||
+         embedding_requests_.count(id) > 0;
 }
 
 void Engine::schedule_prompt(SequenceId seq_id, GenerationRequest& r) {
@@ -277,6 +281,7 @@ void Engine::finish_sequence(SequenceId seq_id, FinishReason reason, OutputEvent
 std::vector<OutputEvent> Engine::abort(RequestId id) {
   wait_mask_job();
   std::vector<OutputEvent> events;
+  if (abort_embedding(id, events)) return events;
   if (beam_groups_.count(id)) {
     close_beam_group(id, events, /*aborted=*/true);
     return events;
@@ -313,7 +318,7 @@ EngineStats Engine::stats() const {
 void Engine::check_invariants() const {
   scheduler_.check_invariants();
   speculator_->check_invariants(scheduler_);
-  int64_t num_in_scheduler = 0;
+  int64_t num_in_scheduler = check_embedding_invariants();
   std::unordered_map<RequestId, int32_t> num_seqs_of;
   for (const auto& [seq_id, seq] : sequences_) {
     seq.sampler.check_invariants();

@@ -33,7 +33,8 @@
 // that go on, and the beams dropped are freed after the commit (their placeholder with them).
 //
 // Invariants (check_invariants(), on top of the Scheduler's and the Speculator's):
-//   - each live request is in exactly one of sample_groups_ and beam_groups_;
+//   - each live request is in exactly one of sample_groups_, beam_groups_ and
+//     embedding_requests_ (whose sequences, in embeddings_, are live prompt-only ones);
 //   - every live scheduler sequence has a SequenceState of a live group, and every
 //     SequenceState is either live in the scheduler or a child waiting for its group's first
 //     sequence to sample;
@@ -117,6 +118,13 @@ struct GenerationRequest {
   // sampling.num_logprobs most likely there), on sample 0's first event. The prompt is computed
   // in full (no prefix-cache hits). Not with beam search.
   bool prompt_logprobs = false;
+  // Embeddings (engine_embed.cc): a prompt-only request, scheduled beside generation under the
+  // same token budget, whose one event carries the final-norm hidden state of its prompt pooled
+  // (OutputEvent::embedding): the mean of every position (kAllRows), the first or the last. It
+  // samples nothing and keeps no KV blocks; it runs with `adapter`; max_tokens, sampling,
+  // stop_ids and cache_key are not read; n > 1, beams, a grammar, a thinking budget,
+  // speculation and prompt_logprobs are refused.
+  PromptOnly embedding = PromptOnly::kNo;
 };
 
 enum class FinishReason { kStop, kLength, kAbort, kError };
@@ -141,6 +149,8 @@ struct OutputEvent {
   int32_t num_cached_tokens = 0;
   // GenerationRequest::prompt_logprobs: [prompt size - 1], for prompt tokens 1, 2, ...
   std::vector<SampleResult> prompt_logprobs;
+  // An embedding request's event (finish_reason kStop): its pooled hidden state, not normalised.
+  std::vector<float> embedding;
 };
 
 class Engine {
@@ -182,7 +192,8 @@ class Engine {
   const EngineConfig& config() const { return config_; }
   const KvStorage& kv() const { return *kv_; }
   int32_t num_requests() const {
-    return static_cast<int32_t>(sample_groups_.size() + beam_groups_.size());
+    return static_cast<int32_t>(sample_groups_.size() + beam_groups_.size() +
+                                embedding_requests_.size());
   }
 
   void check_invariants() const;
@@ -247,6 +258,24 @@ class Engine {
 
   bool has_request(RequestId id) const;
   void open_kv_disk();  // the disk tier, under the scheduler's prefix cache
+
+  // Embedding requests (engine_embed.cc): one prompt-only sequence each.
+  struct EmbeddingState {
+    RequestId request_id = 0;
+    std::vector<double> sum;  // of the rows pooled so far
+    int64_t num_rows = 0;
+  };
+  void check_embedding_request(const GenerationRequest& request) const;
+  void add_embedding(RequestId id, GenerationRequest request);
+  // Ends embedding request `id` with a kAbort event; false when it is no embedding request.
+  bool abort_embedding(RequestId id, std::vector<OutputEvent>& events);
+  // Pools the hidden-state rows the step gave prompt-only sequences (in logits_ from `offset`,
+  // after the logit rows); returns the floats read.
+  size_t pool_hidden_rows(const StepPlan& plan, size_t offset);
+  // A prompt-only sequence the commit finished: its request's event, with the embedding.
+  void finish_embedding(const Sequence& r, std::vector<OutputEvent>& events);
+  // Embedding sequences live in the scheduler; returns how many there are.
+  int64_t check_embedding_invariants() const;
   void add_sample_group(RequestId id, GenerationRequest request);
   void add_beam_group(RequestId id, GenerationRequest request);
   // Adds the sequence that computes a request's prompt to the scheduler.
@@ -316,6 +345,8 @@ class Engine {
   std::unordered_map<RequestId, SampleGroup> sample_groups_;
   std::unordered_map<RequestId, BeamGroup> beam_groups_;
   std::unordered_map<SequenceId, SequenceState> sequences_;  // by sequence (scheduler) id
+  std::unordered_map<SequenceId, EmbeddingState> embeddings_;  // embedding requests' sequences
+  std::unordered_map<RequestId, SequenceId> embedding_requests_;
   RequestId next_request_id_ = 1;
   SequenceId next_sequence_id_ = 1;
   SamplerScratch scratch_;

@@ -85,7 +85,8 @@ Engine::StepOutput Engine::sample_rows(const StepPlan& plan, int32_t num_tokens)
       sample_sequence(s, logits, out);
     }
   }
-  PAGODA_CHECK(row * vocab == logits_.size() || num_tokens == 0);
+  const size_t num_hidden_floats = pool_hidden_rows(plan, row * vocab);
+  PAGODA_CHECK(row * vocab + num_hidden_floats == logits_.size() || num_tokens == 0);
   return out;
 }
 
@@ -204,6 +205,10 @@ void Engine::commit_and_finish(const StepPlan& plan, StepOutput& out) {
     speculator_->observe(s, e == nullptr ? 0 : e->num_accepted, r ? r->num_computed_tokens : -1);
   }
   for (const Sequence& r : finished) {
+    if (r.is_prompt_only()) {
+      finish_embedding(r, out.events);
+      continue;
+    }
     if (out.beam_index.count(r.id)) continue;  // a dropped beam: finish_beam_round frees it
     OutputEvent* e = out.event_of_sequence(r.id);
     PAGODA_CHECK(e != nullptr);

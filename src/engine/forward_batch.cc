@@ -38,7 +38,7 @@ ForwardBatch build_forward_batch(const StepPlan& plan, const FindRequest& find_r
            end, ") of ", r->num_tokens(), " tokens with ", num_table_blocks, " blocks of ",
            block_size);
     }
-    if (s.needs_sample != (known_end == r->num_tokens()) ||
+    if (s.needs_sample != (known_end == r->num_tokens() && !r->is_prompt_only()) ||
         (s.num_proposed > 0 && !s.needs_sample)) {
       fail("forward batch: request ", s.seq_id, " needs_sample disagrees with its tokens");
     }
@@ -68,8 +68,32 @@ ForwardBatch build_forward_batch(const StepPlan& plan, const FindRequest& find_r
     }
     // The last known position and every proposal's: row i verifies proposal i.
     for (int32_t row = s.num_logit_rows(); row > 0; --row) b.logit_rows.push_back(b.num_tokens() - row);
+    b.hidden_row.resize(b.logit_rows.size(), 0);
+    const PromptRows hidden = hidden_state_rows(s, *r);
+    for (int32_t i = 0; i < hidden.count; ++i) {
+      b.logit_rows.push_back(b.num_tokens() - static_cast<int32_t>(end - hidden.first_position - i));
+      b.hidden_row.push_back(1);
+    }
+  }
+  if (std::find(b.hidden_row.begin(), b.hidden_row.end(), 1) == b.hidden_row.end()) {
+    b.hidden_row.clear();
   }
   return b;
+}
+
+PromptRows hidden_state_rows(const ScheduledSequence& s, const Sequence& r) {
+  const int32_t end = s.start_position + s.num_new_tokens;
+  switch (r.prompt_only) {
+    case PromptOnly::kAllRows:
+      return {s.start_position, s.num_new_tokens};
+    case PromptOnly::kFirstRow:
+      return {0, s.start_position == 0 ? 1 : 0};
+    case PromptOnly::kLastRow:
+      return {end - 1, end == r.num_tokens() ? 1 : 0};
+    case PromptOnly::kNo:
+      break;
+  }
+  return {};
 }
 
 PromptRows prompt_logit_rows(const ScheduledSequence& s, const Sequence& r) {

@@ -22,6 +22,7 @@ using FindRequest = std::function<const Sequence*(SequenceId)>;
 // position). logit_rows holds, for every request with needs_sample in plan order (the order
 // Scheduler::commit() wants the new tokens in), its num_logit_rows() last rows.
 // Throws Error when a scheduled request is unknown or its table does not cover its tokens.
+// A prompt-only request gets hidden_state_rows() rows, marked in hidden_row.
 // A request with Sequence::prompt_logits also gets, before those, a row for each scheduled prompt
 // position but the last (whose row is the first sample's): prompt_logit_rows() of them.
 ForwardBatch build_forward_batch(const StepPlan& plan, const FindRequest& find_request,
@@ -34,6 +35,10 @@ struct PromptRows {
   int32_t count = 0;
 };
 PromptRows prompt_logit_rows(const ScheduledSequence& s, const Sequence& r);
+// The rows of a prompt-only sequence `r` (an embedding) whose final hidden states this step
+// gives (ForwardBatch::hidden_row): every scheduled position, the first or the last of its prompt
+// when this step computes it. Count 0 for other sequences.
+PromptRows hidden_state_rows(const ScheduledSequence& s, const Sequence& r);
 ForwardBatch build_forward_batch(const StepPlan& plan, const Scheduler& scheduler);
 
 }  // namespace pagoda

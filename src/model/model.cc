@@ -67,9 +67,53 @@ void compute_logits(Backend& be, const ModelConfig& c, std::span<const int32_t> 
   be.download(act.logits.data(), logits.size() * sizeof(float), logits.data());
 }
 
+namespace {
+
+// Logit rows and hidden-state rows in one batch (ForwardBatch::hidden_row): every row through
+// the final norm; the hidden rows' results go to the host after the logits, the others through
+// the vocabulary matrix.
+void compute_logits_and_hidden(Backend& be, const ModelConfig& c, const OutputRows& out,
+                               const std::vector<float>& output_norm, const WeightMatrix& output,
+                               Activations& act, std::vector<float>& logits) {
+  const std::vector<uint8_t>& is_hidden = out.batch.hidden_row;
+  const int64_t hidden = c.hidden_size;
+  const std::span<const int32_t> rows = out.logit_rows();
+  PAGODA_CHECK(is_hidden.size() == rows.size());
+  const auto m = static_cast<int64_t>(rows.size());
+  std::vector<int32_t> logit_rows, hidden_rows;  // into the normed rows, ascending
+  for (int32_t i = 0; i < static_cast<int32_t>(m); ++i) {
+    (is_hidden[static_cast<size_t>(i)] ? hidden_rows : logit_rows).push_back(i);
+  }
+  act.last.reserve(be, m * hidden, "the activations");
+  be.gather_rows(act.x.data(), rows, hidden, act.last.data());
+  be.rms_norm(act.last.data(), output_norm.data(), m, hidden, c.rms_norm_eps, act.last.data());
+  const auto num_logits = static_cast<int64_t>(logit_rows.size());
+  const auto num_hidden = static_cast<int64_t>(hidden_rows.size());
+  logits.resize(static_cast<size_t>(num_logits * output.rows + num_hidden * hidden));
+  // act.x is free once its rows are gathered: the hidden rows wait there for the download.
+  be.gather_rows(act.last.data(), hidden_rows, hidden, act.x.data());
+  be.download(act.x.data(), static_cast<size_t>(num_hidden * hidden) * sizeof(float),
+              logits.data() + num_logits * output.rows);
+  if (num_logits == 0) return;
+  be.gather_rows(act.last.data(), logit_rows, hidden, act.last.data());  // in place: ascending
+  if (be.host_visible()) {
+    be.matmul(output, act.last.data(), num_logits, logits.data());
+    return;
+  }
+  act.logits.reserve(be, num_logits * output.rows, "the logits");
+  be.matmul(output, act.last.data(), num_logits, act.logits.data());
+  be.download(act.logits.data(), static_cast<size_t>(num_logits * output.rows) * sizeof(float),
+              logits.data());
+}
+
+}  // namespace
+
 void compute_logits(Backend& be, const ModelConfig& c, const OutputRows& out,
                     const std::vector<float>& output_norm, const WeightMatrix& output,
                     Activations& act, std::vector<float>& logits) {
+  if (!out.batch.hidden_row.empty()) {
+    return compute_logits_and_hidden(be, c, out, output_norm, output, act, logits);
+  }
   if (!out.batch.hidden_states) {
     return compute_logits(be, c, out.logit_rows(), output_norm, output, act, logits);
   }
@@ -131,7 +175,7 @@ std::unique_ptr<Model> Model::load(const ModelFile& file, Communicator* tp) {
 
 void Model::forward(Backend& backend, const ForwardBatch& batch, KvStorage& kv,
                     std::vector<float>& logits) {
-  if (tp_ != nullptr && batch.hidden_states) {
+  if (tp_ != nullptr && (batch.hidden_states || !batch.hidden_row.empty())) {
     fail("embeddings from a model split by tensor parallelism are not supported");
   }
   if (tp_ != nullptr) send_forward(*tp_, batch, kv);

@@ -32,6 +32,10 @@ struct ForwardBatch {
   bool hidden_states = false;
   // The LoRA adapter of each token (0: none; model/lora.h): empty when no sequence has one.
   std::vector<int32_t> adapters;
+  // Empty, or [logit_rows.size()]: 1 where a row wants its final-norm hidden state (an embedding
+  // scheduled beside generation) instead of its logits. The output then holds the logits of the
+  // other rows, [rows, vocab], followed by the hidden states, [rows, hidden], each in row order.
+  std::vector<uint8_t> hidden_row;
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   int32_t num_seqs() const { return static_cast<int32_t>(query_start.size()) - 1; }

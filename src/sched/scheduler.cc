@@ -37,8 +37,12 @@ void Scheduler::add_sequence(Sequence request) {
   if (request.num_output_tokens() >= request.max_tokens) {
     fail("request ", id, ": already has max_tokens output tokens");
   }
-  // The last sampled token never needs a KV slot.
-  const int64_t num_kv_tokens = int64_t(request.num_prompt_tokens()) + request.max_tokens - 1;
+  if (request.is_prompt_only() && (!request.output.empty() || request.prompt_logits)) {
+    fail("request ", id, ": a prompt-only request has no output and no prompt logits");
+  }
+  // The last sampled token never needs a KV slot; a prompt-only request samples none.
+  const int64_t num_kv_tokens = int64_t(request.num_prompt_tokens()) +
+                                (request.is_prompt_only() ? 0 : request.max_tokens - 1);
   const int32_t num_blocks = kv_.num_blocks_for(num_kv_tokens);
   if (num_blocks > kv_.num_blocks()) {
     fail("request ", id, ": ", request.num_prompt_tokens(), " prompt tokens + max_tokens ",
@@ -149,9 +153,11 @@ void Scheduler::schedule_waiting(StepPlan& plan, int32_t& budget) {
   while (!waiting_.empty() && budget > 0 &&
          static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
     Sequence& r = get(waiting_.front());
-    CachedPrefix prefix = kv_.get_computed_blocks(r.tokens(), r.cache_key);
+    // A prompt-only request wants the hidden states of positions a cache hit would skip.
+    CachedPrefix prefix =
+        r.is_prompt_only() ? CachedPrefix{} : kv_.get_computed_blocks(r.tokens(), r.cache_key);
     // What the pool lacks may be below it (a prompt scored in full wants no hits).
-    if (!r.prompt_logits) kv_.load_from_lower_tier(prefix, r.tokens());
+    if (!r.prompt_logits && !r.is_prompt_only()) kv_.load_from_lower_tier(prefix, r.tokens());
     const int32_t num_new = std::min(r.num_tokens() - prefix.num_tokens, budget);
     // First come, first served: a request that does not fit blocks the ones behind it.
     if (!kv_.allocate_slots(r.id, 0, num_new, &prefix)) break;
@@ -172,7 +178,8 @@ void Scheduler::add_to_plan(StepPlan& plan, Sequence& r, int32_t num_new_tokens,
   s.num_new_tokens = num_new_tokens;
   s.start_position = r.num_computed_tokens;
   s.block_table = kv_.block_table(r.id);
-  s.needs_sample = r.num_computed_tokens + num_new_tokens - num_proposed == r.num_tokens();
+  s.needs_sample = r.num_computed_tokens + num_new_tokens - num_proposed == r.num_tokens() &&
+                   !r.is_prompt_only();
   s.num_proposed = num_proposed;
   plan.sequences.push_back(std::move(s));
   plan.num_scheduled_tokens += num_new_tokens;
@@ -229,7 +236,12 @@ std::vector<Sequence> Scheduler::commit(const StepPlan& plan,
                  it->second.num_proposed == s.num_proposed);
     if (tokens == nullptr) {
       r.num_computed_tokens += s.num_new_tokens;
-      kv_.cache_full_blocks(r.id, r.tokens(), r.num_computed_tokens);
+      if (!r.is_prompt_only()) {
+        kv_.cache_full_blocks(r.id, r.tokens(), r.num_computed_tokens);
+      } else if (r.num_computed_tokens == r.num_tokens()) {
+        // Its hidden states were this step's output: nothing of it is kept.
+        finished.push_back(finish(r.id, SequenceStatus::kFinishedPrompt));
+      }
       continue;
     }
     // Accepted proposals first, then the one token sampled after them.
@@ -302,6 +314,7 @@ void Scheduler::fork(SequenceId parent, SequenceId child, std::optional<TokenId>
   if (it == requests_.end()) fail("fork: request ", parent, " is not live");
   if (requests_.count(child)) fail("fork: request id ", child, " is already in use");
   const Sequence& p = it->second;
+  if (p.is_prompt_only()) fail("fork: request ", parent, " is prompt-only");
   Sequence c;
   c.id = child;
   c.prompt = p.prompt;
@@ -363,7 +376,11 @@ void Scheduler::check_invariants() const {
     PAGODA_CHECK(scheduled.num_proposed == 0 ||
                  r->num_computed_tokens + num_known == r->num_tokens());
     PAGODA_CHECK(kv_.num_slots(id) == r->num_computed_tokens + scheduled.num_new_tokens);
-    if (kv_.prefix_caching()) {
+    if (r->is_prompt_only()) {
+      // Never cached, never sampled from: no hashed block, no proposal, no output.
+      PAGODA_CHECK(kv_.num_hashed_blocks(id) == 0 && scheduled.num_proposed == 0 &&
+                   r->output.empty());
+    } else if (kv_.prefix_caching()) {
       PAGODA_CHECK(kv_.num_hashed_blocks(id) == r->num_computed_tokens / bs);
     }
   }

@@ -16,6 +16,8 @@ std::string_view to_string(SequenceStatus status) {
       return "finished_length";
     case SequenceStatus::kFinishedAborted:
       return "finished_aborted";
+    case SequenceStatus::kFinishedPrompt:
+      return "finished_prompt";
   }
   return "unknown";
 }

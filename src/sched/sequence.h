@@ -21,10 +21,17 @@ enum class SequenceStatus {
   kFinishedStopped,  // sampled one of its stop ids (the stop token is the last output token)
   kFinishedLength,   // reached max_tokens
   kFinishedAborted,  // abort()
+  kFinishedPrompt,   // a prompt-only sequence (an embedding) whose prompt is computed
 };
 
 std::string_view to_string(SequenceStatus status);
 inline bool is_finished(SequenceStatus s) { return s >= SequenceStatus::kFinishedStopped; }
+
+// A prompt-only sequence (an embedding request) wants the final hidden states of its prompt, not
+// a sample: of every position (mean pooling), the first or the last. It is scheduled under the
+// same token budget as prompt chunks, samples nothing, finishes when its prompt is computed, and
+// is never looked up in or entered into the prefix cache (see docs/SCHEDULER.md).
+enum class PromptOnly : uint8_t { kNo, kAllRows, kFirstRow, kLastRow };
 
 struct Sequence {
   SequenceId id = 0;
@@ -37,6 +44,7 @@ struct Sequence {
   // The logits of every prompt position are wanted (prompt log-probabilities), not only the
   // last one's: the forward pass gives a row for each (prompt_logit_rows in forward_batch.h).
   bool prompt_logits = false;
+  PromptOnly prompt_only = PromptOnly::kNo;
 
   // Set by the scheduler.
   int32_t num_computed_tokens = 0;  // tokens whose K/V are in the cache
@@ -56,6 +64,7 @@ struct Sequence {
   int32_t num_tokens() const { return num_prompt_tokens() + num_output_tokens(); }
   TokenSequence tokens() const { return {prompt, output}; }
   bool finished() const { return is_finished(status); }
+  bool is_prompt_only() const { return prompt_only != PromptOnly::kNo; }
 };
 
 }  // namespace pagoda

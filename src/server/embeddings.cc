@@ -159,19 +159,93 @@ int64_t ollama_num_ctx(const json& body) {
 }  // namespace
 
 EmbeddingResult EmbeddingService::embed(const std::vector<std::vector<TokenId>>& inputs) {
-  if (engine_ == nullptr) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return embedder_->embed(inputs);
+  return engine_ != nullptr ? embed_in_engine(inputs) : embed_in_batches(inputs);
+}
+
+EmbeddingResult EmbeddingService::embed_in_engine(const std::vector<std::vector<TokenId>>& inputs) {
+  const std::string& pooling = embedder_->pooling();
+  const PromptOnly rows = pooling == "mean"  ? PromptOnly::kAllRows
+                          : pooling == "cls" ? PromptOnly::kFirstRow
+                                             : PromptOnly::kLastRow;
+  std::vector<std::shared_ptr<OutputStream>> streams;
+  // A request cut short ends its inputs already in the engine.
+  struct AbortRest {
+    EngineThread& engine;
+    std::vector<std::shared_ptr<OutputStream>>& streams;
+    ~AbortRest() {
+      for (const auto& s : streams) {
+        if (!s->done()) engine.abort(s->id());
+      }
+    }
+  } abort_rest{*engine_, streams};
+  for (const auto& ids : inputs) {
+    GenerationRequest request;
+    request.prompt = ids;
+    request.embedding = rows;
+    streams.push_back(engine_->submit(std::move(request)));
   }
   EmbeddingResult r;
-  for (const auto& ids : inputs) {
-    engine_->run_between_steps([&] {
-      EmbeddingResult one = embedder_->embed({ids});
-      r.vectors.push_back(std::move(one.vectors.at(0)));
-      r.prompt_tokens += one.prompt_tokens;
-    });
+  for (const auto& stream : streams) {
+    // An embedding request has one event, its last.
+    std::optional<OutputEvent> e = stream->next();
+    if (!e || e->finish_reason != FinishReason::kStop || e->embedding.empty()) {
+      fail("the embedding was not computed: ", e && !e->error.empty() ? e->error : "the engine ended it");
+    }
+    r.vectors.emplace_back();
+    pool_embedding(e->embedding.data(), 1, dimensions(), "mean", embedder_->normalizes(),
+                   r.vectors.back());
   }
+  for (const auto& ids : inputs) r.prompt_tokens += static_cast<int64_t>(ids.size());
   return r;
+}
+
+EmbeddingResult EmbeddingService::embed_in_batches(const std::vector<std::vector<TokenId>>& inputs) {
+  Job job;
+  job.inputs = &inputs;
+  std::unique_lock<std::mutex> lock(mutex_);
+  jobs_.push_back(&job);
+  while (!job.done) {
+    if (running_) {
+      job_done_.wait(lock);
+      continue;
+    }
+    // This thread runs the next pass: the waiting jobs in arrival order, up to a batch of tokens.
+    std::vector<Job*> batch;
+    std::vector<std::vector<TokenId>> all;
+    int64_t tokens = 0;
+    while (!jobs_.empty()) {
+      int64_t n = 0;
+      for (const auto& ids : *jobs_.front()->inputs) n += static_cast<int64_t>(ids.size());
+      if (!batch.empty() && tokens + n > embedder_->batch_tokens()) break;
+      tokens += n;
+      batch.push_back(jobs_.front());
+      jobs_.pop_front();
+      all.insert(all.end(), batch.back()->inputs->begin(), batch.back()->inputs->end());
+    }
+    running_ = true;
+    lock.unlock();
+    EmbeddingResult out;
+    std::string error;
+    try {
+      out = embedder_->embed(all);
+    } catch (const std::exception& e) {  // any: the waiting threads must hear of it
+      error = e.what();
+    }
+    lock.lock();
+    running_ = false;
+    size_t next = 0;
+    for (Job* j : batch) {
+      j->error = error;
+      for (const auto& ids : *j->inputs) {
+        if (error.empty()) j->result.vectors.push_back(std::move(out.vectors[next++]));
+        j->result.prompt_tokens += static_cast<int64_t>(ids.size());
+      }
+      j->done = true;
+    }
+    job_done_.notify_all();
+  }
+  if (!job.error.empty()) fail(job.error);
+  return std::move(job.result);
 }
 
 std::string base64_floats(const std::vector<float>& v) {

@@ -1,13 +1,16 @@
 // Embeddings over HTTP: OpenAI's POST /v1/embeddings and Ollama's POST /api/embed (and its older
 // /api/embeddings). A request's inputs are tokenized on the server's work thread that handles it.
-// An encoder model (BERT), which has no generation to share the engine with, then runs them on
-// that thread under a lock, one request at a time. A generative model's embeddings (serve
-// --pooling) run on the engine thread between its steps, one input per task, so generation goes
-// on between them; they are not scheduled by its token budget and keep no KV blocks.
+// A generative model's embeddings (serve --pooling) are engine requests: each input a
+// prompt-only sequence that the scheduler runs beside generation under the same token budget
+// (GenerationRequest::embedding), all of a request's inputs submitted at once. An encoder model
+// (BERT) has no engine: the requests that arrive while one forward pass runs wait, and the next
+// pass runs all their inputs together (EncoderBatcher).
 #pragma once
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -41,16 +44,29 @@ class EmbeddingService {
     return embedder_->check_tokens(ids);
   }
   void truncate(std::vector<TokenId>& ids, int64_t limit) const { embedder_->truncate(ids, limit); }
-  // Runs the inputs: an encoder's one request at a time, a generative model's one input per
-  // engine task.
+  // Runs the inputs (see the top of this file); throws Error when the engine fails or stops.
   EmbeddingResult embed(const std::vector<std::vector<TokenId>>& inputs);
   // How long the service had been loading before it served (Ollama's load_duration); set once.
   std::chrono::nanoseconds load_duration{0};
 
  private:
-  std::mutex mutex_;
+  EmbeddingResult embed_in_engine(const std::vector<std::vector<TokenId>>& inputs);
+  EmbeddingResult embed_in_batches(const std::vector<std::vector<TokenId>>& inputs);
+
   std::unique_ptr<Embedder> embedder_;
   EngineThread* engine_ = nullptr;
+  // The encoder's requests: whoever finds no pass running runs one over every waiting request
+  // (up to the embedder's batch of tokens, at least one request), then hands the results out.
+  struct Job {
+    const std::vector<std::vector<TokenId>>* inputs = nullptr;
+    EmbeddingResult result;
+    std::string error;
+    bool done = false;
+  };
+  std::mutex mutex_;  // guards what follows
+  std::condition_variable job_done_;
+  std::deque<Job*> jobs_;
+  bool running_ = false;
 };
 
 // POST /v1/embeddings: {"object": "list", "data": [{"object": "embedding", "index", "embedding"}],

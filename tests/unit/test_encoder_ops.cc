@@ -2,6 +2,7 @@
 // hand, and the CPU backend against the reference.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -84,6 +85,60 @@ TEST(EncoderOps, AttentionSeesTheWholeSequenceAndOnlyIt) {
   auto cpu = make_cpu_backend(2);
   cpu->encoder_attention(q.data(), k.data(), v.data(), starts.data(), 2, p, cpu_out.data());
   for (size_t i = 0; i < q.size(); ++i) EXPECT_NEAR(cpu_out[i], ref_out[i], 1e-5) << i;
+}
+
+// Long enough for the CPU backend's threads (and rows past one work item's run of 16): every
+// row still equals the reference's within float rounding.
+TEST(EncoderOps, ThreadedCpuAttentionMatchesTheReference) {
+  const int heads = 6, kv_heads = 6, hd = 32;
+  const std::vector<int32_t> starts = {0, 70, 70 + 128};
+  const int n = starts.back();
+  std::vector<float> q(n * heads * hd), k(n * kv_heads * hd), v(n * kv_heads * hd);
+  for (size_t i = 0; i < q.size(); ++i) q[i] = std::sin(0.37 * i) * 2;
+  for (size_t i = 0; i < k.size(); ++i) k[i] = std::cos(0.11 * i) * 2;
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std::sin(0.53 * i + 1);
+  AttentionParams p;
+  p.num_heads = heads;
+  p.num_kv_heads = kv_heads;
+  p.head_dim = hd;
+  p.scale = 1.0f / std::sqrt(32.0f);
+  std::vector<float> ref_out(q.size()), cpu_out(q.size(), NAN);
+  make_reference_backend()->encoder_attention(q.data(), k.data(), v.data(), starts.data(), 2, p,
+                                              ref_out.data());
+  make_cpu_backend(2)->encoder_attention(q.data(), k.data(), v.data(), starts.data(), 2, p,
+                                         cpu_out.data());
+  for (size_t i = 0; i < q.size(); ++i) ASSERT_NEAR(cpu_out[i], ref_out[i], 2e-5) << i;
+}
+
+// The CPU backend's layer norm is the reference's arithmetic, threaded: equal bits.
+TEST(EncoderOps, CpuLayerNormEqualsTheReferenceExactly) {
+  const int64_t rows = 300, dim = 384;
+  std::vector<float> x(rows * dim), w(dim), b(dim);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(std::sin(0.013 * i) * 3);
+  for (int64_t i = 0; i < dim; ++i) {
+    w[i] = static_cast<float>(1 + 0.01 * i);
+    b[i] = static_cast<float>(0.1 * std::cos(i));
+  }
+  auto ref = make_reference_backend();
+  auto cpu = make_cpu_backend(2);
+  std::vector<float> want(x.size()), got(x.size());
+  ref->layer_norm(x.data(), w.data(), b.data(), rows, dim, 1e-12f, want.data());
+  cpu->layer_norm(x.data(), w.data(), b.data(), rows, dim, 1e-12f, got.data());
+  EXPECT_EQ(got, want);
+}
+
+// The CPU backend's GELU: erf in float by a rational approximation (absolute error below 1.5e-7)
+// against the reference's double erf, over the range a network's activations take.
+TEST(EncoderOps, CpuGeluIsTheErfFormWithinFloatError) {
+  std::vector<float> x;
+  for (int i = -12000; i <= 12000; ++i) x.push_back(static_cast<float>(i) * 1e-3f);
+  x.insert(x.end(), {-50.0f, -9.5f, 9.5f, 50.0f, 1e-30f, -1e-30f});
+  std::vector<float> want = x, got = x;
+  make_reference_backend()->gelu_erf(want.data(), static_cast<int64_t>(want.size()));
+  make_cpu_backend(2)->gelu_erf(got.data(), static_cast<int64_t>(got.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], 2e-7 * std::max(1.0f, std::abs(x[i]))) << "x = " << x[i];
+  }
 }
 
 }  // namespace

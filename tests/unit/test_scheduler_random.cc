@@ -4,7 +4,9 @@
 // sequence back through its table; proposals are verified against the fake model's own
 // continuation, so rejected ones are rolled back (KvCacheManager::truncate).
 // The next token is a hash of what was read, so a wrong prefix-cache hit, a missing
-// copy-on-write or a block freed while in use changes the output. Checked after every step:
+// copy-on-write or a block freed while in use changes the output. One request in five is
+// prompt-only (an embedding): it must compute its whole prompt, sample nothing and finish.
+// Checked after every step:
 // the scheduler's invariants, the budget and max_num_seqs, that no one writes into a shared or
 // cached block; at the end: every request finished or was aborted, no block leaked, and every
 // finished output equals the output of the same request generated alone. Half the runs have a
@@ -217,7 +219,7 @@ void check_plan(const StepPlan& plan, const Scheduler& s) {
     EXPECT_GE(r.num_proposed, 0);
     EXPECT_LE(r.num_proposed, req->num_lookahead_tokens);
     EXPECT_LE(end - r.num_proposed, req->num_tokens());
-    EXPECT_EQ(r.needs_sample, end - r.num_proposed == req->num_tokens());
+    EXPECT_EQ(r.needs_sample, end - r.num_proposed == req->num_tokens() && !req->is_prompt_only());
     // Proposals only for a decode, and never past max_tokens.
     if (r.num_proposed > 0) {
       EXPECT_EQ(r.num_new_tokens, 1 + r.num_proposed);
@@ -245,6 +247,7 @@ struct Totals {
   int64_t num_preemptions = 0, num_hit_tokens = 0, num_chunks = 0;
   int64_t num_proposed = 0, num_accepted = 0;
   int64_t num_lower_tier_tokens = 0;
+  int64_t num_prompt_only = 0;  // prompt-only requests (embeddings) that finished
 };
 
 // Proposals for each request the plan lets propose: the fake model's own continuation, cut
@@ -296,7 +299,11 @@ void run_seed(uint32_t seed, int num_steps, Totals& totals) {
   auto pick = [&](const std::vector<SequenceId>& ids) {
     return ids[static_cast<size_t>(uniform(0, static_cast<int>(ids.size()) - 1))];
   };
-  auto remove_live = [&](SequenceId id) { std::erase(live, id); };
+  std::vector<SequenceId> forkable;  // the live requests that are not prompt-only
+  auto remove_live = [&](SequenceId id) {
+    std::erase(live, id);
+    std::erase(forkable, id);
+  };
   auto add = [&] {
     Sequence r;
     r.id = next_id++;
@@ -307,6 +314,14 @@ void run_seed(uint32_t seed, int num_steps, Totals& totals) {
     r.max_tokens = uniform(1, kMaxTokens);
     if (uniform(0, 1)) r.stop_ids.push_back(uniform(0, kVocab - 1));
     r.cache_key = uniform(0, 3) == 0 ? 1 : 0;
+    if (uniform(0, 4) == 0) {  // an embedding: prompt-only, as the engine makes it
+      if (r.prompt.empty()) r.prompt.push_back(uniform(0, 999));
+      r.prompt_only = uniform(0, 1) ? PromptOnly::kAllRows : PromptOnly::kLastRow;
+      r.max_tokens = 1;
+      r.stop_ids.clear();
+    } else {
+      forkable.push_back(r.id);
+    }
     live.push_back(r.id);
     s.add_sequence(std::move(r));
   };
@@ -327,8 +342,9 @@ void run_seed(uint32_t seed, int num_steps, Totals& totals) {
       s.check_invariants();
       if (uniform(0, 19) == 0 && !live.empty()) abort_one(pick(live));
       s.check_invariants();
-      if (uniform(0, 14) == 0 && !live.empty()) {
-        s.fork(pick(live), next_id);
+      if (uniform(0, 14) == 0 && !forkable.empty()) {
+        s.fork(pick(forkable), next_id);
+        forkable.push_back(next_id);
         live.push_back(next_id++);
         ++totals.num_forks;
         s.check_invariants();
@@ -381,6 +397,14 @@ void run_seed(uint32_t seed, int num_steps, Totals& totals) {
   EXPECT_LE(stats.kv.num_lower_tier_hit_tokens, tier.num_loads * config.kv.block_size);
 
   for (const auto& [id, r] : done) {
+    if (r.is_prompt_only()) {
+      EXPECT_TRUE(r.output.empty()) << "request " << id;
+      if (r.status == SequenceStatus::kFinishedAborted) continue;
+      EXPECT_EQ(r.status, SequenceStatus::kFinishedPrompt) << "request " << id;
+      EXPECT_EQ(r.num_computed_tokens, r.num_tokens()) << "request " << id;
+      ++totals.num_prompt_only;
+      continue;
+    }
     SequenceStatus status;
     const std::vector<TokenId> expected = alone_output(r, &status);
     if (r.status == SequenceStatus::kFinishedAborted) {
@@ -412,6 +436,7 @@ TEST(SchedulerRandomTest, RandomSequencesKeepEveryInvariant) {
   EXPECT_GT(totals.num_proposed, 1000);
   EXPECT_GT(totals.num_accepted, 300);
   EXPECT_LT(totals.num_accepted, totals.num_proposed);
+  EXPECT_GT(totals.num_prompt_only, 100);
 }
 
 // Runs `requests` together through `config` until all finish; returns them by id. With

@@ -143,6 +143,24 @@ class CpuBackend final : public Backend {
     elementwise(n, [&](int64_t i, int64_t m) { k.scale(x + i, s, m); });
   }
 
+  // Encoder ops (BERT): LayerNorm is the reference's arithmetic (sums in double) spread over the
+  // threads, so it gives its results bit for bit; GELU and attention in float through the
+  // vector kernels (encoder.cc).
+  void layer_norm(const float* x, const float* weight, const float* bias, int64_t num_rows,
+                  int64_t dim, float eps, float* y) override {
+    split(num_rows, num_rows * dim >= kThreadedElements, [&](int64_t first, int64_t last) {
+      Backend::layer_norm(x + first * dim, weight, bias, last - first, dim, eps, y + first * dim);
+    });
+  }
+  void gelu_erf(float* x, int64_t n) override {
+    const Kernels& k = kernels();
+    split(n, n >= 4096, [&](int64_t first, int64_t last) { cpu::gelu_erf(k, x + first, last - first); });
+  }
+  void encoder_attention(const float* q, const float* k, const float* v, const int32_t* query_start,
+                         int32_t num_seqs, const AttentionParams& p, float* out) override {
+    cpu::encoder_attention(kernels(), q, k, v, query_start, num_seqs, p, out, pool_);
+  }
+
  private:
   // Runs f(first, last) over [0, n), split among the threads when `threaded`.
   template <typename F>

@@ -52,6 +52,16 @@ void attention(const Kernels& k, const float* q, KvLayer cache,
                const AttentionBatch& batch, const AttentionParams& p, float* out,
                ThreadPool& pool);
 
+// Bidirectional attention without a cache (encoder.cc, Backend::encoder_attention): one work
+// item per (sequence, head, run of query rows), float sums through the kernels' dot and axpy.
+void encoder_attention(const Kernels& k, const float* q, const float* keys, const float* values,
+                       const int32_t* query_start, int32_t num_seqs, const AttentionParams& p,
+                       float* out, ThreadPool& pool);
+
+// x = x * Phi(x) in float (encoder.cc, Backend::gelu_erf): erf by Abramowitz and Stegun's
+// 7.1.26 (absolute error below 1.5e-7), its exp through the kernels' vector exp.
+void gelu_erf(const Kernels& k, float* x, int64_t n);
+
 // Whether spreading `work` multiply-adds over threads pays for handing them out: a smaller
 // product is so short on one core that waking the workers and waiting for them would eat what
 // they save (docs/BENCHMARKS.md, "CPU kernel choices, measured").
