@@ -147,6 +147,53 @@ def test_deep_nesting_is_a_400_anywhere(server):
     assert rss_bytes(server) < before + 64 * MIB
 
 
+def test_huge_arrays_of_content_blocks_are_answered_and_cheap(server):
+    """Bodies just under the 1 MiB limit made of tiny content blocks, parts, input items or
+    messages (20,000 of each, a token or more apiece, past the 8,192-token context): every route
+    answers at once with a 400 for the context, not a crash or a stall, and memory stays bounded."""
+    before = rss_bytes(server)
+    n = 20_000
+    bodies = {
+        "/v1/messages": {"max_tokens": 4, "messages": [{"role": "user", "content": [
+            {"type": "text", "text": " a"}] * n}]},
+        "/v1/chat/completions": {"max_tokens": 4, "messages": [{"role": "user", "content": [
+            {"type": "text", "text": " a"}] * n}]},
+        "/v1/responses": {"max_output_tokens": 4, "input": [
+            {"role": "user", "content": [{"type": "input_text", "text": " a"}] * n}]},
+        "/api/chat": {"model": "smollm2-135m-instruct-q4_1", "stream": False,
+                      "messages": [{"role": "user", "content": " a"}] * n},
+    }
+    for path, body in bodies.items():
+        raw = json.dumps(body).encode()
+        assert len(raw) < MIB, (path, len(raw))
+        start = time.time()
+        status, reply = exchange(server, request_bytes("POST", path, raw))
+        assert status == 400 and b"context" in reply, (path, status, reply[:300])
+        assert time.time() - start < 20, path
+    assert health(server) == 200
+    assert rss_bytes(server) < before + 256 * MIB
+
+
+@pytest.mark.parametrize("path,body", [
+    ("/v1/messages", {"max_tokens": 4, "messages": [{"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                                     "data": "%%% not base64 %%%"}}]}]}),
+    ("/v1/chat/completions", {"max_tokens": 4, "messages": [{"role": "user", "content": [
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,%%%"}}]}]}),
+    ("/v1/responses", {"max_output_tokens": 4, "input": [{"role": "user", "content": [
+        {"type": "input_image", "image_url": "data:image/png;base64,===="}]}]}),
+    ("/api/chat", {"stream": False, "messages": [{"role": "user", "content": "hi",
+                                                  "images": ["%%%"]}]}),
+    ("/v1/embeddings", {"input": "hi", "encoding_format": "base64%%"}),
+])
+def test_bad_base64_is_a_400(server, path, body):
+    """Images (which no model here reads) with broken base64, and a bad encoding name: a clear
+    400 naming the field, never a 500, and the server keeps answering."""
+    status, reply = exchange(server, request_bytes("POST", path, json.dumps(body).encode()))
+    assert status == 400, (path, status, reply[:300])
+    assert health(server) == 200
+
+
 def test_chunked_body_past_the_limit_is_a_413(server):
     before = rss_bytes(server)
     piece = b"x" * 65536
