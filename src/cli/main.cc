@@ -180,10 +180,14 @@ std::string usage_message(const CLI::ParseError& e, const CLI::App& app, int arg
   if (dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
     // "The following argument(s) was/were not expected: Y X": CLI11 lists them last first.
     // Name the first option among them (its value follows it), else the first word.
-    const size_t colon = what.find(": ");
-    std::vector<std::string> words;
-    std::istringstream list(colon == std::string::npos ? what : what.substr(colon + 2));
-    for (std::string w; list >> w;) words.insert(words.begin(), w);
+    // The command's leftovers are whole arguments ("Two words" stays one); the message's list
+    // is split at spaces only where they are not at hand.
+    std::vector<std::string> words = cmd->remaining();
+    if (words.empty()) {
+      const size_t colon = what.find(": ");
+      std::istringstream list(colon == std::string::npos ? what : what.substr(colon + 2));
+      for (std::string w; list >> w;) words.insert(words.begin(), w);
+    }
     std::string extra = words.empty() ? what : words.front();
     for (const std::string& w : words) {
       if (w.size() > 1 && w[0] == '-') {

@@ -57,7 +57,9 @@ Action add_run(CLI::App& app) {
   auto* cmd = app.add_subcommand("run", "Generate text for one prompt");
   add_generation_options(cmd, o->gen, "Tokens to generate");
   o->prompt_option = cmd->add_option(
-      "-p,--prompt", o->prompt, "The prompt (default: standard input when it is not a terminal)");
+      "prompt,-p,--prompt", o->prompt,
+      "The prompt, with -p or as the last argument, quoted (default: standard input when it is "
+      "not a terminal)");
   cmd->add_option("-f,--file", o->file, "Read the prompt from this file")
       ->excludes(o->prompt_option);
   cmd->add_flag("--chat", o->chat,

@@ -46,6 +46,18 @@ def test_same_seed_same_text(pagoda_bin, shared_dir):
     assert outs[0] != outs[2]
 
 
+def test_the_prompt_may_be_the_last_argument(pagoda_bin, shared_dir):
+    """As `ollama run MODEL "text"` takes it: the same text as -p, and a second prompt is refused
+    naming the whole argument, not its last word."""
+    model = shared_dir / "models" / "stories260K.gguf"
+    given = run(pagoda_bin, "-m", model, "-n", "8", "--temp", "0", "Once upon a time")
+    assert given.returncode == 0, given.stderr.decode()
+    assert given.stdout == run(pagoda_bin, "-m", model, "-n", "8", "--temp", "0", "-p",
+                               "Once upon a time").stdout
+    both = run(pagoda_bin, "-m", model, "-p", "One", "Two words")
+    assert both.returncode == 2 and "Two words" in both.stderr.decode(), both.stderr.decode()
+
+
 def test_run_errors_are_one_line(pagoda_bin, shared_dir, tmp_path):
     cases = [
         (tmp_path / "missing.gguf", "missing.gguf"),
