@@ -62,15 +62,21 @@ ordered_json details(const ModelDescription& d) {
           {"quantization_level", d.quantization}};
 }
 
+// The model, then each LoRA adapter it serves (its details' parent_model the model's name), so
+// an Ollama app can pick either.
 ordered_json tags(const ModelContext& model) {
-  const std::string name = tagged(model.name);
   const ModelDescription& d = model.description;
-  return {{"models", ordered_json::array({{{"name", name},
-                                           {"model", name},
-                                           {"modified_at", d.modified_at},
-                                           {"size", d.size_bytes},
-                                           {"digest", ""},
-                                           {"details", details(d)}}})}};
+  auto entry = [&](const std::string& name, const std::string& parent) {
+    ordered_json info = details(d);
+    info["parent_model"] = parent;
+    return ordered_json{{"name", name},       {"model", name},  {"modified_at", d.modified_at},
+                        {"size", d.size_bytes}, {"digest", ""}, {"details", info}};
+  };
+  ordered_json models = ordered_json::array({entry(tagged(model.name), "")});
+  for (const ServedAdapter& a : model.adapters) {
+    models.push_back(entry(tagged(a.name), tagged(model.name)));
+  }
+  return {{"models", models}};
 }
 
 // The one loaded model, loaded for the server's life (keep_alive does not unload it).

@@ -229,6 +229,10 @@ def test_served_adapters_are_listed_and_unknown_ids_refused(served):
     assert data[1]["parent"] == "stories260K" and data[1]["root"].endswith("a.gguf")
     with urllib.request.urlopen(s.url + "/v1/models/b", timeout=10) as r:
         assert json.loads(r.read())["parent"] == "stories260K"
+    with urllib.request.urlopen(s.url + "/api/tags", timeout=10) as r:
+        tags = json.loads(r.read())["models"]
+    assert [m["name"] for m in tags] == ["stories260K:latest", "a:latest", "b:latest"]
+    assert tags[1]["details"]["parent_model"] == "stories260K:latest"
     status, body = post_json(s, "/v1/completions", {"model": "c", "prompt": "x"})
     assert status == 404 and "serves 'stories260K', 'a', 'b'" in body["error"]["message"]
 
