@@ -444,13 +444,9 @@ def test_the_speed_table_ends_where_throughput_stops_growing(pagoda_bin):
     assert f"(ends at {rows[-1]['batch']}: it decodes less than 5 % more" in text.stdout.decode()
 
 
-def test_this_machine_predicts_what_bench_latency_measures(pagoda_bin, shared_dir):
-    # `--hardware this` with a model file times a short request through the engine on it, so
-    # its prediction for a longer prompt follows what `bench latency` then measures. The bound
-    # is loose for a loaded CI machine; the error measured on a quiet one is in BENCHMARKS.md.
-    model = ROOT / "models" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
-    if not model.exists():
-        pytest.skip(f"*** {model.name} is not installed (scripts/setup): SKIPPING ***")
+def predicted_and_measured(pagoda_bin, model):
+    """`estimate --hardware this` (it times a short request through the engine) for a 256-token
+    prompt, then `bench latency` on it: [(figure, predicted ms, measured ms)]."""
     r = subprocess.run([str(pagoda_bin), "estimate", "-m", str(model), "--hardware", "this",
                         "--prompt-len", "256", "--output-len", "32", "--json", "-"],
                        capture_output=True, timeout=120)
@@ -464,12 +460,28 @@ def test_this_machine_predicts_what_bench_latency_measures(pagoda_bin, shared_di
                         "-"], capture_output=True, timeout=300)
     assert r.returncode == 0, r.stderr.decode()
     measured = json.loads(r.stdout)
-    for name, p, m in [("TTFT", predicted["ttft_ms"], measured["ttft_ms"]["mean"]),
-                       ("decode", predicted["tpot_ms"], measured["decode_ms_per_token"]["mean"])]:
-        # Wide: CTest runs this beside other tests on two cores, so the load changes between
-        # the probe and the measurement (0.62 seen in one CI-like run); the errors measured
-        # on this loaded machine are in docs/BENCHMARKS.md.
-        assert 1 / 2.5 < p / m < 2.5, f"{name}: predicted {p:.1f} ms, measured {m:.1f} ms"
+    return [("TTFT", predicted["ttft_ms"], measured["ttft_ms"]["mean"]),
+            ("decode", predicted["tpot_ms"], measured["decode_ms_per_token"]["mean"])]
+
+
+def test_this_machine_predicts_what_bench_latency_measures(pagoda_bin, shared_dir):
+    # `--hardware this` with a model file times a short request through the engine on it, so
+    # its prediction for a longer prompt follows what `bench latency` then measures. CTest runs
+    # this beside other tests on two cores, so the load can change between the probe and the
+    # measurement (0.62 and 2.87 seen in CI-like runs): the bound is wide, and a pair outside it
+    # is taken again, up to three times, since a load spike passes and a wrong model does not.
+    # The errors measured on this machine are in docs/BENCHMARKS.md.
+    model = ROOT / "models" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+    if not model.exists():
+        pytest.skip(f"*** {model.name} is not installed (scripts/setup): SKIPPING ***")
+    misses = []
+    for _ in range(3):
+        pairs = predicted_and_measured(pagoda_bin, model)
+        misses = [f"{name}: predicted {p:.1f} ms, measured {m:.1f} ms" for name, p, m in pairs
+                  if not 1 / 2.5 < p / m < 2.5]
+        if not misses:
+            return
+    pytest.fail("; ".join(misses) + " (in each of three tries)")
 
 
 def test_this_machine_without_a_runnable_model_uses_the_kernel_probe(pagoda_bin, shared_dir,
