@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from server_util import SMOLLM, Server, need
+from server_util import SMOLLM, Server, need, wait_for
 
 PROMPT = ("Once upon a time, there was a little girl named Lily. She loved to play outside in "
           "the park with her friends. One day, she saw a big red ball under a tree. She ran to "
@@ -176,16 +176,6 @@ def test_truncated_and_corrupted_records_are_misses(pagoda_bin, stories, tmp_pat
     assert {f: f.stat().st_size for f in records(folder)} == sizes  # rewritten whole
 
 
-def wait_for(predicate, seconds=30):
-    import time
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return False
-
-
 def test_the_folder_removed_or_unwritable_while_serving(pagoda_bin, stories, tmp_path):
     folder = tmp_path / "kv"
     third = PROMPT.replace("Lily", "Anna")
@@ -193,17 +183,17 @@ def test_the_folder_removed_or_unwritable_while_serving(pagoda_bin, stories, tmp
     s = serve(pagoda_bin, stories, folder)
     try:
         check_same(complete(s), want[0])
-        assert wait_for(lambda: stats(s)["written_blocks"] >= 4)
+        assert wait_for(lambda: stats(s)["written_blocks"] >= 4, 30)
         shutil.rmtree(folder)
         check_same(complete(s), want[0])  # the pool still holds it
         check_same(complete(s, OTHER), want[1])
-        assert wait_for(lambda: len(records(folder)) > 0)  # the folder is made again
+        assert wait_for(lambda: len(records(folder)) > 0, 30)  # the folder is made again
         # The model's subfolder replaced by a file: every write fails, answers do not change.
         sub = next(d for d in pathlib.Path(folder).iterdir() if d.is_dir())
         shutil.rmtree(sub)
         sub.write_text("not a folder")
         check_same(complete(s, third), want[2])
-        assert wait_for(lambda: stats(s)["write_failures"] > 0)
+        assert wait_for(lambda: stats(s)["write_failures"] > 0, 30)
         check_same(complete(s), want[0])
     finally:
         s.stop()
