@@ -10,9 +10,12 @@
 #include "engine/forward_batch.h"
 #include "model/kv_copy.h"
 #include "sched/scheduler.h"
+#include "unit/sched_test_util.h"
 
 namespace pagoda {
 namespace {
+
+using test::make_request;
 
 SchedulerConfig make_config(int32_t budget, int32_t num_blocks, int32_t block_size = 4) {
   SchedulerConfig config;
@@ -24,14 +27,6 @@ SchedulerConfig make_config(int32_t budget, int32_t num_blocks, int32_t block_si
   return config;
 }
 
-Sequence make_request(SequenceId id, int num_prompt, int max_tokens, TokenId first) {
-  Sequence r;
-  r.id = id;
-  r.prompt.resize(static_cast<size_t>(num_prompt));
-  std::iota(r.prompt.begin(), r.prompt.end(), first);
-  r.max_tokens = max_tokens;
-  return r;
-}
 
 // Checks the batch against the plan and the requests' token lists, written out independently.
 void expect_batch_matches(const ForwardBatch& b, const StepPlan& plan, const Scheduler& s) {

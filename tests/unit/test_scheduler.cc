@@ -11,9 +11,13 @@
 
 #include "core/error.h"
 #include "sched/scheduler.h"
+#include "unit/sched_test_util.h"
 
 namespace pagoda {
 namespace {
+
+using test::make_request;
+using test::scheduled;
 
 SchedulerConfig make_config(int32_t budget, int32_t max_seqs, int32_t num_blocks,
                             int32_t block_size = 4) {
@@ -25,16 +29,6 @@ SchedulerConfig make_config(int32_t budget, int32_t max_seqs, int32_t num_blocks
   return config;
 }
 
-Sequence make_request(SequenceId id, int num_prompt, int max_tokens, TokenId first = 100,
-                     std::vector<TokenId> stop_ids = {}) {
-  Sequence r;
-  r.id = id;
-  r.prompt.resize(static_cast<size_t>(num_prompt));
-  std::iota(r.prompt.begin(), r.prompt.end(), first);
-  r.max_tokens = max_tokens;
-  r.stop_ids = std::move(stop_ids);
-  return r;
-}
 
 // A stand-in for the model: the next token only depends on how long the sequence is.
 TokenId next_token(const Sequence& r) { return 1000 + r.num_tokens(); }
@@ -58,12 +52,6 @@ StepOutcome step(Scheduler& s) {
   return out;
 }
 
-const ScheduledSequence* scheduled(const StepPlan& plan, SequenceId id) {
-  for (const ScheduledSequence& r : plan.sequences) {
-    if (r.seq_id == id) return &r;
-  }
-  return nullptr;
-}
 
 TEST(SchedulerTest, OneRequestPrefillsThenDecodes) {
   Scheduler s(make_config(64, 4, 16));

@@ -9,9 +9,12 @@
 
 #include "core/error.h"
 #include "sched/scheduler.h"
+#include "unit/sched_test_util.h"
 
 namespace pagoda {
 namespace {
+
+using test::scheduled;
 
 SchedulerConfig make_config(int32_t budget, int32_t max_seqs, int32_t num_blocks,
                             int32_t block_size = 4) {
@@ -24,12 +27,7 @@ SchedulerConfig make_config(int32_t budget, int32_t max_seqs, int32_t num_blocks
 }
 
 Sequence generation(SequenceId id, int num_prompt, int max_tokens, TokenId first = 100) {
-  Sequence r;
-  r.id = id;
-  r.prompt.resize(static_cast<size_t>(num_prompt));
-  std::iota(r.prompt.begin(), r.prompt.end(), first);
-  r.max_tokens = max_tokens;
-  return r;
+  return test::make_request(id, num_prompt, max_tokens, first);
 }
 
 Sequence embedding(SequenceId id, int num_prompt, TokenId first = 100,
@@ -62,12 +60,6 @@ StepOutcome step(Scheduler& s) {
   return out;
 }
 
-const ScheduledSequence* scheduled(const StepPlan& plan, SequenceId id) {
-  for (const ScheduledSequence& r : plan.sequences) {
-    if (r.seq_id == id) return &r;
-  }
-  return nullptr;
-}
 
 TEST(SchedulerPromptOnlyTest, ComputesItsPromptFinishesAndFreesEverything) {
   Scheduler s(make_config(64, 4, 16));
