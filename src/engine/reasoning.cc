@@ -40,23 +40,13 @@ class NoReasoning final : public ReasoningParser {
   bool thinking() const override { return false; }
 };
 
-class ThinkTagParser final : public ReasoningParser {
+class ThinkTagParser final : public SteppingReasoningParser {
  public:
   explicit ThinkTagParser(bool starts_inside)
       : state_(starts_inside ? State::kThinking : State::kStart) {}
 
-  ReasoningParts feed(std::string_view text) override {
-    held_ += text;
-    ReasoningParts out;
-    while (step(out)) {
-    }
-    return out;
-  }
-
   ReasoningParts finish() override {
-    ReasoningParts out;
-    while (step(out)) {
-    }
+    ReasoningParts out = drain();
     if (state_ == State::kThinking) {
       std::string_view rest = held_;
       if (trim_front_) rest.remove_prefix(leading_spaces(rest));
@@ -77,7 +67,7 @@ class ThinkTagParser final : public ReasoningParser {
   enum class State { kStart, kThinking, kContent };
 
   // One move on the held text; false when it must wait for more.
-  bool step(ReasoningParts& out) {
+  bool step(ReasoningParts& out) override {
     switch (state_) {
       case State::kStart: return step_start(out);
       case State::kThinking: return step_thinking(out);
@@ -138,7 +128,6 @@ class ThinkTagParser final : public ReasoningParser {
   }
 
   State state_;
-  std::string held_;         // fed, not yet returned
   bool trim_front_ = true;   // spaces at the front of held_ are dropped
 };
 

@@ -55,6 +55,27 @@ class ReasoningParser {
   virtual bool thinking() const = 0;
 };
 
+// The base of the parsers that hold fed text back and take what they can from its front, one
+// step at a time (think tags, harmony).
+class SteppingReasoningParser : public ReasoningParser {
+ public:
+  ReasoningParts feed(std::string_view text) final {
+    held_ += text;
+    return drain();
+  }
+
+ protected:
+  // Moves what can go now from the front of held_ into `out`; false when nothing more can.
+  virtual bool step(ReasoningParts& out) = 0;
+  ReasoningParts drain() {
+    ReasoningParts out;
+    while (step(out)) {
+    }
+    return out;
+  }
+  std::string held_;  // fed, not yet returned
+};
+
 // A parser for `syntax` (kNone: everything is content). `starts_inside`: the prompt opened the
 // thinking (its text ends with the opening tag).
 std::unique_ptr<ReasoningParser> make_reasoning_parser(ReasoningSyntax syntax, bool starts_inside);

@@ -85,7 +85,7 @@ std::string_view header_value(std::string_view h, std::string_view key) {
   return v.substr(0, n);
 }
 
-class HarmonyParser final : public ReasoningParser {
+class HarmonyParser final : public SteppingReasoningParser {
  public:
   explicit HarmonyParser(bool starts_inside) {
     if (starts_inside) {
@@ -94,18 +94,8 @@ class HarmonyParser final : public ReasoningParser {
     }
   }
 
-  ReasoningParts feed(std::string_view text) override {
-    held_ += text;
-    ReasoningParts out;
-    while (step(out)) {
-    }
-    return out;
-  }
-
   ReasoningParts finish() override {
-    ReasoningParts out;
-    while (step(out)) {
-    }
+    ReasoningParts out = drain();
     if (state_ == State::kBody) {
       emit(out, held_);
       if (route_ == Route::kCall) out.content += kCall;
@@ -125,7 +115,7 @@ class HarmonyParser final : public ReasoningParser {
   enum class State { kHeader, kBody, kPlain };
   enum class Route { kReasoning, kContent, kCall };
 
-  bool step(ReasoningParts& out) {
+  bool step(ReasoningParts& out) override {
     switch (state_) {
       case State::kHeader: return step_header(out);
       case State::kBody: return step_body(out);
@@ -205,7 +195,6 @@ class HarmonyParser final : public ReasoningParser {
 
   State state_ = State::kHeader;
   Route route_ = Route::kContent;
-  std::string held_;  // fed, not yet returned
 };
 
 }  // namespace
