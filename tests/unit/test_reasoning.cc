@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/reasoning.h"
+#include "unit/reasoning_test_util.h"
 
 namespace pagoda {
 namespace {
@@ -17,17 +18,7 @@ ReasoningParts whole(std::string_view text, bool inside = false) {
 
 // Fed in pieces of `size` bytes; checks nothing is sent that the whole text does not hold.
 ReasoningParts pieces(std::string_view text, size_t size, bool inside = false) {
-  auto p = make_reasoning_parser(ReasoningSyntax::kThinkTags, inside);
-  ReasoningParts out;
-  for (size_t at = 0; at < text.size(); at += size) {
-    ReasoningParts d = p->feed(text.substr(at, size));
-    out.reasoning += d.reasoning;
-    out.content += d.content;
-  }
-  ReasoningParts rest = p->finish();
-  out.reasoning += rest.reasoning;
-  out.content += rest.content;
-  return out;
+  return test::parse_in_pieces(ReasoningSyntax::kThinkTags, text, size, inside);
 }
 
 void expect_split(std::string_view text, std::string_view reasoning, std::string_view content,

@@ -2,22 +2,13 @@
 #include <gtest/gtest.h>
 
 #include "engine/reasoning.h"
+#include "unit/reasoning_test_util.h"
 
 namespace pagoda {
 namespace {
 
 ReasoningParts run(std::string_view text, size_t size, bool inside) {
-  auto p = make_reasoning_parser(ReasoningSyntax::kHarmony, inside);
-  ReasoningParts out;
-  for (size_t at = 0; at < text.size(); at += size) {
-    ReasoningParts d = p->feed(text.substr(at, size));
-    out.reasoning += d.reasoning;
-    out.content += d.content;
-  }
-  ReasoningParts rest = p->finish();
-  out.reasoning += rest.reasoning;
-  out.content += rest.content;
-  return out;
+  return test::parse_in_pieces(ReasoningSyntax::kHarmony, text, size, inside);
 }
 
 // The whole text and every split into pieces of equal size give the same parts.
