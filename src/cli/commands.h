@@ -25,6 +25,8 @@ Action add_convert(CLI::App& app);
 Action add_imatrix(CLI::App& app);
 Action add_chat(CLI::App& app);
 Action add_embed(CLI::App& app);
+Action add_list(CLI::App& app);
+Action add_ps(CLI::App& app);
 
 // A command used wrongly (a missing argument, options that contradict each other): main prints
 // it on one line and exits 2, where bad input (a file, a value) exits 1.

@@ -245,6 +245,8 @@ int main(int argc, char** argv) {
   add(pagoda::cli::add_estimate);
   add(pagoda::cli::add_bench);
   add(pagoda::cli::add_serve);
+  add(pagoda::cli::add_list);
+  add(pagoda::cli::add_ps);
   // A word where a subcommand must come ("pagoda runn", "pagoda bench latnecy"): name it, with
   // the nearest command, before CLI11 reports only that a subcommand is required.
   {

@@ -1,160 +1,29 @@
-// pagoda serve -m FILE: the OpenAI-compatible HTTP server (docs/SERVER.md).
+// pagoda serve -m FILE (or several, or --models-dir): the OpenAI-compatible HTTP server
+// (docs/SERVER.md).
 #include <pthread.h>
-#include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
 #include <csignal>
 #include <cstdio>
-#include <ctime>
 #include <filesystem>
-#include <iostream>
-#include <map>
 #include <thread>
 
-#include "backend/backend.h"
 #include "backend/backend_choice.h"
-#include "cli/chat_support.h"
 #include "cli/commands.h"
 #include "cli/generation_options.h"
-#include "cli/kv_disk_options.h"
-#include "cli/format_util.h"
 #include "cli/ranks.h"
-#include "cli/speculative_options.h"
-#include "core/dtype.h"
+#include "cli/serve_model.h"
 #include "core/error.h"
-#include "core/mapped_file.h"
-#include "engine/embedder.h"
-#include "engine/engine_thread.h"
-#include "grammar/grammar_cache.h"
-#include "grammar/grammar_compiler.h"
 #include "model/kv_storage.h"
-#include "model/lora.h"
-#include "model/model.h"
-#include "model/model_check.h"
-#include "model/model_file.h"
-#include "server/embeddings.h"
 #include "server/http_server.h"
-#include "server/reasoning_options.h"
-#include "template/chat_template.h"
-#include "tools/peft_lora.h"
-#include "tokenizer/tokenizer.h"
 
 namespace pagoda::cli {
 namespace {
 
-// Grammars compiled at once, each on a thread of its own beside the request threads.
-constexpr int kGrammarThreads = 2;
-
-struct ServeOptions {
-  std::string model, model_name, chat_template_file;
-  std::string kv_type = "f16";
-  std::string log_format = "text";
-  std::string reasoning_format = "auto";
-  int32_t reasoning_budget = -1;
-  bool allow_special_in_content = false;
-  SpeculativeOptions speculative;
-  KvDiskOptions kv_disk;
-  server::ServerOptions server;
-  GrammarLimits grammar_limits;
-  bool insecure = false;
-  int threads = 0;
-  std::string backend = "cpu";
-  CLI::Option* backend_option = nullptr;
-  int32_t gpu_layers = -1;  // -ngl / --n-gpu-layers; -1: not given
-  std::string pooling;  // embeddings: mean, cls, last ("" the model's own)
-  double kv_cache_gb = 0;
-  int64_t kv_tokens = 0;
-  int32_t max_model_len = 0;
-  int64_t responses_max_mib = 256;
-  EngineConfig engine;
-  std::vector<std::string> loras;  // NAME=PATH
-};
-
-// The model's LoRA adapters (serve --lora NAME=PATH), each a model id of its own, run by one
-// LoraBackend over `device` so that requests for any of them and for the base share a step.
-struct ServedLoras {
-  std::vector<std::unique_ptr<LoraAdapter>> adapters;
-  std::unique_ptr<LoraBackend> backend;  // null: no adapters
-};
-
-ServedLoras load_loras(const ServeOptions& o, const ModelFile& file, Backend& device,
-                       server::ModelContext& context) {
-  ServedLoras out;
-  if (o.loras.empty()) return out;
-  if (ranks() != nullptr) {
-    throw UsageError("--lora runs on one process; tensor parallelism does not apply adapters yet");
-  }
-  std::vector<const LoraAdapter*> list;
-  for (const std::string& spec : o.loras) {
-    const size_t eq = spec.find('=');
-    if (eq == 0 || eq == std::string::npos || eq + 1 == spec.size()) {
-      throw UsageError("--lora " + spec + ": give NAME=PATH (the name requests use as their model)");
-    }
-    const std::string name = spec.substr(0, eq), path = spec.substr(eq + 1);
-    if (context.answers_to(name) || context.adapter_named(name) != nullptr) {
-      throw UsageError("--lora " + spec + ": the name '" + name + "' is already taken");
-    }
-    out.adapters.push_back(open_lora_adapter(path, file, 1.0f));
-    list.push_back(out.adapters.back().get());
-    context.adapters.push_back({name, static_cast<int32_t>(list.size()),
-                                out.adapters.back()->digest(), path});
-    std::fprintf(stderr, "serve: LoRA adapter '%s': %s, %zu weights, alpha %g\n", name.c_str(),
-                 path.c_str(), out.adapters.back()->weights().size(),
-                 double(out.adapters.back()->alpha()));
-  }
-  out.backend = make_lora_backend(device, file, std::move(list), 0);
-  return out;
-}
-
 // An IPv6 address goes in brackets in a URL: http://[::1]:8080.
 std::string url_host(const std::string& host) {
   return host.find(':') != std::string::npos ? "[" + host + "]" : host;
-}
-
-int32_t resolve_max_model_len(const ServeOptions& o, const Model& model) {
-  if (o.max_model_len > 0) return o.max_model_len;
-  const uint32_t trained = model.config().context_length;
-  return static_cast<int32_t>(trained == 0 || trained > 8192 ? 8192 : trained);
-}
-
-// The file's time, RFC 3339 UTC; empty when it cannot be read.
-std::string modified_at(const std::string& path) {
-  struct stat st {};
-  if (stat(path.c_str(), &st) != 0) return "";
-  const std::time_t secs = st.st_mtime;
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
-// What Ollama's /api/tags, /api/show and /api/ps describe: the quantization is the tensor type
-// holding the most bytes.
-server::ModelDescription describe_model(const ModelFile& file, const std::string& chat_template,
-                                        bool on_accelerator) {
-  server::ModelDescription d;
-  d.architecture = file.config().architecture;
-  d.format = file.gguf() != nullptr ? "gguf" : "safetensors";
-  d.chat_template = chat_template;
-  d.modified_at = modified_at(file.path());
-  d.trained_context = file.config().context_length;
-  std::map<std::string, uint64_t> bytes_by_type;
-  for (const TensorRef& t : file.tensors()) {
-    d.size_bytes += t.num_bytes;
-    d.num_parameters += t.num_elements;
-    bytes_by_type[std::string(dtype_traits(t.type).name)] += t.num_bytes;
-  }
-  uint64_t most = 0;
-  for (const auto& [type, bytes] : bytes_by_type) {
-    if (bytes > most) {
-      most = bytes;
-      d.quantization = type;
-    }
-  }
-  d.size_vram = on_accelerator ? d.size_bytes : 0;
-  return d;
 }
 
 // SIGINT / SIGTERM are blocked in every thread and taken here, so the shutdown runs on a
@@ -178,30 +47,58 @@ void wait_for_signal(std::atomic<server::HttpServer*>& target) {
   http->shutdown();
 }
 
-}  // namespace
-// Embeddings for /v1/embeddings and /api/embed: an encoder's (BERT) always, with its own
-// pooling unless --pooling names one; a generative model's with --pooling, as engine requests
-// scheduled beside generation (server/embeddings.h).
-void add_embeddings(const ServeOptions& o, Model& model, Backend& backend,
-                    const Tokenizer& tokenizer, EngineThread& engine, int32_t max_model_len,
-                    server::ModelContext& context) {
-  const bool encoder = !model.config().causal_attention;
-  if (!encoder && o.pooling.empty()) return;
-  // A generative model's input runs in the engine's KV cache: at most what the cache holds.
-  const EngineStats stats = engine.stats();
-  const int64_t capacity = int64_t{stats.scheduler.kv.num_blocks} * stats.block_size;
-  const int64_t longest = max_model_len > 0 ? std::min<int64_t>(max_model_len, capacity) : capacity;
-  auto embedder = std::make_unique<Embedder>(
-      model, backend, tokenizer,
-      EmbedderOptions{.pooling = o.pooling, .max_tokens = encoder ? max_model_len : longest});
-  context.embeddings = std::make_shared<server::EmbeddingService>(std::move(embedder),
-                                                                  encoder ? nullptr : &engine);
+// A server of several models: the ones -m names are loaded now (up to --max-loaded), the
+// others on demand. Options that belong to one model are refused in one line.
+std::shared_ptr<server::ModelSet> serve_many(const ServeOptions& o) {
+  if (ranks() != nullptr) fail("tensor parallelism serves one model (one -m, no --models-dir)");
+  if (!o.loras.empty()) fail("--lora applies to one model: serve one -m with its adapters");
+  if (!o.model_name.empty()) fail("--model-name names one model; with several give -m ID=PATH");
+  if (!o.chat_template_file.empty()) fail("--chat-template applies to one model (one -m)");
+  if (!o.kv_disk.folder.empty()) fail("--kv-disk serves one model (one -m)");
+  if (!o.speculative.draft_model.empty()) fail("--draft-model applies to one model (one -m)");
+  std::vector<server::ModelSpec> specs = model_specs(o);
+  if (specs.empty()) fail("--models-dir ", o.models_dir, " holds no GGUF file or Hugging Face folder");
+  server::ModelSetOptions options = o.model_set;
+  options.memory_budget = static_cast<uint64_t>(o.max_memory_gb * double(uint64_t{1} << 30));
+  std::vector<std::shared_ptr<server::ServedModel>> preloaded;
+  const size_t first = std::min<size_t>(o.models.size(), static_cast<size_t>(options.max_loaded));
+  for (size_t i = 0; i < first; ++i) {
+    std::fprintf(stderr, "serve: loading model '%s' (%s)\n", specs[i].id.c_str(), specs[i].path.c_str());
+    preloaded.push_back(serve_model(o, open_model(o, specs[i].path), specs[i].id));
+  }
+  auto loader = [&o](const server::ModelSpec& spec) {
+    return serve_model(o, open_model(o, spec.path), spec.id);
+  };
+  return std::make_shared<server::ModelSet>(std::move(specs), loader, options, std::move(preloaded));
 }
+
+}  // namespace
 
 Action add_serve(CLI::App& app) {
   auto o = std::make_shared<ServeOptions>();
   auto* cmd = app.add_subcommand("serve", "Serve the OpenAI-compatible HTTP API and a web page");
-  cmd->add_option("-m,--model", o->model, "GGUF file or Hugging Face model folder")->required();
+  cmd->add_option("-m,--model", o->models,
+                  "[ID=]PATH: a GGUF file or Hugging Face model folder (repeatable: a server of "
+                  "several models, requests choosing by id; the first is the default)");
+  cmd->add_option("--models-dir", o->models_dir,
+                  "Serve every GGUF file and Hugging Face folder in DIR (ids: the file stems), each "
+                  "loaded when a request first names it");
+  cmd->add_option("--max-loaded", o->model_set.max_loaded,
+                  "Several models: loaded at once at most; the least recently used idle one is "
+                  "unloaded to load another")
+      ->default_val(3)->check(CLI::Range(1, 1024));
+  cmd->add_option("--max-memory-gb", o->max_memory_gb,
+                  "Several models: GiB all loaded models may take (weights + KV cache); default: "
+                  "what the machine has free")
+      ->check(CLI::Range(0.0, 1e6));
+  cmd->add_option("--idle-unload", o->model_set.idle_unload_s,
+                  "Several models: unload a model idle this many seconds (-1: keep; a request's "
+                  "Ollama keep_alive wins)")
+      ->default_val(-1.0)->check(CLI::Range(-1.0, 1e9));
+  cmd->add_option("--load-timeout", o->model_set.load_timeout_s,
+                  "Several models: seconds a request waits for its model to load (then HTTP 503 "
+                  "with Retry-After)")
+      ->default_val(300.0)->check(CLI::Range(0.1, 86400.0));
   cmd->add_option("--lora", o->loras,
                   "NAME=PATH: a LoRA adapter (llama.cpp's GGUF form) served as model NAME beside "
                   "the base, applied unmerged; requests for different adapters share a step "
@@ -341,87 +238,39 @@ Action add_serve(CLI::App& app) {
     std::signal(SIGPIPE, SIG_IGN);
     static std::atomic<server::HttpServer*> running{nullptr};
     std::thread(wait_for_signal, std::ref(running)).detach();
-    auto file = ModelFile::open(o->model);
-    check_model(*file);
-    auto tokenizer = Tokenizer::create(file->vocab());
-    auto model = Model::load(*file, ranks());
-    auto backend = make_backend(o->backend, o->threads);
-    if (follow_rank0(*model, *backend)) return 0;  // rank 0 serves; the others follow it
-    const Vocab& vocab = tokenizer->vocab();
-    std::shared_ptr<ChatTemplate> chat;
-    if (std::string source = chat_template_source(o->chat_template_file, *file, vocab);
-        !source.empty()) {
-      chat = std::make_shared<ChatTemplate>(std::move(source));
+    if (o->models.empty() && o->models_dir.empty()) {
+      throw UsageError("serve: give -m FILE (repeatable) or --models-dir DIR");
     }
-    EngineConfig config = o->engine;
-    config.max_model_len = resolve_max_model_len(*o, *model);
-    warn_past_trained_context(config.max_model_len, model->config().context_length);
-    config.kv_type = parse_kv_type(o->kv_type);
-    DraftModel draft;
-    config.speculative = speculative_config(o->speculative, *file, draft);
-    if (o->kv_tokens > 0) {
-      config.num_kv_cache_tokens = o->kv_tokens;
-    } else {
-      config.kv_cache_bytes = static_cast<uint64_t>((o->kv_cache_gb > 0 ? o->kv_cache_gb : 1.0) *
-                                                    double(uint64_t{1} << 30));
-    }
-    server::ModelContext context =
-        server::named_model(o->model, file->config().name, o->model_name);
-    context.tokenizer = tokenizer.get();
-    context.max_model_len = config.max_model_len;
-    context.vocab_size = static_cast<int32_t>(vocab.size());
-    context.allow_special_in_content = o->allow_special_in_content;
-    std::string template_text;
-    if (chat) {
-      template_text = chat_template_source(o->chat_template_file, *file, vocab);
-      context.tool_format = server::tool_format_for_template(template_text);
-      context.template_renders_tools = server::template_renders_tools(template_text);
-      context.template_traits = server::template_traits(template_text);
-      context.reasoning_syntax = server::reasoning_syntax_for_template(template_text);
-    }
-    context.split_reasoning = o->reasoning_format == "auto";
-    context.reasoning_budget = o->reasoning_budget;
-    context.description = describe_model(*file, template_text, o->backend == "cuda");
-    context.grammars = std::make_shared<GrammarCompiler>(std::make_shared<GrammarCache>(*tokenizer),
-                                                         o->grammar_limits, kGrammarThreads);
-    if (chat) set_chat_renderer(context, chat, vocab);
-    context.generates = model->config().causal_attention;
-    nlohmann::json info = {{"id", context.name},
-                           {"object", "model"},
-                           {"created", 0},
-                           {"owned_by", "pagoda"},
-                           {"max_model_len", config.max_model_len},
-                           {"chat_template", chat != nullptr}};
-
-    if (!context.generates) {  // an encoder: the engine never steps, one block is enough
-      config.kv_cache_bytes = 0;
-      config.num_kv_cache_tokens = config.block_size;
-      if (!o->kv_disk.folder.empty()) fail("--kv-disk: an encoder keeps no KV cache");
-    }
-    apply_kv_disk_options(o->kv_disk, *file, config.max_model_len, config);
-    ServedLoras loras = load_loras(*o, *file, *backend, context);
-    Backend& runs_on = loras.backend ? *loras.backend : *backend;
-    auto core = std::make_unique<Engine>(*model, runs_on, config);
-    core->set_lora(loras.backend.get());
-    auto engine = std::make_unique<EngineThread>(std::move(core));
-    add_embeddings(*o, *model, runs_on, *tokenizer, *engine, config.max_model_len, context);
     o->server.log_format = o->log_format == "json"   ? server::LogFormat::kJson
                            : o->log_format == "none" ? server::LogFormat::kNone
                                                      : server::LogFormat::kText;
-    server::HttpServer http(o->server, context, *engine, info);
+    const bool single = o->models.size() == 1 && o->models_dir.empty();
+    std::shared_ptr<server::ModelSet> models;
+    if (single) {
+      std::string id, path = o->models[0];
+      std::error_code ec;
+      if (const size_t eq = path.find('='); eq != std::string::npos && eq > 0 &&
+                                            !std::filesystem::exists(path, ec)) {
+        id = path.substr(0, eq);
+        path = path.substr(eq + 1);
+      }
+      OpenedModel opened = open_model(*o, path);
+      if (follow_rank0(*opened.model, *opened.backend)) return 0;  // rank 0 serves; the others follow it
+      models = std::make_shared<server::ModelSet>(serve_model(*o, std::move(opened), id));
+    } else {
+      models = serve_many(*o);
+    }
+    server::HttpServer http(o->server, models);
     const int port = http.bind();
-    std::fprintf(stderr,
-                 "serve: %s on http://%s:%d (max model len %d, KV %.2f GiB, %d seqs, chat "
-                 "template: %s%s)\n",
-                 context.name.c_str(), url_host(o->server.host).c_str(), port,
-                 config.max_model_len,
-                 double(engine->stats().kv_cache_bytes) / double(uint64_t{1} << 30),
-                 config.max_num_seqs, chat ? "yes" : "none",
-                 config.speculative.num_tokens > 0
-                     ? (", speculative: " + std::to_string(config.speculative.num_tokens) +
-                        " tokens, " + (o->speculative.draft_model.empty() ? "n-gram" : "draft " + o->speculative.draft_model))
-                           .c_str()
-                     : "");
+    if (single) {
+      const auto m = models->loaded().at(0);
+      std::fprintf(stderr, "serve: %s on http://%s:%d (%s)\n", m->context.name.c_str(),
+                   url_host(o->server.host).c_str(), port, served_line(*o, *m).c_str());
+    } else {
+      std::fprintf(stderr, "serve: %zu models on http://%s:%d (%zu loaded, at most %d at once)\n",
+                   models->specs().size(), url_host(o->server.host).c_str(), port,
+                   models->loaded().size(), o->model_set.max_loaded);
+    }
     running = &http;
     // Tensor parallel: another rank gone means no step can finish; say so to the clients.
     on_rank_lost([&http](int rank, int size) {

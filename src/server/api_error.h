@@ -24,6 +24,12 @@ class ApiError : public std::runtime_error {
   const std::string& type() const { return type_; }
   const std::string& param() const { return param_; }
   const std::string& code() const { return code_; }
+  // Seconds a client should wait before retrying (the Retry-After header); 0: none.
+  int retry_after_s() const { return retry_after_s_; }
+  ApiError& with_retry_after(int seconds) {
+    retry_after_s_ = seconds;
+    return *this;
+  }
 
   nlohmann::json to_json() const {
     auto null_if_empty = [](const std::string& s) {
@@ -39,6 +45,7 @@ class ApiError : public std::runtime_error {
  private:
   int status_;
   std::string type_, param_, code_;
+  int retry_after_s_ = 0;
 };
 
 // 400 naming the parameter: "invalid_request_error".

@@ -22,19 +22,20 @@ std::string sse(const Json& j) {
 }  // namespace
 
 void HttpServer::start_generation(const HttpRequest& req, const std::shared_ptr<Exchange>& ex,
-                                  Endpoint endpoint) {
+                                  Endpoint endpoint, const ModelLease& m) {
+  const ModelContext& model = m->context;
   const auto arrival = std::chrono::steady_clock::now();
   if (draining_) throw ApiError(503, "server_error", "the server is shutting down");
   const json body = parse_json_body(req.body, options_.limits.max_json_depth);
   const bool ollama = endpoint == Endpoint::kOllamaChat || endpoint == Endpoint::kOllamaGenerate;
   auto request = std::make_shared<ApiRequest>(
-      ollama ? parse_ollama_request(req.body, model_, options_.limits,
+      ollama ? parse_ollama_request(req.body, model, options_.limits,
                                     endpoint == Endpoint::kOllamaGenerate)
-      : endpoint == Endpoint::kMessages ? parse_messages_request(req.body, model_, options_.limits)
+      : endpoint == Endpoint::kMessages ? parse_messages_request(req.body, model, options_.limits)
       : endpoint == Endpoint::kResponses
-          ? parse_responses_request(req.body, model_, options_.limits, responses_)
-      : endpoint == Endpoint::kChat   ? parse_chat_request(body, model_, options_.limits, req.body)
-                                  : parse_completion_request(body, model_, options_.limits, req.body));
+          ? parse_responses_request(req.body, model, options_.limits, responses_)
+      : endpoint == Endpoint::kChat   ? parse_chat_request(body, model, options_.limits, req.body)
+                                  : parse_completion_request(body, model, options_.limits, req.body));
   // Admission counts sequences: a request of 64 prompts with n = 16 weighs 1024 short ones.
   const int32_t num_sequences = static_cast<int32_t>(request->prompts.size()) * request->n;
   if (num_sequences > options_.max_pending) {
@@ -50,10 +51,10 @@ void HttpServer::start_generation(const HttpRequest& req, const std::shared_ptr<
                        " sequences in flight; retry later",
                    "", "queue_full");
   }
-  auto launch = [this, ex, endpoint, num_sequences, arrival](std::shared_ptr<ApiRequest> request) {
+  auto launch = [this, ex, endpoint, num_sequences, arrival, m](std::shared_ptr<ApiRequest> request) {
     std::unique_ptr<Generation> g;
     try {
-      g = std::make_unique<Generation>(engine_, *model_.tokenizer, *request, arrival);
+      g = std::make_unique<Generation>(*m->engine, *m->context.tokenizer, *request, arrival);
     } catch (...) {
       in_flight_.fetch_sub(num_sequences);
       throw;
@@ -66,8 +67,8 @@ void HttpServer::start_generation(const HttpRequest& req, const std::shared_ptr<
                                                       : "chatcmpl-") +
                     std::to_string(next_id_++);
     head.created = static_cast<int64_t>(std::time(nullptr));
-    head.model = request->adapter != 0 ? request->model : model_.name;  // an adapter: its name
-    auto task = std::make_shared<GenerationTask>(*this, ex, std::move(request), std::move(g),
+    head.model = request->adapter != 0 ? request->model : m->context.name;  // an adapter: its name
+    auto task = std::make_shared<GenerationTask>(*this, m, ex, std::move(request), std::move(g),
                                                  std::move(head), num_sequences);
     track(task);
     task->start();
@@ -113,13 +114,14 @@ void HttpServer::start_generation(const HttpRequest& req, const std::shared_ptr<
       answer(ApiError(500, "server_error", e.what()));
     }
   };
-  model_.grammars->submit(request->grammar_source, cancelled, std::move(done));
+  model.grammars->submit(request->grammar_source, cancelled, std::move(done));
 }
 
-GenerationTask::GenerationTask(HttpServer& server, std::shared_ptr<Exchange> ex,
+GenerationTask::GenerationTask(HttpServer& server, ModelLease model, std::shared_ptr<Exchange> ex,
                                std::shared_ptr<ApiRequest> request, std::unique_ptr<Generation> g,
                                ResponseHead head, int32_t num_sequences)
     : server_(server),
+      model_(std::move(model)),
       ex_(std::move(ex)),
       request_(std::move(request)),
       g_(std::move(g)),
@@ -130,10 +132,10 @@ GenerationTask::GenerationTask(HttpServer& server, std::shared_ptr<Exchange> ex,
   if (request_->endpoint == Endpoint::kMessages) {
     messages_ = std::make_unique<MessagesWriter>(head_, *request_);
   } else if (request_->endpoint == Endpoint::kResponses) {
-    responses_ = std::make_unique<ResponsesWriter>(head_, *request_, *server_.model_.tokenizer);
+    responses_ = std::make_unique<ResponsesWriter>(head_, *request_, *model_->context.tokenizer);
   } else if (request_->endpoint == Endpoint::kOllamaChat ||
              request_->endpoint == Endpoint::kOllamaGenerate) {
-    ollama_ = std::make_unique<OllamaWriter>(*request_, *server_.model_.tokenizer);
+    ollama_ = std::make_unique<OllamaWriter>(*request_, *model_->context.tokenizer);
   } else if (request_->endpoint == Endpoint::kChat && request_->stream && !request_->tools.empty()) {
     for (size_t i = 0; i < g_->choices().size(); ++i) {
       tool_streams_.emplace_back(request_->tool_format, &request_->tools);
@@ -160,7 +162,7 @@ void GenerationTask::start() {
         offsets_[i] = d.text.size();
         // With logprobs the prompt's scores come with the first event: the echo waits for it.
         if (request_->logprobs) continue;
-        ex_->write(sse(completion_chunk(head_, *server_.model_.tokenizer, *request_, d, 0)));
+        ex_->write(sse(completion_chunk(head_, *model_->context.tokenizer, *request_, d, 0)));
       }
     }
   }
@@ -221,7 +223,7 @@ void GenerationTask::send(const std::vector<ChoiceDelta>& deltas) {
     for (const ChoiceDelta& d : deltas) ex_->write(responses_->delta(d));
     return;
   }
-  const Tokenizer& tok = *server_.model_.tokenizer;
+  const Tokenizer& tok = *model_->context.tokenizer;
   for (const ChoiceDelta& in : deltas) {
     const size_t i = static_cast<size_t>(in.index);
     ChoiceDelta d = in;
@@ -275,7 +277,7 @@ void GenerationTask::complete() {
                {"output_tokens", g.num_completion_tokens()}};
   if (g.ttft_s() >= 0) note["ttft_s"] = std::round(g.ttft_s() * 1e4) / 1e4;
   ex_->annotate(dump(note));
-  const Tokenizer& tok = *server_.model_.tokenizer;
+  const Tokenizer& tok = *model_->context.tokenizer;
   if (messages_ && request_->stream) {
     ex_->write(messages_->finish(g));
     ex_->finish();

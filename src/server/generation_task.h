@@ -23,7 +23,7 @@ namespace pagoda::server {
 
 class GenerationTask : public std::enable_shared_from_this<GenerationTask> {
  public:
-  GenerationTask(HttpServer& server, std::shared_ptr<Exchange> ex,
+  GenerationTask(HttpServer& server, ModelLease model, std::shared_ptr<Exchange> ex,
                  std::shared_ptr<ApiRequest> request, std::unique_ptr<Generation> g,
                  ResponseHead head, int32_t num_sequences);
 
@@ -46,6 +46,8 @@ class GenerationTask : public std::enable_shared_from_this<GenerationTask> {
   void store_response();
 
   HttpServer& server_;
+  // Its model stays loaded until the task ends. Declared before g_ so that g_ goes first.
+  const ModelLease model_;
   const std::shared_ptr<Exchange> ex_;
   const std::shared_ptr<ApiRequest> request_;
   std::unique_ptr<Generation> g_;

@@ -13,6 +13,7 @@
 #include "server/api_error.h"
 #include "server/embeddings.h"
 #include "server/generation_task.h"
+#include "server/request_fields.h"
 #include "server/ollama_api.h"
 #include "server/openapi.h"
 #include "server/responses.h"
@@ -29,13 +30,19 @@ HttpResponse json_response(int status, const json& body) {
   return {status, "application/json", dump(body), {}};
 }
 
-HttpResponse error_response(const ApiError& e) { return json_response(e.status(), e.to_json()); }
+HttpResponse error_response(const ApiError& e) {
+  HttpResponse r = json_response(e.status(), e.to_json());
+  if (e.retry_after_s() > 0) r.headers.emplace_back("Retry-After", std::to_string(e.retry_after_s()));
+  return r;
+}
 
 // An error in the shape of the API the path belongs to.
 HttpResponse error_response(const std::string& path, const ApiError& e) {
-  if (is_messages_path(path)) return json_response(e.status(), anthropic_error_json(e));
-  if (is_ollama_path(path)) return json_response(e.status(), ollama_error_json(e));
-  return error_response(e);
+  if (!is_messages_path(path) && !is_ollama_path(path)) return error_response(e);
+  HttpResponse r = json_response(
+      e.status(), is_messages_path(path) ? anthropic_error_json(e) : ollama_error_json(e));
+  if (e.retry_after_s() > 0) r.headers.emplace_back("Retry-After", std::to_string(e.retry_after_s()));
+  return r;
 }
 
 // Routes whose answers are cheap enough to make on the connection's own thread.
@@ -101,13 +108,10 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
   return diff == 0;
 }
 
-HttpServer::HttpServer(ServerOptions options, ModelContext model, EngineThread& engine,
-                       json model_info)
+HttpServer::HttpServer(ServerOptions options, std::shared_ptr<ModelSet> models)
     : options_(std::move(options)),
       origins_(options_.host, options_.origins),
-      model_(std::move(model)),
-      engine_(engine),
-      model_info_(std::move(model_info)),
+      models_(std::move(models)),
       responses_(options_.responses_max_count, options_.responses_max_bytes),
       started_(std::chrono::steady_clock::now()) {
   transport_ = std::make_unique<HttpTransport>(
@@ -117,11 +121,21 @@ HttpServer::HttpServer(ServerOptions options, ModelContext model, EngineThread& 
       },
       options_.io_threads, options_.work_threads);
   transport_->set_access_log([this](const AccessRecord& r) { log_access(r); });
+  // A request that waited for its model to load goes on on a work thread.
+  models_->set_post([this](std::function<void()> f) { transport_->post_work(std::move(f)); });
 }
 
 HttpServer::~HttpServer() {
-  if (model_.grammars) model_.grammars->stop();  // before the transport its jobs answer through
+  models_->stop();
+  stop_grammars();  // before the transport their jobs answer through
+  models_->set_post(nullptr);
   transport_.reset();
+}
+
+void HttpServer::stop_grammars() {
+  for (const auto& m : models_->loaded()) {
+    if (m->context.grammars) m->context.grammars->stop();
+  }
 }
 
 bool HttpServer::needs_key(const std::string& path) const {
@@ -143,10 +157,8 @@ bool HttpServer::authorized(const HttpRequest& req) const {
   return constant_time_equal(header.substr(prefix.size()), options_.api_key);
 }
 
-json HttpServer::stats_json() const {
-  const EngineStats s = engine_.stats();
-  const double uptime =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+// The engine figures of one model for /stats.
+json engine_stats_json(const EngineStats& s) {
   return {{"running", s.scheduler.num_running},
           {"waiting", s.scheduler.num_waiting},
           {"kv_blocks_total", s.scheduler.kv.num_blocks},
@@ -161,10 +173,29 @@ json HttpServer::stats_json() const {
           {"spec_accepted_tokens", s.speculative.num_accepted},
           {"spec_acceptance_rate", s.speculative.acceptance_rate()},
           {"spec_mean_accepted_length", s.speculative.mean_accepted_length()},
-          {"kv_disk", kv_disk_json(s)},
-          {"in_flight", in_flight_.load()},
-          {"connections", transport_->num_connections()},
-          {"uptime_s", uptime}};
+          {"kv_disk", kv_disk_json(s)}};
+}
+
+json HttpServer::stats_json() const {
+  const double uptime =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count();
+  json out = json::object();
+  const auto loaded = models_->loaded();
+  if (models_->single()) {
+    out = engine_stats_json(loaded.at(0)->engine->stats());
+  } else {
+    json per_model = json::object();
+    for (const ModelStatus& st : models_->status()) {
+      json m = st.model ? engine_stats_json(st.model->engine->stats()) : json::object();
+      m["state"] = state_name(st.state);
+      per_model[st.spec->id] = m;
+    }
+    out["models"] = per_model;
+  }
+  out["in_flight"] = in_flight_.load();
+  out["connections"] = transport_->num_connections();
+  out["uptime_s"] = uptime;
+  return out;
 }
 
 void HttpServer::log_access(const AccessRecord& r) {
@@ -247,69 +278,112 @@ void HttpServer::handle(HttpRequest req, std::shared_ptr<Exchange> ex) {
 }
 
 // A LoRA adapter in /v1/models, as vLLM lists one: its base model is its parent.
-json HttpServer::adapter_info(const ServedAdapter& a) const {
-  json info = model_info_;
+json HttpServer::adapter_info(const ServedModel& m, const ServedAdapter& a) const {
+  json info = m.info;
   info["id"] = a.name;
-  info["parent"] = model_.name;
+  info["parent"] = m.context.name;
   info["root"] = a.path;
   return info;
 }
 
+void HttpServer::model_route(const HttpRequest& req, const std::shared_ptr<Exchange>& ex,
+                             const ModelLease& m) {
+  const std::string& p = req.path;
+  const ModelContext& model = m->context;
+  static const std::set<std::string> generation = {"/v1/completions", "/v1/chat/completions",
+                                                   "/v1/messages", "/v1/responses", "/api/chat",
+                                                   "/api/generate"};
+  if (!model.generates && generation.count(p)) {
+    throw ApiError(400, "invalid_request_error",
+                   "the model '" + model.name + "' is an embedding model: it answers "
+                   "/v1/embeddings and /api/embed, not " + p, "model", "model_not_generative");
+  }
+  if (p == "/v1/completions") return start_generation(req, ex, Endpoint::kCompletions, m);
+  if (p == "/v1/chat/completions") return start_generation(req, ex, Endpoint::kChat, m);
+  if (p == "/v1/messages") return start_generation(req, ex, Endpoint::kMessages, m);
+  if (p == "/v1/responses") return start_generation(req, ex, Endpoint::kResponses, m);
+  if (p == "/v1/messages/count_tokens") {
+    const ApiRequest r = parse_messages_request(req.body, model, options_.limits, true);
+    return ex->respond(json_response(200, {{"input_tokens", r.prompts.at(0).size()}}));
+  }
+  if (p == "/api/chat" || p == "/api/generate") return ollama_generation(req, ex, m);
+  if (p == "/v1/embeddings") return ex->respond(openai_embeddings(req.body, model, options_.limits));
+  if (p == "/api/embed" || p == "/api/embeddings") {
+    return ex->respond(ollama_embed(p, req.body, model, options_.limits));
+  }
+  if (p == "/tokenize") return ex->respond(tokenize(req, model));
+  if (p == "/detokenize") return ex->respond(detokenize(req, model));
+  if (p == "/api/show") {
+    nlohmann::ordered_json out;
+    ollama_info_route(p, req.body, model, options_.limits, out);
+    return ex->respond({200, "application/json", dump(out), {}});
+  }
+}
+
+void HttpServer::with_model(const HttpRequest& req, const std::shared_ptr<Exchange>& ex) {
+  if (models_->single()) return model_route(req, ex, models_->try_acquire(0, std::nullopt));
+  // Several models: the body names one (its first model when it names none, except on
+  // Ollama's routes, where the name is required).
+  const json body = parse_json_body(req.body, options_.limits.max_json_depth);
+  const bool ollama = is_ollama_path(req.path);
+  const json* v = body.is_object() ? field(body, "model") : nullptr;
+  if (v == nullptr && req.path == "/api/show" && body.is_object()) v = field(body, "name");
+  if (v != nullptr && !v->is_string()) throw bad_param("model", "'model' must be a string");
+  if (v == nullptr && ollama) throw bad_param("model", "'model' is required");
+  const std::string id = v != nullptr ? v->get<std::string>() : models_->specs().at(0).id;
+  const int index = models_->find(id);
+  if (index < 0) throw models_->not_found(id);
+  std::optional<double> keep_alive;
+  if (const json* k = ollama && body.is_object() ? field(body, "keep_alive") : nullptr) {
+    keep_alive = ollama_keep_alive_seconds(*k);
+  }
+  if (ModelLease m = models_->try_acquire(index, keep_alive)) return model_route(req, ex, m);
+  // Ollama's "unload" (keep_alive 0 and nothing to generate) of a model that is not loaded.
+  const bool generate = req.path == "/api/generate";
+  if ((generate || req.path == "/api/chat") && keep_alive == 0.0 &&
+      is_ollama_load_request(body, generate)) {
+    nlohmann::ordered_json out = {{"model", id}, {"created_at", utc_time_now(6)}};
+    if (generate) out["response"] = "";
+    else out["message"] = {{"role", "assistant"}, {"content", ""}};
+    out["done"] = true;
+    out["done_reason"] = "unload";
+    return ex->respond({200, "application/json", dump(out), {}});
+  }
+  // Not loaded: the request waits for the load without holding this thread.
+  auto waiting = std::make_shared<HttpRequest>(req);
+  models_->acquire(
+      index, keep_alive,
+      [this, waiting, ex](ModelLease m) {
+        try {
+          model_route(*waiting, ex, m);
+        } catch (const ApiError& e) {
+          ex->respond(error_response(waiting->path, e));
+        } catch (const std::exception& e) {
+          ex->respond(error_response(waiting->path, ApiError(500, "server_error", e.what())));
+        }
+      },
+      [path = req.path, ex](const ApiError& e) { ex->respond(error_response(path, e)); });
+}
+
 void HttpServer::route(const HttpRequest& req, const std::shared_ptr<Exchange>& ex) {
   const std::string& p = req.path;
-  if (req.method == "POST") {
-    static const std::set<std::string> generation = {"/v1/completions", "/v1/chat/completions",
-                                                     "/v1/messages", "/v1/responses", "/api/chat",
-                                                     "/api/generate"};
-    if (!model_.generates && generation.count(p)) {
-      throw ApiError(400, "invalid_request_error",
-                     "the model '" + model_.name + "' is an embedding model: it answers "
-                     "/v1/embeddings and /api/embed, not " + p, "model", "model_not_generative");
-    }
-    if (p == "/v1/completions") return start_generation(req, ex, Endpoint::kCompletions);
-    if (p == "/v1/chat/completions") return start_generation(req, ex, Endpoint::kChat);
-    if (p == "/v1/messages") return start_generation(req, ex, Endpoint::kMessages);
-    if (p == "/v1/responses") return start_generation(req, ex, Endpoint::kResponses);
-    if (p == "/v1/messages/count_tokens") {
-      const ApiRequest r = parse_messages_request(req.body, model_, options_.limits, true);
-      return ex->respond(json_response(200, {{"input_tokens", r.prompts.at(0).size()}}));
-    }
-    if (p == "/api/chat" || p == "/api/generate") return ollama_generation(req, ex);
-    if (p == "/v1/embeddings") return ex->respond(openai_embeddings(req.body, model_, options_.limits));
-    if (p == "/api/embed" || p == "/api/embeddings") {
-      return ex->respond(ollama_embed(p, req.body, model_, options_.limits));
-    }
-    if (p == "/tokenize") return ex->respond(tokenize(req));
-    if (p == "/detokenize") return ex->respond(detokenize(req));
-  } else if (req.method == "GET" || req.method == "HEAD") {
-    if (p == "/v1/models") {
-      json data = json::array({model_info_});
-      for (const ServedAdapter& a : model_.adapters) data.push_back(adapter_info(a));
-      return ex->respond(json_response(200, {{"object", "list"}, {"data", data}}));
-    }
-    if (p.rfind("/v1/models/", 0) == 0 && p.size() > 11) {
-      const std::string id = p.substr(11);
-      if (const ServedAdapter* a = model_.adapter_named(id)) {
-        return ex->respond(json_response(200, adapter_info(*a)));
-      }
-      if (!model_.answers_to(id)) {
-        throw ApiError(404, "invalid_request_error", "The model '" + id + "' does not exist",
-                       "model", "model_not_found");
-      }
-      return ex->respond(json_response(200, model_info_));
-    }
+  static const std::set<std::string> model_routes = {
+      "/v1/completions", "/v1/chat/completions", "/v1/messages", "/v1/responses",
+      "/v1/messages/count_tokens", "/api/chat", "/api/generate", "/v1/embeddings",
+      "/api/embed", "/api/embeddings", "/tokenize", "/detokenize", "/api/show"};
+  if (req.method == "POST" && model_routes.count(p)) return with_model(req, ex);
+  if (req.method == "GET" || req.method == "HEAD") {
+    if (p == "/v1/models") return ex->respond(models_list());
+    if (p.rfind("/v1/models/", 0) == 0 && p.size() > 11) return ex->respond(model_entry(p.substr(11)));
     if (p == "/api/tags" || p == "/api/ps" || p == "/api/version") return ollama_info(req, ex);
     if (is_responses_path(p) && p.size() > 14) return ex->respond(stored_response(req));
     if (p == "/health") {
       if (draining_) throw ApiError(503, "server_error", "the server is shutting down");
       return ex->respond(json_response(200, {{"status", "ok"}}));
     }
-    if (p == "/metrics") {
-      return ex->respond({200, "text/plain; version=0.0.4", metrics_.render(engine_.stats()), {}});
-    }
+    if (p == "/metrics") return ex->respond({200, "text/plain; version=0.0.4", metrics_text(), {}});
     if (p == "/stats") return ex->respond(json_response(200, stats_json()));
-    if (p == "/openapi.json")
-      return ex->respond({200, "application/json", openapi_json(options_.limits, model_), {}});
+    if (p == "/openapi.json") return ex->respond({200, "application/json", openapi_text(), {}});
     if (p == "/")
       return ex->respond({200, "text/html; charset=utf-8", std::string(web_page_html()), {}});
   }
@@ -344,28 +418,38 @@ void HttpServer::route(const HttpRequest& req, const std::shared_ptr<Exchange>& 
   throw ApiError(404, "invalid_request_error", "no route " + req.method + " " + p, "", "not_found");
 }
 
-void HttpServer::ollama_generation(const HttpRequest& req, const std::shared_ptr<Exchange>& ex) {
+void HttpServer::ollama_generation(const HttpRequest& req, const std::shared_ptr<Exchange>& ex,
+                                   const ModelLease& m) {
   const bool generate = req.path == "/api/generate";
   const json body = parse_json_body(req.body, options_.limits.max_json_depth);
   if (!is_ollama_load_request(body, generate)) {
-    return start_generation(req, ex, generate ? Endpoint::kOllamaGenerate : Endpoint::kOllamaChat);
+    return start_generation(req, ex, generate ? Endpoint::kOllamaGenerate : Endpoint::kOllamaChat,
+                            m);
   }
-  // Nothing to generate: Ollama's way of asking for the model to be loaded, which it is.
-  nlohmann::ordered_json out = {{"model", check_ollama_load_request(body, model_, options_.limits, generate)},
-                                {"created_at", utc_time_now(6)}};
+  // Nothing to generate: Ollama's way of asking for the model to be loaded, which it now is,
+  // or with keep_alive 0 (ollama stop) to be unloaded once idle.
+  const json* keep = field(body, "keep_alive");
+  const bool unload = keep != nullptr && !models_->single() && ollama_keep_alive_seconds(*keep) == 0.0;
+  const std::string name = unload ? ollama_model_name(body, m->context)
+                                  : check_ollama_load_request(body, m->context, options_.limits, generate);
+  nlohmann::ordered_json out = {{"model", name}, {"created_at", utc_time_now(6)}};
   if (generate) {
     out["response"] = "";
   } else {
     out["message"] = {{"role", "assistant"}, {"content", ""}};
   }
   out["done"] = true;
-  out["done_reason"] = "load";
+  out["done_reason"] = unload ? "unload" : "load";
+  if (unload) models_->unload_when_idle(models_->find(m->context.name));
   ex->respond({200, "application/json", dump(out), {}});
 }
 
 void HttpServer::ollama_info(const HttpRequest& req, const std::shared_ptr<Exchange>& ex) {
   nlohmann::ordered_json out;
-  if (!ollama_info_route(req.path, req.body, model_, options_.limits, out)) {
+  if (!models_->single() && (req.path == "/api/tags" || req.path == "/api/ps")) {
+    out = req.path == "/api/tags" ? ollama_tags(*models_) : ollama_ps(*models_);
+  } else if (!ollama_info_route(req.path, req.body, models_->loaded().at(0)->context,
+                                options_.limits, out)) {
     throw ApiError(404, "invalid_request_error", "no route " + req.method + " " + req.path, "",
                    "not_found");
   }
@@ -391,7 +475,7 @@ HttpResponse HttpServer::stored_response(const HttpRequest& req) {
                  " most recently used)", "", "not_found");
 }
 
-HttpResponse HttpServer::tokenize(const HttpRequest& req) {
+HttpResponse HttpServer::tokenize(const HttpRequest& req, const ModelContext& model) {
   const json body = parse_json_body(req.body, options_.limits.max_json_depth);
   if (!body.is_object()) throw bad_param("prompt", "the request body must be a JSON object");
   std::vector<TokenId> ids;
@@ -409,34 +493,34 @@ HttpResponse HttpServer::tokenize(const HttpRequest& req) {
     json chat = body;
     chat["max_tokens"] = 1;
     chat.erase("stream");
-    ids = parse_chat_request(chat, model_, options_.limits, req.body).prompts.at(0);
+    ids = parse_chat_request(chat, model, options_.limits, req.body).prompts.at(0);
   } else {
     const auto it = body.find("prompt");
     if (it == body.end() || !it->is_string()) {
       throw bad_param("prompt", "'prompt' must be a string (or give 'messages')");
     }
-    ids = model_.tokenizer->encode(it->get<std::string>(),
+    ids = model.tokenizer->encode(it->get<std::string>(),
                                    {.add_special = add_special, .parse_special = true});
   }
   return json_response(
-      200, {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", model_.max_model_len}});
+      200, {{"tokens", ids}, {"count", ids.size()}, {"max_model_len", model.max_model_len}});
 }
 
-HttpResponse HttpServer::detokenize(const HttpRequest& req) {
+HttpResponse HttpServer::detokenize(const HttpRequest& req, const ModelContext& model) {
   const json body = parse_json_body(req.body, options_.limits.max_json_depth);
   const auto it = body.is_object() ? body.find("tokens") : body.end();
   if (it == body.end() || !it->is_array())
     throw bad_param("tokens", "'tokens' must be a list of token ids");
   std::vector<TokenId> ids;
   for (const json& t : *it) {
-    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= model_.vocab_size) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= model.vocab_size) {
       throw bad_param("tokens", "'tokens' must hold token ids in [0, " +
-                                    std::to_string(model_.vocab_size) + ")");
+                                    std::to_string(model.vocab_size) + ")");
     }
     ids.push_back(static_cast<TokenId>(t.get<int64_t>()));
   }
   // Control tokens are shown (as Hugging Face decode does by default).
-  return json_response(200, {{"prompt", model_.tokenizer->decode(ids, /*render_special=*/true)}});
+  return json_response(200, {{"prompt", model.tokenizer->decode(ids, /*render_special=*/true)}});
 }
 
 int HttpServer::bind() {
@@ -450,7 +534,7 @@ void HttpServer::shutdown() {
   using Clock = std::chrono::steady_clock;
   draining_ = true;
   // Grammars still compiling end now (503), rather than holding up the exit.
-  if (model_.grammars) model_.grammars->stop();
+  stop_grammars();
   const auto deadline =
       Clock::now() + std::chrono::duration_cast<Clock::duration>(
                          std::chrono::duration<double>(options_.shutdown_timeout_s));
@@ -477,7 +561,7 @@ void HttpServer::shutdown() {
 
 void HttpServer::fail_in_flight(const std::string& message, double timeout_s) {
   draining_ = true;
-  if (model_.grammars) model_.grammars->stop();
+  stop_grammars();
   std::vector<std::shared_ptr<GenerationTask>> left;
   {
     std::lock_guard lock(tasks_mutex_);

@@ -18,6 +18,7 @@
 #include "engine/engine_thread.h"
 #include "server/http_transport.h"
 #include "server/metrics.h"
+#include "server/model_set.h"
 #include "server/openai_request.h"
 #include "server/origin_policy.h"
 #include "server/response_store.h"
@@ -50,9 +51,8 @@ class GenerationTask;
 
 class HttpServer {
  public:
-  // `model.tokenizer` and `engine` must outlive the server.
-  HttpServer(ServerOptions options, ModelContext model, EngineThread& engine,
-             nlohmann::json model_info);
+  // `models` (one model, or several loaded on demand) must outlive the server.
+  HttpServer(ServerOptions options, std::shared_ptr<ModelSet> models);
   ~HttpServer();
 
   // Binds the socket; throws Error when it cannot (a port in use: "address already in use").
@@ -77,18 +77,31 @@ class HttpServer {
 
   void handle(HttpRequest req, std::shared_ptr<Exchange> ex);
   void route(const HttpRequest& req, const std::shared_ptr<Exchange>& ex);
+  // The routes that run on a model: find the model the request names (loading it when it is on
+  // disk, without holding a thread while it loads), then model_route.
+  void with_model(const HttpRequest& req, const std::shared_ptr<Exchange>& ex);
+  void model_route(const HttpRequest& req, const std::shared_ptr<Exchange>& ex,
+                   const ModelLease& m);
   void start_generation(const HttpRequest& req, const std::shared_ptr<Exchange>& ex,
-                        Endpoint endpoint);
+                        Endpoint endpoint, const ModelLease& m);
   // Ollama's /api/chat and /api/generate (a request with nothing to generate is answered at
   // once, as Ollama answers a load), and the routes that describe the model (ollama_api.h).
-  void ollama_generation(const HttpRequest& req, const std::shared_ptr<Exchange>& ex);
+  void ollama_generation(const HttpRequest& req, const std::shared_ptr<Exchange>& ex,
+                         const ModelLease& m);
   void ollama_info(const HttpRequest& req, const std::shared_ptr<Exchange>& ex);
   // GET and DELETE /v1/responses/{id}.
   HttpResponse stored_response(const HttpRequest& req);
-  HttpResponse tokenize(const HttpRequest& req);
-  nlohmann::json adapter_info(const ServedAdapter& a) const;
-  HttpResponse detokenize(const HttpRequest& req);
+  HttpResponse tokenize(const HttpRequest& req, const ModelContext& model);
+  nlohmann::json adapter_info(const ServedModel& m, const ServedAdapter& a) const;
+  HttpResponse detokenize(const HttpRequest& req, const ModelContext& model);
+  // /v1/models and /v1/models/{id}.
+  HttpResponse models_list() const;
+  HttpResponse model_entry(const std::string& id) const;
   nlohmann::json stats_json() const;
+  std::string metrics_text() const;
+  std::string openapi_text() const;
+  // Stops every loaded model's grammar compiler (their jobs answer through the transport).
+  void stop_grammars();
   bool needs_key(const std::string& path) const;
   bool authorized(const HttpRequest& req) const;
   void log_access(const AccessRecord& r);
@@ -98,9 +111,7 @@ class HttpServer {
 
   ServerOptions options_;
   OriginPolicy origins_;
-  ModelContext model_;
-  EngineThread& engine_;
-  nlohmann::json model_info_;
+  std::shared_ptr<ModelSet> models_;
   ServerMetrics metrics_;
   std::unique_ptr<HttpTransport> transport_;
   std::atomic<int32_t> in_flight_{0};  // sequences

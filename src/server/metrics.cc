@@ -8,6 +8,8 @@
 namespace pagoda::server {
 namespace {
 
+using ModelStats = ServerMetrics::ModelStats;
+
 // The shortest text that reads back as the same double ("0.1", not "0.10000000000000001").
 std::string number(double v) {
   char buf[64];
@@ -22,50 +24,79 @@ void header(std::ostringstream& out, const char* name, const char* type, const c
   out << "# HELP " << name << ' ' << help << "\n# TYPE " << name << ' ' << type << '\n';
 }
 
-void gauge(std::ostringstream& out, const char* name, const char* help, double value) {
-  header(out, name, "gauge", help);
-  out << name << ' ' << number(value) << '\n';
-}
-
 void counter(std::ostringstream& out, const char* name, const char* help, double value) {
   header(out, name, "counter", help);
   out << name << ' ' << number(value) << '\n';
 }
 
-// The disk tier under the prefix cache (--kv-disk).
-void render_kv_disk(std::ostringstream& out, const EngineStats& stats) {
-  const KvDiskStats& d = stats.kv_disk;
-  counter(out, "pagoda_kv_disk_hit_tokens_total",
-          "Prompt tokens whose K/V was read from the disk tier.",
-          double(stats.scheduler.kv.num_lower_tier_hit_tokens));
-  counter(out, "pagoda_kv_disk_hit_blocks_total", "KV blocks read from the disk tier.",
-          double(d.hit_blocks));
-  counter(out, "pagoda_kv_disk_written_blocks_total", "KV blocks written to the disk tier.",
-          double(d.written_blocks));
-  counter(out, "pagoda_kv_disk_written_bytes_total", "Bytes written to the disk tier.",
-          double(d.bytes_written));
-  counter(out, "pagoda_kv_disk_read_bytes_total", "Bytes read from the disk tier.",
-          double(d.bytes_read));
-  counter(out, "pagoda_kv_disk_dropped_writes_total",
-          "KV blocks not written: the write-behind queue was full.", double(d.dropped_writes));
-  counter(out, "pagoda_kv_disk_write_failures_total",
-          "KV block writes the disk refused (full, read-only, removed).",
-          double(d.write_failures));
-  counter(out, "pagoda_kv_disk_corrupt_records_total",
-          "Disk tier records that did not read back (a miss; deleted).",
-          double(d.corrupt_records));
-  counter(out, "pagoda_kv_disk_evicted_blocks_total",
-          "Disk tier records deleted past --kv-disk-gb, least recently used first.",
-          double(d.evicted_blocks));
-  counter(out, "pagoda_kv_disk_loads_total", "Block reads from the disk tier.",
-          double(d.num_loads));
-  counter(out, "pagoda_kv_disk_load_seconds_total", "Time spent reading blocks from the disk tier.",
-          d.load_seconds);
-  gauge(out, "pagoda_kv_disk_load_seconds_max", "The longest block read from the disk tier.",
-        d.max_load_seconds);
-  gauge(out, "pagoda_kv_disk_blocks", "KV blocks on the disk tier (this model's).",
-        double(d.records));
-  gauge(out, "pagoda_kv_disk_bytes", "Bytes on the disk tier (this model's).", double(d.bytes));
+// Label text of one model's series: empty for a server of one model, {model="id"} (plus
+// `extra`) otherwise.
+std::string labels(const std::string& model, const std::string& extra = "") {
+  if (model.empty()) return extra.empty() ? "" : "{" + extra + "}";
+  std::string escaped;
+  for (char c : model) {
+    if (c == '"' || c == '\\') escaped += '\\';
+    if (c == '\n') {
+      escaped += "\\n";
+      continue;
+    }
+    escaped += c;
+  }
+  return "{model=\"" + escaped + "\"" + (extra.empty() ? "" : "," + extra) + "}";
+}
+
+// One metric with a series per model.
+template <typename F>
+void series(std::ostringstream& out, const char* name, const char* type, const char* help,
+            const ModelStats& models, F value) {
+  header(out, name, type, help);
+  for (const auto& [id, stats] : models) out << name << labels(id) << ' ' << number(value(stats)) << '\n';
+}
+
+// The disk tier under the prefix cache (--kv-disk), for the models that have one.
+void render_kv_disk(std::ostringstream& out, const ModelStats& all) {
+  ModelStats models;
+  for (const auto& m : all) {
+    if (m.second.kv_disk.enabled) models.push_back(m);
+  }
+  if (models.empty()) return;
+  using S = const EngineStats&;
+  series(out, "pagoda_kv_disk_hit_tokens_total", "counter",
+         "Prompt tokens whose K/V was read from the disk tier.", models,
+         [](S s) { return double(s.scheduler.kv.num_lower_tier_hit_tokens); });
+  series(out, "pagoda_kv_disk_hit_blocks_total", "counter", "KV blocks read from the disk tier.",
+         models, [](S s) { return double(s.kv_disk.hit_blocks); });
+  series(out, "pagoda_kv_disk_written_blocks_total", "counter",
+         "KV blocks written to the disk tier.", models,
+         [](S s) { return double(s.kv_disk.written_blocks); });
+  series(out, "pagoda_kv_disk_written_bytes_total", "counter", "Bytes written to the disk tier.",
+         models, [](S s) { return double(s.kv_disk.bytes_written); });
+  series(out, "pagoda_kv_disk_read_bytes_total", "counter", "Bytes read from the disk tier.",
+         models, [](S s) { return double(s.kv_disk.bytes_read); });
+  series(out, "pagoda_kv_disk_dropped_writes_total", "counter",
+         "KV blocks not written: the write-behind queue was full.", models,
+         [](S s) { return double(s.kv_disk.dropped_writes); });
+  series(out, "pagoda_kv_disk_write_failures_total", "counter",
+         "KV block writes the disk refused (full, read-only, removed).", models,
+         [](S s) { return double(s.kv_disk.write_failures); });
+  series(out, "pagoda_kv_disk_corrupt_records_total", "counter",
+         "Disk tier records that did not read back (a miss; deleted).", models,
+         [](S s) { return double(s.kv_disk.corrupt_records); });
+  series(out, "pagoda_kv_disk_evicted_blocks_total", "counter",
+         "Disk tier records deleted past --kv-disk-gb, least recently used first.", models,
+         [](S s) { return double(s.kv_disk.evicted_blocks); });
+  series(out, "pagoda_kv_disk_loads_total", "counter", "Block reads from the disk tier.", models,
+         [](S s) { return double(s.kv_disk.num_loads); });
+  series(out, "pagoda_kv_disk_load_seconds_total", "counter",
+         "Time spent reading blocks from the disk tier.", models,
+         [](S s) { return s.kv_disk.load_seconds; });
+  series(out, "pagoda_kv_disk_load_seconds_max", "gauge",
+         "The longest block read from the disk tier.", models,
+         [](S s) { return s.kv_disk.max_load_seconds; });
+  series(out, "pagoda_kv_disk_blocks", "gauge", "KV blocks on the disk tier (this model's).",
+         models, [](S s) { return double(s.kv_disk.records); });
+  series(out, "pagoda_kv_disk_bytes", "gauge", "Bytes on the disk tier (this model's).", models,
+         [](S s) { return double(s.kv_disk.bytes); });
 }
 
 }  // namespace
@@ -114,6 +145,10 @@ void ServerMetrics::record_generation(int64_t prompt_tokens, int64_t generated_t
 }
 
 std::string ServerMetrics::render(const EngineStats& stats) const {
+  return render(ModelStats{{"", stats}});
+}
+
+std::string ServerMetrics::render(const ModelStats& models) const {
   std::lock_guard lock(mutex_);
   std::ostringstream out;
   header(out, "pagoda_requests_total", "counter", "HTTP requests by endpoint and status code.");
@@ -136,55 +171,75 @@ std::string ServerMetrics::render(const EngineStats& stats) const {
   header(out, "pagoda_e2e_request_latency_seconds", "histogram",
          "From request arrival to its last output token.");
   out << e2e_.render("pagoda_e2e_request_latency_seconds");
-  const SchedulerStats& s = stats.scheduler;
-  gauge(out, "pagoda_num_requests_running", "Sequences in the running batch.", s.num_running);
-  gauge(out, "pagoda_num_requests_waiting", "Sequences waiting to be scheduled.", s.num_waiting);
-  gauge(out, "pagoda_kv_blocks_total", "KV cache blocks.", s.kv.num_blocks);
-  gauge(out, "pagoda_kv_blocks_used", "KV cache blocks held by requests.", s.kv.num_used_blocks);
-  gauge(out, "pagoda_kv_blocks_free", "KV cache blocks free (cached ones included).",
-        s.kv.num_free_blocks);
-  gauge(out, "pagoda_kv_blocks_cached", "Free KV blocks still holding a cached prefix.",
-        s.kv.num_cached_blocks);
-  gauge(out, "pagoda_kv_cache_usage_ratio", "Used KV blocks / all KV blocks.",
-        s.kv.utilization());
-  gauge(out, "pagoda_prefix_cache_hit_rate", "Prompt tokens found in the prefix cache / looked up.",
-        s.kv.prefix_hit_rate());
-  counter(out, "pagoda_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache.",
-          double(s.kv.num_queried_tokens));
-  counter(out, "pagoda_prefix_cache_hits_total", "Prompt tokens found in the prefix cache.",
-          double(s.kv.num_hit_tokens));
-  counter(out, "pagoda_num_preemptions_total", "Sequences preempted when KV blocks ran out.",
-          double(s.num_preemptions));
-  counter(out, "pagoda_engine_steps_total", "Engine steps run.", double(s.num_steps));
-  counter(out, "pagoda_computed_tokens_total", "Token rows run through the model.",
-          double(stats.num_computed_tokens));
-  gauge(out, "pagoda_kv_cache_bytes", "Bytes of K/V memory.", double(stats.kv_cache_bytes));
-  if (stats.kv_disk.enabled) render_kv_disk(out, stats);
-  const SpeculativeStats& sp = stats.speculative;
-  counter(out, "pagoda_spec_proposed_tokens_total", "Speculative tokens proposed and verified.",
-          double(sp.num_proposed));
-  counter(out, "pagoda_spec_accepted_tokens_total", "Speculative tokens accepted.",
-          double(sp.num_accepted));
-  counter(out, "pagoda_spec_verify_steps_total",
-          "Sequence-steps that verified at least one proposal.", double(sp.num_verify_steps));
-  gauge(out, "pagoda_spec_acceptance_rate", "Accepted / proposed speculative tokens.",
-        sp.acceptance_rate());
-  gauge(out, "pagoda_spec_mean_accepted_length",
-        "Tokens per verifying step: accepted proposals and the token after them.",
-        sp.mean_accepted_length());
+  render_engines(out, models);
+  return out.str();
+}
+
+void ServerMetrics::render_engines(std::ostringstream& out, const ModelStats& models) {
+  using S = const EngineStats&;
+  series(out, "pagoda_num_requests_running", "gauge", "Sequences in the running batch.", models,
+         [](S s) { return double(s.scheduler.num_running); });
+  series(out, "pagoda_num_requests_waiting", "gauge", "Sequences waiting to be scheduled.", models,
+         [](S s) { return double(s.scheduler.num_waiting); });
+  series(out, "pagoda_kv_blocks_total", "gauge", "KV cache blocks.", models,
+         [](S s) { return double(s.scheduler.kv.num_blocks); });
+  series(out, "pagoda_kv_blocks_used", "gauge", "KV cache blocks held by requests.", models,
+         [](S s) { return double(s.scheduler.kv.num_used_blocks); });
+  series(out, "pagoda_kv_blocks_free", "gauge", "KV cache blocks free (cached ones included).",
+         models, [](S s) { return double(s.scheduler.kv.num_free_blocks); });
+  series(out, "pagoda_kv_blocks_cached", "gauge", "Free KV blocks still holding a cached prefix.",
+         models, [](S s) { return double(s.scheduler.kv.num_cached_blocks); });
+  series(out, "pagoda_kv_cache_usage_ratio", "gauge", "Used KV blocks / all KV blocks.", models,
+         [](S s) { return s.scheduler.kv.utilization(); });
+  series(out, "pagoda_prefix_cache_hit_rate", "gauge",
+         "Prompt tokens found in the prefix cache / looked up.", models,
+         [](S s) { return s.scheduler.kv.prefix_hit_rate(); });
+  series(out, "pagoda_prefix_cache_queries_total", "counter",
+         "Prompt tokens looked up in the prefix cache.", models,
+         [](S s) { return double(s.scheduler.kv.num_queried_tokens); });
+  series(out, "pagoda_prefix_cache_hits_total", "counter", "Prompt tokens found in the prefix cache.",
+         models, [](S s) { return double(s.scheduler.kv.num_hit_tokens); });
+  series(out, "pagoda_num_preemptions_total", "counter",
+         "Sequences preempted when KV blocks ran out.", models,
+         [](S s) { return double(s.scheduler.num_preemptions); });
+  series(out, "pagoda_engine_steps_total", "counter", "Engine steps run.", models,
+         [](S s) { return double(s.scheduler.num_steps); });
+  series(out, "pagoda_computed_tokens_total", "counter", "Token rows run through the model.",
+         models, [](S s) { return double(s.num_computed_tokens); });
+  series(out, "pagoda_kv_cache_bytes", "gauge", "Bytes of K/V memory.", models,
+         [](S s) { return double(s.kv_cache_bytes); });
+  render_kv_disk(out, models);
+  series(out, "pagoda_spec_proposed_tokens_total", "counter",
+         "Speculative tokens proposed and verified.", models,
+         [](S s) { return double(s.speculative.num_proposed); });
+  series(out, "pagoda_spec_accepted_tokens_total", "counter", "Speculative tokens accepted.",
+         models, [](S s) { return double(s.speculative.num_accepted); });
+  series(out, "pagoda_spec_verify_steps_total", "counter",
+         "Sequence-steps that verified at least one proposal.", models,
+         [](S s) { return double(s.speculative.num_verify_steps); });
+  series(out, "pagoda_spec_acceptance_rate", "gauge", "Accepted / proposed speculative tokens.",
+         models, [](S s) { return s.speculative.acceptance_rate(); });
+  series(out, "pagoda_spec_mean_accepted_length", "gauge",
+         "Tokens per verifying step: accepted proposals and the token after them.", models,
+         [](S s) { return s.speculative.mean_accepted_length(); });
   header(out, "pagoda_spec_accepted_at_position_total", "counter",
          "Proposals accepted, by their position after the last known token.");
-  for (size_t i = 0; i < sp.accepted_at.size(); ++i) {
-    out << "pagoda_spec_accepted_at_position_total{position=\"" << i << "\"} "
-        << sp.accepted_at[i] << '\n';
+  for (const auto& [id, s] : models) {
+    const auto& at = s.speculative.accepted_at;
+    for (size_t i = 0; i < at.size(); ++i) {
+      out << "pagoda_spec_accepted_at_position_total"
+          << labels(id, "position=\"" + std::to_string(i) + "\"") << ' ' << at[i] << '\n';
+    }
   }
   header(out, "pagoda_spec_proposed_at_position_total", "counter",
          "Proposals verified, by their position after the last known token.");
-  for (size_t i = 0; i < sp.proposed_at.size(); ++i) {
-    out << "pagoda_spec_proposed_at_position_total{position=\"" << i << "\"} "
-        << sp.proposed_at[i] << '\n';
+  for (const auto& [id, s] : models) {
+    const auto& at = s.speculative.proposed_at;
+    for (size_t i = 0; i < at.size(); ++i) {
+      out << "pagoda_spec_proposed_at_position_total"
+          << labels(id, "position=\"" + std::to_string(i) + "\"") << ' ' << at[i] << '\n';
+    }
   }
-  return out.str();
 }
 
 }  // namespace pagoda::server

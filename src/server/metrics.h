@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,8 +43,13 @@ class ServerMetrics {
 
   // The whole exposition (text format 0.0.4), engine gauges from `stats`.
   std::string render(const EngineStats& stats) const;
+  // A server of several models: each engine series labelled model="id" (an empty id: none).
+  using ModelStats = std::vector<std::pair<std::string, EngineStats>>;
+  std::string render(const ModelStats& models) const;
 
  private:
+  static void render_engines(std::ostringstream& out, const ModelStats& models);
+
   mutable std::mutex mutex_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;  // (endpoint, status) -> count
   uint64_t prompt_tokens_ = 0;

@@ -21,6 +21,15 @@
 
 namespace pagoda::server {
 
+// Ollama's keep_alive in seconds: a number of seconds or a Go duration ("5m", "1h30m", "-1");
+// negative keeps the model loaded. 400 naming keep_alive otherwise.
+double ollama_keep_alive_seconds(const nlohmann::json& v);
+
+class ModelSet;
+// /api/tags and /api/ps of a server of several models (model_routes.cc).
+nlohmann::ordered_json ollama_tags(const ModelSet& models);
+nlohmann::ordered_json ollama_ps(const ModelSet& models);
+
 // True for /api/ and the paths below it: their errors take Ollama's shape.
 bool is_ollama_path(const std::string& path);
 

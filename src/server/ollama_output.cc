@@ -8,6 +8,7 @@
 #include <ctime>
 #include <set>
 
+#include "server/model_set.h"
 #include "server/request_fields.h"
 #include "server/utc_time.h"
 
@@ -201,6 +202,49 @@ ordered_json OllamaWriter::response(const Generation& g) const {
 }
 
 std::string OllamaWriter::error_line(const ApiError& e) { return dump(ollama_error_json(e)) + "\n"; }
+
+// A time point as RFC 3339 UTC (Ollama's expires_at).
+std::string rfc3339(std::chrono::system_clock::time_point t) {
+  const std::time_t secs = std::chrono::system_clock::to_time_t(t);
+  std::tm tm{};
+  gmtime_r(&secs, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+ordered_json ollama_tags(const ModelSet& models) {
+  ordered_json list = ordered_json::array();
+  for (const ModelStatus& st : models.status()) {
+    const ModelDescription& d = st.model ? st.model->context.description : st.spec->description;
+    const std::string name = tagged(st.spec->id);
+    list.push_back({{"name", name},
+                    {"model", name},
+                    {"modified_at", d.modified_at},
+                    {"size", d.size_bytes},
+                    {"digest", ""},
+                    {"details", details(d)}});
+  }
+  return {{"models", list}};
+}
+
+ordered_json ollama_ps(const ModelSet& models) {
+  ordered_json list = ordered_json::array();
+  for (const ModelStatus& st : models.status()) {
+    if (!st.model) continue;
+    const ModelContext& c = st.model->context;
+    const std::string name = tagged(st.spec->id);
+    list.push_back({{"name", name},
+                    {"model", name},
+                    {"size", c.description.size_bytes},
+                    {"digest", ""},
+                    {"details", details(c.description)},
+                    {"expires_at", st.expires_at ? rfc3339(*st.expires_at) : "9999-12-31T23:59:59Z"},
+                    {"size_vram", c.description.size_vram},
+                    {"context_length", c.max_model_len}});
+  }
+  return {{"models", list}};
+}
 
 bool ollama_info_route(const std::string& path, const std::string& body,
                        const ModelContext& model, const RequestLimits& limits, ordered_json& out) {

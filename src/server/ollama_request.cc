@@ -2,6 +2,9 @@
 #include "server/ollama_api.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdlib>
 #include <map>
 #include <set>
 
@@ -128,13 +131,11 @@ void translate_think(const json& body, const ModelContext& model, bool raw, orde
   }
 }
 
-// stream (Ollama streams unless told not to), keep_alive.
+// stream (Ollama streams unless told not to), keep_alive (checked here; the model set acts on
+// it, and a server of one model keeps it loaded whatever it asks).
 void translate_common(const json& body, ordered_json& out) {
   out["stream"] = bool_field(body, "stream", true);
-  // The one model stays loaded for the server's life whatever keep_alive asks.
-  if (const json* k = field(body, "keep_alive"); k != nullptr && !k->is_number() && !k->is_string()) {
-    throw bad_param("keep_alive", "'keep_alive' must be a duration string or a number of seconds");
-  }
+  if (const json* k = field(body, "keep_alive")) ollama_keep_alive_seconds(*k);
 }
 
 // logprobs, top_logprobs: the chat path's fields, or for a raw prompt (the completions path)
@@ -329,6 +330,40 @@ void fit_context(ApiRequest& r, int64_t num_ctx, bool num_predict_given, const M
 }
 
 }  // namespace
+
+double ollama_keep_alive_seconds(const json& v) {
+  auto bad = [] {
+    return bad_param("keep_alive",
+                     "'keep_alive' must be a number of seconds or a duration such as \"5m\", "
+                     "\"1h30m\", \"90s\" or \"-1\" (negative: keep loaded)");
+  };
+  if (v.is_number()) return v.get<double>();
+  if (!v.is_string() || v.get<std::string>().empty()) throw bad();
+  const std::string text = v.get<std::string>();
+  char* end = nullptr;
+  const double plain = std::strtod(text.c_str(), &end);  // "300", "-1": seconds
+  if (end == text.c_str() + text.size() && std::isfinite(plain)) return plain;
+  // A Go duration: a sign, then numbers each with its unit.
+  static const std::map<std::string, double> scale = {
+      {"ns", 1e-9}, {"us", 1e-6}, {"ms", 1e-3}, {"s", 1}, {"m", 60}, {"h", 3600}};
+  size_t i = 0;
+  double sign = 1, total = 0;
+  if (text[0] == '-' || text[0] == '+') sign = text[i++] == '-' ? -1 : 1;
+  if (i == text.size()) throw bad();
+  while (i < text.size()) {
+    const size_t start = i;
+    while (i < text.size() && (std::isdigit(static_cast<unsigned char>(text[i])) || text[i] == '.')) ++i;
+    const size_t unit_start = i;
+    while (i < text.size() && std::isalpha(static_cast<unsigned char>(text[i]))) ++i;
+    const auto unit = scale.find(text.substr(unit_start, i - unit_start));
+    if (unit_start == start || unit == scale.end()) throw bad();
+    const std::string number = text.substr(start, unit_start - start);
+    const double n = std::strtod(number.c_str(), &end);
+    if (end != number.c_str() + number.size()) throw bad();
+    total += n * unit->second;
+  }
+  return sign * total;
+}
 
 bool is_ollama_path(const std::string& path) { return path.rfind("/api/", 0) == 0; }
 

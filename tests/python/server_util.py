@@ -22,8 +22,10 @@ class Server:
     """A running `pagoda serve`; `url` is its base URL. Stderr is collected in `log`."""
 
     def __init__(self, pagoda_bin, model, *args, timeout=120, launcher=()):
-        """`launcher`: words before the binary (mpirun and its options)."""
-        cmd = [*map(str, launcher), str(pagoda_bin), "serve", "-m", str(model), "--port", "0",
+        """`launcher`: words before the binary (mpirun and its options); `model` None: no -m
+        (a server of --models-dir)."""
+        model_args = [] if model is None else ["-m", str(model)]
+        cmd = [*map(str, launcher), str(pagoda_bin), "serve", *model_args, "--port", "0",
                *map(str, args)]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                      text=True)
