@@ -26,6 +26,7 @@ constexpr int kRowsPerBlock = 4;    // warps per block in the products
 void check_launch(const char* what) {
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) fail("CUDA: ", what, ": ", cudaGetErrorString(e));
+  ++counts().launches;
 }
 
 unsigned blocks_for(int64_t n, int threads) {
@@ -418,6 +419,11 @@ __global__ void gather_rows_kernel(const float* x, const int32_t* rows, int64_t 
 constexpr int kThreads = 256;
 
 }  // namespace
+
+Counts& counts() {
+  static Counts c;
+  return c;
+}
 
 bool decodes(DType type) { return device_decodes(type); }
 

@@ -11,6 +11,19 @@
 
 namespace pagoda::cuda {
 
+// What the backend asked of the device since the process started, for the device check
+// (PAGODA_CUDA_COUNTS): kernel launches (a cuBLAS product counts as one), waits of the host for
+// the stream, and allocations.
+struct Counts {
+  uint64_t launches = 0;
+  uint64_t syncs = 0;
+  uint64_t mallocs = 0;
+  uint64_t memsets = 0;
+  uint64_t uploads = 0;
+  uint64_t downloads = 0;
+};
+Counts& counts();
+
 // Whether matmul / embed read `type` directly (else it is uploaded converted to F16).
 bool decodes(DType type);
 
@@ -38,6 +51,26 @@ class GemmContext {
   struct Handle;
   std::unique_ptr<Handle> handle_;
 };
+
+// The decode products on 8-bit activations (cuda_mmvq.cu, cuda_q8.cuh): x quantized to q8_1
+// blocks (q8_bytes(n, cols) of device memory) once, then every product of that x reads them.
+bool has_q8_product(DType type);
+uint64_t q8_bytes(int64_t n, int64_t cols);
+void quantize_q8_1(cudaStream_t s, const float* x, int64_t n, int64_t cols, void* q8);
+// rms_norm (the same y) that also writes y's q8_1 blocks; dim a multiple of 32.
+void rms_norm_q8_1(cudaStream_t s, const float* x, const float* weight, int64_t rows, int64_t dim,
+                   float eps, float* y, void* q8);
+struct Q8Product {
+  const uint8_t* w;
+  uint64_t row_bytes;
+  int64_t rows;
+  float* y;  // [n, rows]
+};
+constexpr int kMaxQ8Products = 3;
+// y = x W^T for 1 to kMaxQ8Products matrices of `type` with `cols` columns, in one launch per
+// pass of up to 8 tokens.
+void matmul_q8(cudaStream_t s, DType type, const Q8Product* products, int count, int64_t cols,
+               const void* q8, int64_t n);
 
 void rms_norm(cudaStream_t s, const float* x, const float* weight, int64_t rows, int64_t dim,
               float eps, float* y);
