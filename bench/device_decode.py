@@ -7,7 +7,8 @@ the copy bandwidth and F16 tensor peak measured in the same run.
 
 RESULTS_DIR holds, per model NAME (e.g. llama-3.1-8b-q4_0): lat-{old,new}-NAME.json (pagoda
 bench latency), counts-{old,new}-NAME.txt (the backend's "cuda counts: {...}" line),
-thr64-{old,new}-NAME.json (bench throughput at 64 sequences), llama-NAME.json (llama-bench
+thr64-{old,new}-NAME.json (bench throughput at 64 sequences; thr64-new64-NAME.json with
+batches up to 64 on the q8_1 kernels instead of cuBLAS), llama-NAME.json (llama-bench
 -o json), and peaks.json and timing.txt (CudaProducts.TimingOfTheDecodeProducts) once.
 Per-step counts are the backend's totals over its logits downloads (one a step)."""
 import argparse
@@ -61,6 +62,9 @@ def pagoda_run(root, name, kernels, peaks):
     run["prefill512_peak_fraction"] = tflops / tensor if tensor else None
     thr = load(os.path.join(root, f"thr64-{kernels}-{name}.json"))
     run["throughput64_tok_s"] = thr["runs"][0]["output_tokens_per_s"] if thr else None
+    if kernels == "new":  # batches up to 64 on the q8_1 kernels (PAGODA_CUDA_GEMM_MIN_TOKENS=65)
+        thr = load(os.path.join(root, f"thr64-new64-{name}.json"))
+        run["throughput64_q8_tok_s"] = thr["runs"][0]["output_tokens_per_s"] if thr else None
     c = counts(os.path.join(root, f"counts-{kernels}-{name}.txt"))
     if c and c.get("downloads"):
         for key in ("launches", "syncs", "mallocs", "memsets", "uploads"):
@@ -113,7 +117,8 @@ def main():
     copy, tensor = peaks.get("copy_gb_s"), peaks.get("f16_tflop_s")
     print(f"{args.gpu}, {args.date}: copy {fmt(copy, '.0f')} GB/s, F16 peak {fmt(tensor, '.0f')} TFLOP/s")
     head = ("engine", "kernels", "shape", "type", "decode tok/s", "GB/s", "of copy",
-            "launches/step", "syncs/step", "mallocs/step", "64 seqs tok/s", "prefill 512 tok/s")
+            "launches/step", "syncs/step", "mallocs/step", "64 seqs tok/s", "64 seqs q8 tok/s",
+            "prefill 512 tok/s")
     rows = []
     for r in runs:
         rows.append([r["engine"], r.get("kernels", "-"), r["shape"], r["type"],
@@ -121,6 +126,7 @@ def main():
                      fmt(r.get("decode_bandwidth_fraction"), ".1%"),
                      fmt(r.get("launches_per_step"), ".0f"), fmt(r.get("syncs_per_step"), ".1f"),
                      fmt(r.get("mallocs_per_step"), ".2f"), fmt(r.get("throughput64_tok_s"), ".0f"),
+                     fmt(r.get("throughput64_q8_tok_s"), ".0f"),
                      fmt(r.get("prefill512_tok_s"), ".0f")])
     print_table(head, rows)
     timing = os.path.join(args.root, "timing.txt")

@@ -27,4 +27,5 @@ def test_decode_dry_run_writes_the_table_and_json(pagoda_bin, shared_dir, tmp_pa
         assert r["decode_tok_s"] > 0 and r["prefill512_tok_s"] > 0
         assert r["throughput64_tok_s"] > 0
         assert r["type"] == "q4_0"
+    assert [r for r in runs if r["kernels"] == "new"][0]["throughput64_q8_tok_s"] > 0
     assert (tmp_path / "decode-results.tgz").exists()

@@ -96,6 +96,9 @@ class CudaBackend final : public Backend {
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamDefault), "cudaStreamCreate");
     const char* kernels = std::getenv("PAGODA_CUDA_KERNELS");
     q8_products_ = kernels == nullptr || std::strcmp(kernels, "old") != 0;
+    if (const char* min = std::getenv("PAGODA_CUDA_GEMM_MIN_TOKENS")) {
+      gemm_min_tokens_ = std::max(1, std::atoi(min));
+    }
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
@@ -175,7 +178,7 @@ class CudaBackend final : public Backend {
       return;
     }
     forget_q8_under(y, n * w.rows);
-    if (n >= cuda::kGemmMinTokens && w.cols % 32 == 0 && cuda::blas_available()) {
+    if (gemm_takes(n) && w.cols % 32 == 0) {
       const uint64_t bytes = cuda::GemmContext::scratch_bytes(d.type, w.rows, w.cols, n);
       if (bytes > (gemm_scratch_ ? gemm_scratch_->bytes() : 0)) {
         gemm_scratch_ = std::make_unique<DeviceBuffer>(bytes, "the products' scratch");
@@ -326,7 +329,7 @@ class CudaBackend final : public Backend {
   };
 
   // Whether a product of n tokens goes to cuBLAS.
-  static bool gemm_takes(int64_t n) { return n >= cuda::kGemmMinTokens && cuda::blas_available(); }
+  bool gemm_takes(int64_t n) const { return n >= gemm_min_tokens_ && cuda::blas_available(); }
   // Whether a product runs on q8_1 activations (else the float kernels or cuBLAS).
   bool q8_product(DType type, int64_t cols, int64_t n) const {
     return q8_products_ && cuda::has_q8_product(type) && cols % cuda::kUnit == 0 && !gemm_takes(n);
@@ -377,6 +380,7 @@ class CudaBackend final : public Backend {
       d.buffer = std::make_unique<DeviceBuffer>(w.row_bytes * w.rows, "the weights");
       check(cudaMemcpy(d.buffer->data(), w.data, w.row_bytes * w.rows, cudaMemcpyHostToDevice),
             "weight upload");
+      ++counts().uploads, ++counts().syncs;  // cudaMemcpy waits
     } else {
       d.type = DType::kF16;
       d.row_bytes = static_cast<uint64_t>(w.cols) * 2;
@@ -389,6 +393,7 @@ class CudaBackend final : public Backend {
       d.buffer = std::make_unique<DeviceBuffer>(halves.size() * 2, "the weights");
       check(cudaMemcpy(d.buffer->data(), halves.data(), halves.size() * 2, cudaMemcpyHostToDevice),
             "weight upload");
+      ++counts().uploads, ++counts().syncs;  // cudaMemcpy waits
     }
     return weights_.emplace(key, std::move(d)).first->second;
   }
@@ -401,6 +406,7 @@ class CudaBackend final : public Backend {
       v.host.assign(host, host + n);
       v.device = std::make_unique<DeviceBuffer>(bytes, "the weights");
       check(cudaMemcpy(v.device->data(), host, bytes, cudaMemcpyHostToDevice), "weight upload");
+      ++counts().uploads, ++counts().syncs;  // cudaMemcpy waits
     }
     return static_cast<const float*>(v.device->data());
   }
@@ -408,6 +414,8 @@ class CudaBackend final : public Backend {
   int device_;
   cudaStream_t stream_ = nullptr;
   bool q8_products_ = true;  // PAGODA_CUDA_KERNELS=old: the float products of before
+  // Products of fewer tokens take the kernels (PAGODA_CUDA_GEMM_MIN_TOKENS, for measuring).
+  int64_t gemm_min_tokens_ = cuda::kGemmMinTokens;
   std::unique_ptr<DeviceBuffer> q8_;
   const float* q8_x_ = nullptr;  // what q8_ holds quantized, when not null
   int64_t q8_n_ = 0, q8_cols_ = 0;
