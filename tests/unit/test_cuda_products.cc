@@ -173,8 +173,8 @@ TEST(CudaProducts, DeviceEqualsTheHostsQ8Arithmetic) {
 }
 
 // Q, K and V in one launch (one type) or apart (mixed types) give each product's own result;
-// a norm's quantized output is the one a product would make, and an op that changes the
-// normed rows makes the products quantize them again.
+// a norm's (and SiLU gating's) quantized output is the one a product would make, and an op
+// that changes the normed rows makes the products quantize them again.
 TEST(CudaProducts, SharedInputsAndFusedNormGiveTheSameProducts) {
   GPU_OR_SKIP();
   auto cuda = cuda_backend(false);
@@ -201,6 +201,11 @@ TEST(CudaProducts, SharedInputsAndFusedNormGiveTheSameProducts) {
   cuda->add(h.data(), dd.data(), n * cols);
   cuda->matmul(q.w, h.data(), n, yq.data());
   EXPECT_LT(relative_error(yq.read(n * 96), host_q8_product(q, h.read(n * cols), n)), 1e-5);
+  // SiLU gating quantizes its output for the down projection; the product reads those blocks.
+  Device up(*cuda, random_values(n * cols, 7));
+  cuda->silu_mul(h.data(), up.data(), n * cols, h.data());
+  cuda->matmul(k.w, h.data(), n, yk.data());
+  EXPECT_LT(relative_error(yk.read(n * 32), host_q8_product(k, h.read(n * cols), n)), 1e-5);
 }
 
 // Time per product of the 8B shape's matrices, old kernels beside new, for the device check

@@ -226,8 +226,8 @@ class CudaBackend final : public Backend {
     if (q8_products_ && dim % cuda::kUnit == 0 && !gemm_takes(rows)) {
       // The products after a norm read its output quantized: made here, in the same pass.
       cuda::rms_norm_q8_1(stream_, x, vector(weight, dim), rows, dim, eps, y,
-                          q8_space(rows, dim));
-      q8_x_ = y, q8_n_ = rows, q8_cols_ = dim;
+                          q8_space(rows * dim));
+      q8_x_ = y, q8_count_ = rows * dim;
       return;
     }
     cuda::rms_norm(stream_, x, vector(weight, dim), rows, dim, eps, y);
@@ -294,6 +294,13 @@ class CudaBackend final : public Backend {
   }
   void silu_mul(const float* gate, const float* up, int64_t n, float* out) override {
     forget_q8();
+    // The down projection reads the result quantized: made in the same pass, for decode-sized
+    // batches (n below gemm_min_tokens_ rows of a feed-forward up to kMaxFusedWidth wide).
+    if (q8_products_ && n % cuda::kUnit == 0 && n < gemm_min_tokens_ * kMaxFusedWidth) {
+      cuda::silu_mul_q8_1(stream_, gate, up, n, out, q8_space(n));
+      q8_x_ = out, q8_count_ = n;
+      return;
+    }
     cuda::silu_mul(stream_, gate, up, n, out);
   }
   void gelu_mul(const float* gate, const float* up, int64_t n, float* out) override {
@@ -334,9 +341,9 @@ class CudaBackend final : public Backend {
   bool q8_product(DType type, int64_t cols, int64_t n) const {
     return q8_products_ && cuda::has_q8_product(type) && cols % cuda::kUnit == 0 && !gemm_takes(n);
   }
-  // Device memory for n rows of cols values quantized (grown, never shrunk).
-  void* q8_space(int64_t n, int64_t cols) {
-    const uint64_t bytes = cuda::q8_bytes(n, cols);
+  // Device memory for `count` values quantized (grown, never shrunk).
+  void* q8_space(int64_t count) {
+    const uint64_t bytes = cuda::q8_bytes(1, count);
     if (!q8_ || q8_->bytes() < bytes) {
       q8_ = std::make_unique<DeviceBuffer>(std::max<uint64_t>(2 * bytes, 1 << 16),
                                            "the quantized activations", false);
@@ -345,17 +352,17 @@ class CudaBackend final : public Backend {
   }
   // x [n, cols] quantized: the blocks a norm or an earlier product made of it, else made now.
   const void* q8_of(const float* x, int64_t n, int64_t cols) {
-    if (q8_x_ == x && q8_n_ == n && q8_cols_ == cols) return q8_->data();
-    void* q = q8_space(n, cols);
+    if (q8_x_ == x && q8_count_ == n * cols) return q8_->data();
+    void* q = q8_space(n * cols);
     cuda::quantize_q8_1(stream_, x, n, cols, q);
-    q8_x_ = x, q8_n_ = n, q8_cols_ = cols;
+    q8_x_ = x, q8_count_ = n * cols;
     return q;
   }
   // The quantized x is valid until an op writes device memory other than a product's output;
   // a product whose output overlaps x invalidates it too.
   void forget_q8() { q8_x_ = nullptr; }
   void forget_q8_under(const float* y, int64_t count) {
-    if (q8_x_ != nullptr && y < q8_x_ + q8_n_ * q8_cols_ && q8_x_ < y + count) forget_q8();
+    if (q8_x_ != nullptr && y < q8_x_ + q8_count_ && q8_x_ < y + count) forget_q8();
   }
 
   static void check_kv_type(KvType type) {
@@ -417,8 +424,9 @@ class CudaBackend final : public Backend {
   // Products of fewer tokens take the kernels (PAGODA_CUDA_GEMM_MIN_TOKENS, for measuring).
   int64_t gemm_min_tokens_ = cuda::kGemmMinTokens;
   std::unique_ptr<DeviceBuffer> q8_;
-  const float* q8_x_ = nullptr;  // what q8_ holds quantized, when not null
-  int64_t q8_n_ = 0, q8_cols_ = 0;
+  const float* q8_x_ = nullptr;  // what q8_ holds quantized (q8_count_ values), when not null
+  int64_t q8_count_ = 0;
+  static constexpr int64_t kMaxFusedWidth = 65536;
   using WeightKey = std::tuple<uint64_t, const uint8_t*, int64_t, int64_t>;
   std::map<WeightKey, Weights> weights_;
   std::unordered_map<const float*, Vector> vectors_;

@@ -89,6 +89,20 @@ __global__ void rms_norm_q8_kernel(const float* x, const float* weight, int64_t 
   }
 }
 
+// silu_mul_kernel's values (cuda_kernels.cu) and their q8_1 blocks, a warp per block of 32:
+// the feed-forward's down projection reads them quantized.
+__global__ void silu_mul_q8_kernel(const float* gate, const float* up, int64_t blocks, float* out,
+                                   BlockQ8_1* q) {
+  const int64_t b = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
+  if (b >= blocks) return;  // the whole warp leaves together
+  const int lane = threadIdx.x % kWarp;
+  const int64_t i = b * kWarp + lane;
+  const float g = gate[i];
+  const float v = g / (1.0f + expf(-g)) * up[i];
+  out[i] = v;
+  quantize_warp(v, lane, q + b);
+}
+
 // Up to kMaxQ8Products matrices of one type on one input; block b belongs to product p when
 // first_block[p] <= b < first_block[p + 1].
 struct ProductSet {
@@ -204,6 +218,17 @@ void rms_norm_q8_1(cudaStream_t s, const float* x, const float* weight, int64_t 
   rms_norm_q8_kernel<<<static_cast<unsigned>(rows), kNormThreads, 0, s>>>(
       x, weight, dim, eps, y, static_cast<BlockQ8_1*>(q8));
   check_launch("rms_norm_q8_1");
+}
+
+void silu_mul_q8_1(cudaStream_t s, const float* gate, const float* up, int64_t n, float* out,
+                   void* q8) {
+  const int64_t blocks = n / kQ8Values;
+  if (blocks == 0) return;
+  constexpr int kWarpsPerBlock = 8;
+  silu_mul_q8_kernel<<<static_cast<unsigned>((blocks + kWarpsPerBlock - 1) / kWarpsPerBlock),
+                       kWarpsPerBlock * kWarp, 0, s>>>(gate, up, blocks, out,
+                                                        static_cast<BlockQ8_1*>(q8));
+  check_launch("silu_mul_q8_1");
 }
 
 void matmul_q8(cudaStream_t s, DType type, const Q8Product* products, int count, int64_t cols,
