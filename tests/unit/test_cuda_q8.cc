@@ -6,6 +6,7 @@
 // bound activation rounding allows.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -169,6 +170,44 @@ TEST(CudaQ8, EveryTypeWithinActivationRoundingOfReference) {
       worst = std::max(worst, err / bound);
     }
     RecordProperty(std::string("worst_error_over_bound_") + std::string(dtype_traits(type).name), std::to_string(worst));
+  }
+}
+
+// The product kernel's threads, emulated: every (product, row, unit) is taken by exactly one
+// lane, and every row is written by one warp, for one to three products of uneven heights and
+// rows of 1 to 448 units (1, 2 and 4 warps a row).
+TEST(CudaQ8, ProductSlotsTakeEveryRowAndUnitOnce) {
+  const std::vector<std::vector<int64_t>> sets = {{96, 32, 32}, {67}, {1, 5, 3}, {4096, 1024}};
+  for (const std::vector<int64_t>& rows : sets) {
+    for (int64_t units : {1, 16, 63, 64, 100, 128, 448}) {
+      SCOPED_TRACE(std::to_string(rows.size()) + " products, " + std::to_string(units) + " units");
+      const int warps = cuda::warps_per_row(units);
+      ASSERT_TRUE(warps == 1 || warps == 2 || warps == 4);
+      EXPECT_TRUE(warps == 1 || units >= warps * 32);  // no warp without a unit
+      const int count = static_cast<int>(rows.size());
+      unsigned first[cuda::kMaxQ8Products + 1] = {};
+      for (int p = 0; p < count; ++p) first[p + 1] = first[p] + cuda::product_blocks(rows[p], warps);
+      std::vector<std::vector<int>> taken(rows.size()), written(rows.size());
+      for (int p = 0; p < count; ++p) {
+        taken[p].assign(static_cast<size_t>(rows[p] * units), 0);
+        written[p].assign(static_cast<size_t>(rows[p]), 0);
+      }
+      for (unsigned block = 0; block < first[count]; ++block) {
+        for (int warp = 0; warp < cuda::kProductWarps; ++warp) {
+          for (int lane = 0; lane < 32; ++lane) {
+            const cuda::ProductSlot s = cuda::product_slot(first, count, block, warp, lane, warps);
+            ASSERT_LT(s.product, count);
+            if (s.row >= rows[s.product]) continue;
+            for (int64_t u = s.part; u < units; u += s.stride) ++taken[s.product][s.row * units + u];
+            if (s.writes && lane == 0) ++written[s.product][s.row];
+          }
+        }
+      }
+      for (int p = 0; p < count; ++p) {
+        EXPECT_EQ(std::count(taken[p].begin(), taken[p].end(), 1), rows[p] * units) << "product " << p;
+        EXPECT_EQ(std::count(written[p].begin(), written[p].end(), 1), rows[p]) << "product " << p;
+      }
+    }
   }
 }
 

@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_q8.cuh"
 
 namespace pagoda::cuda {
 
@@ -70,8 +71,7 @@ struct Q8Product {
   int64_t rows;
   float* y;  // [n, rows]
 };
-constexpr int kMaxQ8Products = 3;
-// y = x W^T for 1 to kMaxQ8Products matrices of `type` with `cols` columns, in one launch per
+// y = x W^T for 1 to kMaxQ8Products (cuda_q8.cuh) matrices of `type` with `cols` columns, in one launch per
 // pass of up to 8 tokens.
 void matmul_q8(cudaStream_t s, DType type, const Q8Product* products, int count, int64_t cols,
                const void* q8, int64_t n);

@@ -16,7 +16,6 @@ namespace {
 
 constexpr int kWarp = 32;
 constexpr unsigned kFullMask = 0xffffffffu;
-constexpr int kProductWarps = 4;   // warps per block in the products
 constexpr int kMaxPassTokens = 8;  // tokens of one pass over the weights
 constexpr int kNormThreads = 256;  // as rms_norm's kernel (cuda_kernels.cu), same sums
 
@@ -117,22 +116,21 @@ template <DType T, int N>
 __global__ void __launch_bounds__(kProductWarps * kWarp)
     q8_product_kernel(ProductSet set, const BlockQ8_1* x, int64_t units, int n, int warps_per_row) {
   __shared__ float partial[kProductWarps][N];
+  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
+  const ProductSlot slot = product_slot(set.first_block, set.count, blockIdx.x, warp, lane,
+                                        warps_per_row);
   // Picked with constant indices only: a run-time index into the parameters would copy them
   // to local memory.
   Q8Product prod = set.p[0];
-  unsigned first = 0;
 #pragma unroll
   for (int i = 1; i < kMaxQ8Products; ++i) {
-    if (i < set.count && blockIdx.x >= set.first_block[i]) prod = set.p[i], first = set.first_block[i];
+    if (i == slot.product) prod = set.p[i];
   }
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int64_t r = static_cast<int64_t>(blockIdx.x - first) *
-                        (kProductWarps / warps_per_row) + warp / warps_per_row;
-  const int part = (warp % warps_per_row) * kWarp + lane, stride = warps_per_row * kWarp;
+  const int64_t r = slot.row;
   float acc[N] = {};
   if (r < prod.rows) {
     const uint8_t* row = prod.w + prod.row_bytes * static_cast<uint64_t>(r);
-    for (int64_t u = part; u < units; u += stride) {
+    for (int64_t u = slot.part; u < units; u += slot.stride) {
 #pragma unroll
       for (int k = 0; k < N; ++k) {
         if (k < n) acc[k] += dot_unit<T>(row, u, x[k * units + u]);
@@ -152,17 +150,11 @@ __global__ void __launch_bounds__(kProductWarps * kWarp)
     for (int k = 0; k < N; ++k) partial[warp][k] = acc[k];
   }
   __syncthreads();
-  if (warp % warps_per_row == 0 && lane < n && r < prod.rows) {
+  if (slot.writes && lane < n && r < prod.rows) {
     float sum = 0.0f;
     for (int w = 0; w < warps_per_row; ++w) sum += partial[warp + w][lane];
     prod.y[lane * prod.rows + r] = sum;
   }
-}
-
-// The most warps (1, 2 or 4) that each still have a unit of the row to take.
-int warps_per_row(int64_t units) {
-  if (units >= 4 * kWarp) return 4;
-  return units >= 2 * kWarp ? 2 : 1;
 }
 
 template <DType T>
@@ -236,14 +228,13 @@ void matmul_q8(cudaStream_t s, DType type, const Q8Product* products, int count,
   if (count < 1 || count > kMaxQ8Products) fail("CUDA: matmul_q8 takes 1 to 3 products");
   const int64_t units = cols / kQ8Values;
   const int warps = warps_per_row(units);
-  const int rows_per_block = kProductWarps / warps;
   ProductSet set{};
   set.count = count;
   unsigned blocks = 0;
   for (int p = 0; p < count; ++p) {
     set.p[p] = products[p];
     set.first_block[p] = blocks;
-    blocks += static_cast<unsigned>((products[p].rows + rows_per_block - 1) / rows_per_block);
+    blocks += product_blocks(products[p].rows, warps);
   }
   set.first_block[count] = blocks;
   if (blocks == 0) return;

@@ -289,6 +289,48 @@ PAGODA_HD constexpr bool has_q8_dot(DType t) {
          t == DType::kQ8_0 || t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
 }
 
+// ---- which work a thread of the product kernel takes (cuda_mmvq.cu) ----
+
+constexpr int kProductWarps = 4;  // warps per block
+constexpr int kMaxQ8Products = 3;  // products of one input in one launch
+
+// The most warps (1, 2 or 4) a row of `units` units is spread over with a unit for each lane.
+PAGODA_HD int warps_per_row(int64_t units) {
+  if (units >= 4 * kQ8Values) return 4;
+  return units >= 2 * kQ8Values ? 2 : 1;
+}
+
+// Blocks a product of `rows` rows takes when `warps` warps share a row.
+PAGODA_HD unsigned product_blocks(int64_t rows, int warps) {
+  const int rows_per_block = kProductWarps / warps;
+  return static_cast<unsigned>((rows + rows_per_block - 1) / rows_per_block);
+}
+
+// Thread (warp, lane) of block `block`: product `product` (first_block[p] <= block <
+// first_block[p + 1], p < count), row `row` (may be past the product's rows: nothing to do),
+// units part, part + stride, ...; the row's first warp (`writes`) sums the row's warps.
+struct ProductSlot {
+  int product;
+  int64_t row;
+  int part;
+  int stride;
+  bool writes;
+};
+PAGODA_HD ProductSlot product_slot(const unsigned* first_block, int count, unsigned block,
+                                   int warp, int lane, int warps) {
+  ProductSlot s{0, 0, 0, 0, false};
+  unsigned first = 0;  // constant indices only, so that the kernel reads its parameters in place
+PAGODA_Q8_UNROLL
+  for (int i = 1; i < kMaxQ8Products; ++i) {
+    if (i < count && block >= first_block[i]) s.product = i, first = first_block[i];
+  }
+  s.row = static_cast<int64_t>(block - first) * (kProductWarps / warps) + warp / warps;
+  s.part = (warp % warps) * kQ8Values + lane;
+  s.stride = warps * kQ8Values;
+  s.writes = warp % warps == 0;
+  return s;
+}
+
 // A whole row on one thread, unit after unit (the host's reference order; `x` holds cols / 32
 // blocks).
 template <DType T>
