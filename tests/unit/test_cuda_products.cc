@@ -173,7 +173,7 @@ TEST(CudaProducts, DeviceEqualsTheHostsQ8Arithmetic) {
 }
 
 // Q, K and V in one launch (one type) or apart (mixed types) give each product's own result;
-// a norm's (and SiLU gating's) quantized output is the one a product would make, and an op
+// a norm's (and SiLU / GELU gating's) quantized output is the one a product would make, and an op
 // that changes the normed rows makes the products quantize them again.
 TEST(CudaProducts, SharedInputsAndFusedNormGiveTheSameProducts) {
   GPU_OR_SKIP();
@@ -204,6 +204,9 @@ TEST(CudaProducts, SharedInputsAndFusedNormGiveTheSameProducts) {
   // SiLU gating quantizes its output for the down projection; the product reads those blocks.
   Device up(*cuda, random_values(n * cols, 7));
   cuda->silu_mul(h.data(), up.data(), n * cols, h.data());
+  cuda->matmul(k.w, h.data(), n, yk.data());
+  EXPECT_LT(relative_error(yk.read(n * 32), host_q8_product(k, h.read(n * cols), n)), 1e-5);
+  cuda->gelu_mul(h.data(), up.data(), n * cols, h.data());
   cuda->matmul(k.w, h.data(), n, yk.data());
   EXPECT_LT(relative_error(yk.read(n * 32), host_q8_product(k, h.read(n * cols), n)), 1e-5);
 }

@@ -293,19 +293,10 @@ class CudaBackend final : public Backend {
                     b.block_size, split, num_split, tiles, num_tiles, p, out);
   }
   void silu_mul(const float* gate, const float* up, int64_t n, float* out) override {
-    forget_q8();
-    // The down projection reads the result quantized: made in the same pass, for decode-sized
-    // batches (n below gemm_min_tokens_ rows of a feed-forward up to kMaxFusedWidth wide).
-    if (q8_products_ && n % cuda::kUnit == 0 && n < gemm_min_tokens_ * kMaxFusedWidth) {
-      cuda::silu_mul_q8_1(stream_, gate, up, n, out, q8_space(n));
-      q8_x_ = out, q8_count_ = n;
-      return;
-    }
-    cuda::silu_mul(stream_, gate, up, n, out);
+    if (!gated_q8(false, gate, up, n, out)) cuda::silu_mul(stream_, gate, up, n, out);
   }
   void gelu_mul(const float* gate, const float* up, int64_t n, float* out) override {
-    forget_q8();
-    cuda::gelu_mul(stream_, gate, up, n, out);
+    if (!gated_q8(true, gate, up, n, out)) cuda::gelu_mul(stream_, gate, up, n, out);
   }
   void add(float* x, const float* y, int64_t n) override {
     forget_q8();
@@ -340,6 +331,16 @@ class CudaBackend final : public Backend {
   // Whether a product runs on q8_1 activations (else the float kernels or cuBLAS).
   bool q8_product(DType type, int64_t cols, int64_t n) const {
     return q8_products_ && cuda::has_q8_product(type) && cols % cuda::kUnit == 0 && !gemm_takes(n);
+  }
+  // The down projection reads a gating's result quantized: made in the same pass, for
+  // decode-sized batches (n below gemm_min_tokens_ rows of a feed-forward up to kMaxFusedWidth
+  // wide). False (and nothing done) otherwise.
+  bool gated_q8(bool gelu, const float* gate, const float* up, int64_t n, float* out) {
+    forget_q8();
+    if (!q8_products_ || n % cuda::kUnit != 0 || n >= gemm_min_tokens_ * kMaxFusedWidth) return false;
+    cuda::gated_q8_1(stream_, gelu, gate, up, n, out, q8_space(n));
+    q8_x_ = out, q8_count_ = n;
+    return true;
   }
   // Device memory for `count` values quantized (grown, never shrunk).
   void* q8_space(int64_t count) {

@@ -61,10 +61,10 @@ void quantize_q8_1(cudaStream_t s, const float* x, int64_t n, int64_t cols, void
 // rms_norm (the same y) that also writes y's q8_1 blocks; dim a multiple of 32.
 void rms_norm_q8_1(cudaStream_t s, const float* x, const float* weight, int64_t rows, int64_t dim,
                    float eps, float* y, void* q8);
-// silu_mul (the same out) that also writes out's q8_1 blocks; n a multiple of 32. The blocks of
-// a [tokens, cols] row-major array are those of its n = tokens * cols values in order.
-void silu_mul_q8_1(cudaStream_t s, const float* gate, const float* up, int64_t n, float* out,
-                   void* q8);
+// silu_mul (gelu_mul) with the same out that also writes out's q8_1 blocks; n a multiple of 32.
+// The blocks of a [tokens, cols] row-major array are those of its n = tokens * cols values.
+void gated_q8_1(cudaStream_t s, bool gelu, const float* gate, const float* up, int64_t n,
+                float* out, void* q8);
 struct Q8Product {
   const uint8_t* w;
   uint64_t row_bytes;

@@ -88,16 +88,23 @@ __global__ void rms_norm_q8_kernel(const float* x, const float* weight, int64_t 
   }
 }
 
-// silu_mul_kernel's values (cuda_kernels.cu) and their q8_1 blocks, a warp per block of 32:
-// the feed-forward's down projection reads them quantized.
-__global__ void silu_mul_q8_kernel(const float* gate, const float* up, int64_t blocks, float* out,
-                                   BlockQ8_1* q) {
+// silu_mul_kernel's (gelu_mul_kernel's) values (cuda_kernels.cu) and their q8_1 blocks, a warp
+// per block of 32: the feed-forward's down projection reads them quantized.
+template <bool Gelu>
+__global__ void gated_q8_kernel(const float* gate, const float* up, int64_t blocks, float* out,
+                                BlockQ8_1* q) {
   const int64_t b = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;
   if (b >= blocks) return;  // the whole warp leaves together
   const int lane = threadIdx.x % kWarp;
   const int64_t i = b * kWarp + lane;
   const float g = gate[i];
-  const float v = g / (1.0f + expf(-g)) * up[i];
+  float v;
+  if constexpr (Gelu) {
+    constexpr float kSqrt2OverPi = 0.7978845608028654f;
+    v = 0.5f * g * (1.0f + tanhf(kSqrt2OverPi * (g + 0.044715f * g * g * g))) * up[i];
+  } else {
+    v = g / (1.0f + expf(-g)) * up[i];
+  }
   out[i] = v;
   quantize_warp(v, lane, q + b);
 }
@@ -212,15 +219,19 @@ void rms_norm_q8_1(cudaStream_t s, const float* x, const float* weight, int64_t 
   check_launch("rms_norm_q8_1");
 }
 
-void silu_mul_q8_1(cudaStream_t s, const float* gate, const float* up, int64_t n, float* out,
-                   void* q8) {
+void gated_q8_1(cudaStream_t s, bool gelu, const float* gate, const float* up, int64_t n,
+                float* out, void* q8) {
   const int64_t blocks = n / kQ8Values;
   if (blocks == 0) return;
   constexpr int kWarpsPerBlock = 8;
-  silu_mul_q8_kernel<<<static_cast<unsigned>((blocks + kWarpsPerBlock - 1) / kWarpsPerBlock),
-                       kWarpsPerBlock * kWarp, 0, s>>>(gate, up, blocks, out,
-                                                        static_cast<BlockQ8_1*>(q8));
-  check_launch("silu_mul_q8_1");
+  const dim3 grid(static_cast<unsigned>((blocks + kWarpsPerBlock - 1) / kWarpsPerBlock));
+  auto* q = static_cast<BlockQ8_1*>(q8);
+  if (gelu) {
+    gated_q8_kernel<true><<<grid, kWarpsPerBlock * kWarp, 0, s>>>(gate, up, blocks, out, q);
+  } else {
+    gated_q8_kernel<false><<<grid, kWarpsPerBlock * kWarp, 0, s>>>(gate, up, blocks, out, q);
+  }
+  check_launch("gated_q8_1");
 }
 
 void matmul_q8(cudaStream_t s, DType type, const Q8Product* products, int count, int64_t cols,
