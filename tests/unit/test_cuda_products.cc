@@ -18,6 +18,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_q8.cuh"
+#include "backend/kv_format.h"
 #include "core/dtype.h"
 #include "quant/reference.h"
 
@@ -209,6 +210,36 @@ TEST(CudaProducts, SharedInputsAndFusedNormGiveTheSameProducts) {
   cuda->gelu_mul(h.data(), up.data(), n * cols, h.data());
   cuda->matmul(k.w, h.data(), n, yk.data());
   EXPECT_LT(relative_error(yk.read(n * 32), host_q8_product(k, h.read(n * cols), n)), 1e-5);
+}
+
+// A decode batch's attention output is quantized by the attention kernel for the output
+// product: the product equals the host's of the output read back.
+TEST(CudaProducts, AttentionOutputFeedsTheOutputProduct) {
+  GPU_OR_SKIP();
+  auto cuda = cuda_backend(false);
+  const int32_t head_dim = 64, bs = 16, max_blocks = 20, num_seqs = 3;
+  AttentionParams p{8, 2, head_dim, 0.125f, 0};
+  std::vector<int32_t> table(num_seqs * max_blocks), positions = {5, 40, 300}, query_start = {0, 1, 2, 3};
+  for (size_t i = 0; i < table.size(); ++i) table[i] = static_cast<int32_t>((i * 7 + 3) % table.size());
+  std::vector<int64_t> slots;
+  for (int32_t s = 0; s < num_seqs; ++s) {
+    slots.push_back(int64_t{table[s * max_blocks + positions[s] / bs]} * bs + positions[s] % bs);
+  }
+  AttentionBatch b{num_seqs, positions.data(), slots.data(), num_seqs, query_start.data(),
+                   table.data(), max_blocks, bs};
+  const uint64_t bytes = uint64_t(table.size()) * bs * 2 * kv_head_bytes(KvType::kF32, head_dim);
+  auto dk = cuda->allocate(bytes, "test"), dv = cuda->allocate(bytes, "test");
+  KvLayer cache{dk->data(), dv->data(), KvType::kF32};
+  const int64_t width = 8 * head_dim;
+  Device k(*cuda, random_values(num_seqs * 2 * head_dim, 1)),
+      v(*cuda, random_values(num_seqs * 2 * head_dim, 2)), q(*cuda, random_values(num_seqs * width, 3)),
+      out(*cuda, num_seqs * width), y(*cuda, num_seqs * 64);
+  cuda->write_kv(k.data(), v.data(), b, p, cache);
+  cuda->attention(q.data(), cache, b, p, out.data());
+  const Matrix wo = make_matrix(DType::kQ4_0, 64, width, 4);
+  cuda->matmul(wo.w, out.data(), num_seqs, y.data());
+  EXPECT_LT(relative_error(y.read(num_seqs * 64), host_q8_product(wo, out.read(num_seqs * width), num_seqs)),
+            1e-5);
 }
 
 // Time per product of the 8B shape's matrices, old kernels beside new, for the device check

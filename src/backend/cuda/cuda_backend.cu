@@ -289,8 +289,14 @@ class CudaBackend final : public Backend {
     const auto num_tiles = static_cast<int64_t>(tiles_host_.size() / 2);
     const int32_t* split = split_.put(stream_, split_host_.data(), num_split);
     const int32_t* tiles = attention_tiles_.put(stream_, tiles_host_.data(), 2 * num_tiles);
+    // A decode batch's output is quantized in the same kernel for the output product.
+    const int64_t count = int64_t{b.num_tokens} * p.num_heads * p.head_dim;
+    const bool quantize = q8_products_ && num_tiles == 0 && num_split == b.num_tokens &&
+                          p.head_dim % cuda::kUnit == 0 && !gemm_takes(b.num_tokens);
     cuda::attention(stream_, q, cache, seq_of, positions, table, b.max_blocks_per_seq,
-                    b.block_size, split, num_split, tiles, num_tiles, p, out);
+                    b.block_size, split, num_split, tiles, num_tiles, p, out,
+                    quantize ? q8_space(count) : nullptr);
+    if (quantize) q8_x_ = out, q8_count_ = count;
   }
   void silu_mul(const float* gate, const float* up, int64_t n, float* out) override {
     if (!gated_q8(false, gate, up, n, out)) cuda::silu_mul(stream_, gate, up, n, out);

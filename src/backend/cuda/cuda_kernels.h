@@ -87,11 +87,13 @@ void write_kv(cudaStream_t s, const float* k, const float* v, const int64_t* slo
 // listed in `tokens` are computed one block per (token, head) with the positions split over
 // warps (decodes); `tiles` holds {first token, count} pairs of up to kAttentionTileTokens
 // consecutive tokens of one sequence, computed sharing each chunk of keys and values (prompts).
+// With q8 (head_dim a multiple of 32, no tiles, every token listed): out's q8_1 blocks too.
 constexpr int32_t kAttentionTileTokens = 8;
 void attention(cudaStream_t s, const float* q, KvLayer cache, const int32_t* seq_of,
                const int32_t* positions, const int32_t* block_table, int32_t max_blocks,
                int32_t block_size, const int32_t* tokens, int64_t num_tokens,
-               const int32_t* tiles, int64_t num_tiles, const AttentionParams& p, float* out);
+               const int32_t* tiles, int64_t num_tiles, const AttentionParams& p, float* out,
+               void* q8 = nullptr);
 void silu_mul(cudaStream_t s, const float* gate, const float* up, int64_t n, float* out);
 void gelu_mul(cudaStream_t s, const float* gate, const float* up, int64_t n, float* out);
 void add(cudaStream_t s, float* x, const float* y, int64_t n);

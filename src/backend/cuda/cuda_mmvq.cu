@@ -30,26 +30,6 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
-__device__ __forceinline__ int warp_sum(int v) {
-  for (int o = kWarp / 2; o > 0; o /= 2) v += __shfl_xor_sync(kFullMask, v, o);
-  return v;
-}
-
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = kWarp / 2; o > 0; o /= 2) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, o));
-  return v;
-}
-
-// The warp's 32 values (one a lane) into *out: the same quants and scales as
-// quantize_q8_1_block on one thread (a maximum and an integer sum do not depend on order).
-__device__ __forceinline__ void quantize_warp(float v, int lane, BlockQ8_1* out) {
-  const float amax = warp_max(fabsf(v));
-  const int q = q8_value(v, amax);
-  const int sum = warp_sum(q);
-  out->qs[lane] = static_cast<int8_t>(q);
-  if (lane == 0) q8_scales(amax, sum, out);
-}
-
 // A warp per block of 32 values; x is [blocks * 32] floats.
 __global__ void quantize_kernel(const float* x, int64_t blocks, BlockQ8_1* out) {
   const int64_t b = static_cast<int64_t>(blockIdx.x) * (blockDim.x / kWarp) + threadIdx.x / kWarp;

@@ -167,6 +167,20 @@ PAGODA_HD void quantize_q8_1_block(const float* x, BlockQ8_1* out) {
   q8_scales(amax, sum, out);
 }
 
+#ifdef __CUDACC__
+// The 32 values of a warp (one a lane) into *out, on the device: the same quants and scales as
+// quantize_q8_1_block on one thread (a maximum and an integer sum do not depend on the order).
+__device__ __forceinline__ void quantize_warp(float v, int lane, BlockQ8_1* out) {
+  float amax = fabsf(v);
+  for (int o = 16; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const int q = q8_value(v, amax);
+  int sum = q;
+  for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+  out->qs[lane] = static_cast<int8_t>(q);
+  if (lane == 0) q8_scales(amax, sum, out);
+}
+#endif
+
 // ---- one unit of 32 weights against one BlockQ8_1 ----
 
 // Q4_K / Q5_K: sub-block j's 6-bit scale and min from the 12 packed bytes (get_scale_min_k4).
