@@ -242,6 +242,38 @@ TEST(CudaProducts, AttentionOutputFeedsTheOutputProduct) {
             1e-5);
 }
 
+uint64_t count_of(const std::string& json, const std::string& key) {
+  const size_t at = json.find("\"" + key + "\": ");
+  if (at == std::string::npos) return ~uint64_t{0};
+  return std::stoull(json.substr(at + key.size() + 4));
+}
+
+// The counters the device check divides by the steps: a product of a fresh input is two
+// launches (quantize, product) and no wait; reading the result back is one wait.
+TEST(CudaProducts, CountsLaunchesAndWaits) {
+  if (!cuda_backend_built()) {
+    EXPECT_EQ(cuda_counts_json(), "{}");
+    GTEST_SKIP() << "*** built without the CUDA backend: SKIPPING ***";
+  }
+  EXPECT_NE(count_of(cuda_counts_json(), "mallocs"), ~uint64_t{0});
+  GPU_OR_SKIP();
+  auto cuda = cuda_backend(false);
+  const Matrix m = make_matrix(DType::kQ4_0, 64, 512, 1);
+  Device x(*cuda, random_values(512, 2)), y(*cuda, 64);
+  cuda->matmul(m.w, x.data(), 1, y.data());  // uploads the weights
+  y.read(64);
+  const std::string before = cuda_counts_json();
+  cuda->matmul(m.w, x.data(), 1, y.data());
+  const std::string after = cuda_counts_json();
+  y.read(64);
+  const std::string read = cuda_counts_json();
+  EXPECT_EQ(count_of(after, "launches") - count_of(before, "launches"), 2u) << before << after;
+  EXPECT_EQ(count_of(after, "syncs"), count_of(before, "syncs"));
+  EXPECT_EQ(count_of(after, "mallocs"), count_of(before, "mallocs"));
+  EXPECT_EQ(count_of(read, "syncs") - count_of(after, "syncs"), 1u);
+  EXPECT_EQ(count_of(read, "downloads") - count_of(after, "downloads"), 1u);
+}
+
 // Time per product of the 8B shape's matrices, old kernels beside new, for the device check
 // (prints; asserts nothing about speed). Microseconds from the host clock over 50 launches
 // ended by one sync; GB/s counts the weight bytes.

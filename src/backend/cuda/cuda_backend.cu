@@ -458,10 +458,12 @@ std::string cuda_counts_json() {
   std::snprintf(text, sizeof text,
                 "{\"launches\": %llu, \"syncs\": %llu, \"mallocs\": %llu, \"memsets\": %llu, "
                 "\"uploads\": %llu, \"downloads\": %llu}",
-                static_cast<unsigned long long>(c.launches), static_cast<unsigned long long>(c.syncs),
-                static_cast<unsigned long long>(c.mallocs), static_cast<unsigned long long>(c.memsets),
-                static_cast<unsigned long long>(c.uploads),
-                static_cast<unsigned long long>(c.downloads));
+                static_cast<unsigned long long>(c.launches.load()),
+                static_cast<unsigned long long>(c.syncs.load()),
+                static_cast<unsigned long long>(c.mallocs.load()),
+                static_cast<unsigned long long>(c.memsets.load()),
+                static_cast<unsigned long long>(c.uploads.load()),
+                static_cast<unsigned long long>(c.downloads.load()));
   return text;
 }
 

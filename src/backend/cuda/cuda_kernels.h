@@ -4,6 +4,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 
@@ -14,14 +15,14 @@ namespace pagoda::cuda {
 
 // What the backend asked of the device since the process started, for the device check
 // (PAGODA_CUDA_COUNTS): kernel launches (a cuBLAS product counts as one), waits of the host for
-// the stream, and allocations.
+// the stream, and allocations. Atomic: backends of several models may run on several threads.
 struct Counts {
-  uint64_t launches = 0;
-  uint64_t syncs = 0;
-  uint64_t mallocs = 0;
-  uint64_t memsets = 0;
-  uint64_t uploads = 0;
-  uint64_t downloads = 0;
+  std::atomic<uint64_t> launches{0};
+  std::atomic<uint64_t> syncs{0};
+  std::atomic<uint64_t> mallocs{0};
+  std::atomic<uint64_t> memsets{0};
+  std::atomic<uint64_t> uploads{0};
+  std::atomic<uint64_t> downloads{0};
 };
 Counts& counts();
 
