@@ -1,5 +1,6 @@
 // The decode products on 8-bit activations (llama.cpp's mmvq design): the activations of a
-// step are quantized to BlockQ8_1 once (fused with RMSNorm where a norm produces them), and
+// step are quantized to BlockQ8_1 once (by the RMSNorm, gating or decode attention kernel that
+// produces them where one does: cuda_backend.cu's q8_of and forget_q8), and
 // each weight row is dotted with them by integer dot products (cuda_q8.cuh's dot_unit, the
 // functions the host tests run). A block of four warps takes one row (long rows) or two or
 // four rows (short ones); lane l of a row's warps takes units l, l + 32 * warps, ..., so a
