@@ -9,8 +9,10 @@ RESULTS_DIR holds, per model NAME (e.g. llama-3.1-8b-q4_0): lat-{old,new}-NAME.j
 bench latency), counts-{old,new}-NAME.txt (the backend's "cuda counts: {...}" line),
 thr64-{old,new}-NAME.json (bench throughput at 64 sequences; thr64-new64-NAME.json with
 batches up to 64 on the q8_1 kernels instead of cuBLAS), llama-NAME.json (llama-bench
--o json), and peaks.json and timing.txt (CudaProducts.TimingOfTheDecodeProducts) once.
-Per-step counts are the backend's totals over its logits downloads (one a step)."""
+-o json), and peaks.json, meta.json ({"runs", "output"} of the latency runs) and timing.txt
+(the CUDA tests' output, with CudaProducts.TimingOfTheDecodeProducts's lines) once.
+Per-step counts are per decode step: counts-half-{old,new}-NAME.txt holds the counts of the
+same latency run with half the output tokens, so the difference is runs * output / 2 steps'."""
 import argparse
 import glob
 import json
@@ -66,9 +68,12 @@ def pagoda_run(root, name, kernels, peaks):
         thr = load(os.path.join(root, f"thr64-new64-{name}.json"))
         run["throughput64_q8_tok_s"] = thr["runs"][0]["output_tokens_per_s"] if thr else None
     c = counts(os.path.join(root, f"counts-{kernels}-{name}.txt"))
-    if c and c.get("downloads"):
-        for key in ("launches", "syncs", "mallocs", "memsets", "uploads"):
-            run[f"{key}_per_step"] = c[key] / c["downloads"]
+    half = counts(os.path.join(root, f"counts-half-{kernels}-{name}.txt"))
+    meta = load(os.path.join(root, "meta.json")) or {}
+    steps = meta.get("runs", 0) * (meta.get("output", 0) - meta.get("output", 0) // 2)
+    if c and half and steps:  # per decode step: loading and prefill cancel out
+        for key in ("launches", "syncs", "mallocs", "memsets", "uploads", "downloads"):
+            run[f"{key}_per_step"] = (c[key] - half[key]) / steps
     return run
 
 
