@@ -113,6 +113,8 @@ TEST(CudaBackend, MatmulAndEmbedEveryTypeMatchTheReference) {
     SCOPED_TRACE(std::string(dtype_traits(type).name));
     const bool converted = type == DType::kQ2_K || type == DType::kQ3_K ||
                            type == DType::kIQ4_XS || type == DType::kFP8_E4M3;
+    const bool has_q8 = !converted && type != DType::kF32 && type != DType::kF16 &&
+                        type != DType::kBF16;
     // 512 columns: half the lanes hold a unit of 32 weights; 2,048: each lane takes two units.
     for (int64_t cols : {512, 2048}) {
       const Matrix wide = make_matrix(type, 67, cols, 7);
@@ -122,7 +124,10 @@ TEST(CudaBackend, MatmulAndEmbedEveryTypeMatchTheReference) {
         ref->matmul(wide.w, x.data(), n, expected.data());
         Device dx(*cuda, x), dy(*cuda, n * 67);
         cuda->matmul(wide.w, dx.data(), n, dy.data());
-        EXPECT_LT(relative_error(dy.read(n * 67), expected), converted ? 2e-3 : 2e-5)
+        // Q4_0 .. Q6_K take 8-bit activations below 16 tokens (cuda_mmvq.cu): within 6.5e-3
+        // of the float product on the host (test_cuda_products.cc), so 1e-2 here.
+        const double bound = converted ? 2e-3 : has_q8 ? 1e-2 : 2e-5;
+        EXPECT_LT(relative_error(dy.read(n * 67), expected), bound)
             << n << " tokens, " << cols << " columns";
       }
     }

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <tuple>
@@ -26,9 +27,13 @@ void check(cudaError_t e, const char* what) {
   if (e != cudaSuccess) fail("CUDA: ", what, ": ", cudaGetErrorString(e));
 }
 
+using cuda::counts;
+
 class DeviceBuffer final : public BackendBuffer {
  public:
-  DeviceBuffer(uint64_t bytes, const char* what) : bytes_(bytes) {
+  // Zeroed unless `zero` is false (scratch the kernels write before they read).
+  DeviceBuffer(uint64_t bytes, const char* what, bool zero = true) : bytes_(bytes) {
+    ++counts().mallocs;
     const cudaError_t e = cudaMalloc(&data_, bytes == 0 ? 1 : bytes);
     if (e != cudaSuccess) {
       size_t free_bytes = 0, total = 0;
@@ -36,6 +41,8 @@ class DeviceBuffer final : public BackendBuffer {
       fail(what, " needs ", bytes >> 20, " MiB of GPU memory but only ", free_bytes >> 20,
            " MiB are free (", cudaGetErrorString(e), ")");
     }
+    if (!zero) return;
+    ++counts().memsets;
     check(cudaMemset(data_, 0, bytes), "cudaMemset");
   }
   ~DeviceBuffer() override { cudaFree(data_); }
@@ -47,17 +54,19 @@ class DeviceBuffer final : public BackendBuffer {
   uint64_t bytes_ = 0;
 };
 
-// A device array of T that grows to the largest count asked for (the per-step inputs). Every
-// layer of a step passes the same positions, slots and block table: an upload equal to the
-// last one is skipped, which saves a copy (and its few microseconds) per op and layer.
+// A device array of T that grows to the largest count asked for (the per-step inputs), to
+// twice the count so that a block table growing by a block a step does not allocate each step;
+// never zeroed (every read is of what was uploaded). Every layer of a step passes the same
+// positions, slots and block table: an upload equal to the last one is skipped, which saves a
+// copy (and its few microseconds) per op and layer.
 template <typename T>
 class Staging {
  public:
   T* put(cudaStream_t s, const T* host, int64_t count) {
     if (count > capacity_) {
-      buffer_ = std::make_unique<DeviceBuffer>(static_cast<uint64_t>(count) * sizeof(T),
-                                               "a step's inputs");
-      capacity_ = count;
+      capacity_ = std::max<int64_t>(2 * count, 64);
+      buffer_ = std::make_unique<DeviceBuffer>(static_cast<uint64_t>(capacity_) * sizeof(T),
+                                               "a step's inputs", false);
       last_.clear();
     }
     auto* dst = static_cast<T*>(buffer_ ? buffer_->data() : nullptr);
@@ -65,6 +74,7 @@ class Staging {
     if (count > 0 && !(last_.size() == size && std::memcmp(last_.data(), host, size * sizeof(T)) == 0)) {
       check(cudaMemcpyAsync(dst, host, size * sizeof(T), cudaMemcpyHostToDevice, s),
             "upload of a step's inputs");
+      ++counts().uploads;
       last_.assign(host, host + size);
     }
     return dst;
@@ -84,10 +94,18 @@ class CudaBackend final : public Backend {
     // legacy default stream and may return before they finish; only a blocking stream is
     // ordered after them.
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamDefault), "cudaStreamCreate");
+    const char* kernels = std::getenv("PAGODA_CUDA_KERNELS");
+    q8_products_ = kernels == nullptr || std::strcmp(kernels, "old") != 0;
+    if (const char* min = std::getenv("PAGODA_CUDA_GEMM_MIN_TOKENS")) {
+      gemm_min_tokens_ = std::max(1, std::atoi(min));
+    }
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
     cudaStreamDestroy(stream_);
+    if (std::getenv("PAGODA_CUDA_COUNTS") != nullptr) {
+      std::fprintf(stderr, "cuda counts: %s\n", cuda_counts_json().c_str());
+    }
   }
 
   std::string name() const override { return "cuda"; }
@@ -98,11 +116,14 @@ class CudaBackend final : public Backend {
   }
   void upload(const void* host, uint64_t bytes, void* dst) override {
     if (bytes == 0) return;
+    forget_q8();
+    ++counts().uploads, ++counts().syncs;
     check(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, stream_), "upload");
     check(cudaStreamSynchronize(stream_), "upload");
   }
   void download(const void* src, uint64_t bytes, void* host) override {
     if (bytes == 0) return;
+    ++counts().downloads, ++counts().syncs;
     check(cudaMemcpyAsync(host, src, bytes, cudaMemcpyDeviceToHost, stream_), "download");
     check(cudaStreamSynchronize(stream_), "download");
   }
@@ -110,6 +131,7 @@ class CudaBackend final : public Backend {
                    float* out) override {
     const auto count = static_cast<int64_t>(rows.size());
     if (count == 0) return;
+    forget_q8();
     const int32_t* device_rows = rows_.put(stream_, rows.data(), count);
     if (out != x) {
       cuda::gather_rows(stream_, x, device_rows, count, width, out);
@@ -123,6 +145,7 @@ class CudaBackend final : public Backend {
           "gather_rows");
   }
   void copy_blocks(KvLayer cache, uint64_t block_bytes, std::span<const BlockCopy> copies) override {
+    forget_q8();
     for (const BlockCopy& c : copies) {
       if (c.src == c.dst) continue;
       for (void* base : {cache.k, cache.v}) {
@@ -141,13 +164,21 @@ class CudaBackend final : public Backend {
     for (int64_t t = 0; t < n; ++t) {
       if (ids[t] < 0 || ids[t] >= table.rows) fail("token id ", ids[t], " is outside the embedding table");
     }
+    forget_q8();
     const Weights& w = weights(table);
     cuda::embed(stream_, w.type, w.data(), w.row_bytes, table.cols, ids_.put(stream_, ids, n), n,
                 out);
   }
   void matmul(const WeightMatrix& w, const float* x, int64_t n, float* y) override {
     const Weights& d = weights(w);
-    if (n >= cuda::kGemmMinTokens && w.cols % 32 == 0 && cuda::blas_available()) {
+    if (q8_product(d.type, w.cols, n)) {
+      const cuda::Q8Product p{d.data(), d.row_bytes, w.rows, y};
+      cuda::matmul_q8(stream_, d.type, &p, 1, w.cols, q8_of(x, n, w.cols), n);
+      forget_q8_under(y, n * w.rows);
+      return;
+    }
+    forget_q8_under(y, n * w.rows);
+    if (gemm_takes(n) && w.cols % 32 == 0) {
       const uint64_t bytes = cuda::GemmContext::scratch_bytes(d.type, w.rows, w.cols, n);
       if (bytes > (gemm_scratch_ ? gemm_scratch_->bytes() : 0)) {
         gemm_scratch_ = std::make_unique<DeviceBuffer>(bytes, "the products' scratch");
@@ -158,8 +189,47 @@ class CudaBackend final : public Backend {
     }
     cuda::matmul(stream_, d.type, d.data(), d.row_bytes, w.rows, w.cols, x, n, y);
   }
+  // Products of the same x (Q, K and V; gate and up) share one quantized x; those of one type
+  // and width run as one launch.
+  void matmul_many(std::initializer_list<Product> products, const float* x,
+                   int64_t num_tokens) override {
+    std::vector<cuda::Q8Product> group;
+    DType group_type = DType::kF32;
+    int64_t group_cols = 0;
+    auto flush = [&] {
+      if (group.empty()) return;
+      cuda::matmul_q8(stream_, group_type, group.data(), static_cast<int>(group.size()),
+                      group_cols, q8_of(x, num_tokens, group_cols), num_tokens);
+      for (const cuda::Q8Product& p : group) forget_q8_under(p.y, num_tokens * p.rows);
+      group.clear();
+    };
+    for (const Product& p : products) {
+      const Weights& d = weights(*p.w);
+      if (!q8_product(d.type, p.w->cols, num_tokens)) {
+        flush();
+        matmul(*p.w, x, num_tokens, p.y);
+        continue;
+      }
+      if (!group.empty() && (d.type != group_type || p.w->cols != group_cols ||
+                             group.size() == cuda::kMaxQ8Products)) {
+        flush();
+      }
+      group_type = d.type;
+      group_cols = p.w->cols;
+      group.push_back({d.data(), d.row_bytes, p.w->rows, p.y});
+    }
+    flush();
+  }
   void rms_norm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
                 float* y) override {
+    forget_q8();
+    if (q8_products_ && dim % cuda::kUnit == 0 && !gemm_takes(rows)) {
+      // The products after a norm read its output quantized: made here, in the same pass.
+      cuda::rms_norm_q8_1(stream_, x, vector(weight, dim), rows, dim, eps, y,
+                          q8_space(rows * dim));
+      q8_x_ = y, q8_count_ = rows * dim;
+      return;
+    }
     cuda::rms_norm(stream_, x, vector(weight, dim), rows, dim, eps, y);
   }
   void rope(float* x, const int32_t* positions, int64_t n, int64_t heads, int64_t head_dim,
@@ -168,17 +238,20 @@ class CudaBackend final : public Backend {
       fail("the CUDA backend does not compute YaRN RoPE scaling or a RoPE attention factor yet "
            "(run on the CPU backend)");
     }
+    forget_q8();
     const float* factors = p.freq_factors ? vector(p.freq_factors, p.rotary_dim / 2) : nullptr;
     cuda::rope(stream_, x, positions_.put(stream_, positions, n), n, heads, head_dim, p, factors);
   }
   void write_kv(const float* k, const float* v, const AttentionBatch& b, const AttentionParams& p,
                 KvLayer cache) override {
+    forget_q8();
     check_kv_type(cache.type);
     cuda::write_kv(stream_, k, v, slots_.put(stream_, b.slot_mapping, b.num_tokens), b.num_tokens,
                    b.block_size, p, cache);
   }
   void attention(const float* q, KvLayer cache, const AttentionBatch& b, const AttentionParams& p,
                  float* out) override {
+    forget_q8();
     check_kv_type(cache.type);
     if (p.sinks != nullptr) fail("the CUDA backend does not compute attention sinks (gpt-oss) yet (run on the CPU backend)");
     seq_of_host_.resize(static_cast<size_t>(b.num_tokens));
@@ -216,20 +289,33 @@ class CudaBackend final : public Backend {
     const auto num_tiles = static_cast<int64_t>(tiles_host_.size() / 2);
     const int32_t* split = split_.put(stream_, split_host_.data(), num_split);
     const int32_t* tiles = attention_tiles_.put(stream_, tiles_host_.data(), 2 * num_tiles);
+    // A decode batch's output is quantized in the same kernel for the output product.
+    const int64_t count = int64_t{b.num_tokens} * p.num_heads * p.head_dim;
+    const bool quantize = q8_products_ && num_tiles == 0 && num_split == b.num_tokens &&
+                          p.head_dim % cuda::kUnit == 0 && !gemm_takes(b.num_tokens);
     cuda::attention(stream_, q, cache, seq_of, positions, table, b.max_blocks_per_seq,
-                    b.block_size, split, num_split, tiles, num_tiles, p, out);
+                    b.block_size, split, num_split, tiles, num_tiles, p, out,
+                    quantize ? q8_space(count) : nullptr);
+    if (quantize) q8_x_ = out, q8_count_ = count;
   }
   void silu_mul(const float* gate, const float* up, int64_t n, float* out) override {
-    cuda::silu_mul(stream_, gate, up, n, out);
+    if (!gated_q8(false, gate, up, n, out)) cuda::silu_mul(stream_, gate, up, n, out);
   }
   void gelu_mul(const float* gate, const float* up, int64_t n, float* out) override {
-    cuda::gelu_mul(stream_, gate, up, n, out);
+    if (!gated_q8(true, gate, up, n, out)) cuda::gelu_mul(stream_, gate, up, n, out);
   }
-  void add(float* x, const float* y, int64_t n) override { cuda::add(stream_, x, y, n); }
+  void add(float* x, const float* y, int64_t n) override {
+    forget_q8();
+    cuda::add(stream_, x, y, n);
+  }
   void add_bias(float* x, const float* bias, int64_t rows, int64_t dim) override {
+    forget_q8();
     cuda::add_bias(stream_, x, vector(bias, dim), rows, dim);
   }
-  void scale(float* x, float s, int64_t n) override { cuda::scale(stream_, x, s, n); }
+  void scale(float* x, float s, int64_t n) override {
+    forget_q8();
+    cuda::scale(stream_, x, s, n);
+  }
 
  private:
   struct Weights {
@@ -245,6 +331,46 @@ class CudaBackend final : public Backend {
     std::vector<float> host;
     std::unique_ptr<DeviceBuffer> device;
   };
+
+  // Whether a product of n tokens goes to cuBLAS.
+  bool gemm_takes(int64_t n) const { return n >= gemm_min_tokens_ && cuda::blas_available(); }
+  // Whether a product runs on q8_1 activations (else the float kernels or cuBLAS).
+  bool q8_product(DType type, int64_t cols, int64_t n) const {
+    return q8_products_ && cuda::has_q8_product(type) && cols % cuda::kUnit == 0 && !gemm_takes(n);
+  }
+  // The down projection reads a gating's result quantized: made in the same pass, for
+  // decode-sized batches (n below gemm_min_tokens_ rows of a feed-forward up to kMaxFusedWidth
+  // wide). False (and nothing done) otherwise.
+  bool gated_q8(bool gelu, const float* gate, const float* up, int64_t n, float* out) {
+    forget_q8();
+    if (!q8_products_ || n % cuda::kUnit != 0 || n >= gemm_min_tokens_ * kMaxFusedWidth) return false;
+    cuda::gated_q8_1(stream_, gelu, gate, up, n, out, q8_space(n));
+    q8_x_ = out, q8_count_ = n;
+    return true;
+  }
+  // Device memory for `count` values quantized (grown, never shrunk).
+  void* q8_space(int64_t count) {
+    const uint64_t bytes = cuda::q8_bytes(1, count);
+    if (!q8_ || q8_->bytes() < bytes) {
+      q8_ = std::make_unique<DeviceBuffer>(std::max<uint64_t>(2 * bytes, 1 << 16),
+                                           "the quantized activations", false);
+    }
+    return q8_->data();
+  }
+  // x [n, cols] quantized: the blocks a norm or an earlier product made of it, else made now.
+  const void* q8_of(const float* x, int64_t n, int64_t cols) {
+    if (q8_x_ == x && q8_count_ == n * cols) return q8_->data();
+    void* q = q8_space(n * cols);
+    cuda::quantize_q8_1(stream_, x, n, cols, q);
+    q8_x_ = x, q8_count_ = n * cols;
+    return q;
+  }
+  // The quantized x is valid until an op writes device memory other than a product's output;
+  // a product whose output overlaps x invalidates it too.
+  void forget_q8() { q8_x_ = nullptr; }
+  void forget_q8_under(const float* y, int64_t count) {
+    if (q8_x_ != nullptr && y < q8_x_ + q8_count_ && q8_x_ < y + count) forget_q8();
+  }
 
   static void check_kv_type(KvType type) {
     if (type != KvType::kF32 && type != KvType::kF16) {
@@ -268,6 +394,7 @@ class CudaBackend final : public Backend {
       d.buffer = std::make_unique<DeviceBuffer>(w.row_bytes * w.rows, "the weights");
       check(cudaMemcpy(d.buffer->data(), w.data, w.row_bytes * w.rows, cudaMemcpyHostToDevice),
             "weight upload");
+      ++counts().uploads, ++counts().syncs;  // cudaMemcpy waits
     } else {
       d.type = DType::kF16;
       d.row_bytes = static_cast<uint64_t>(w.cols) * 2;
@@ -280,6 +407,7 @@ class CudaBackend final : public Backend {
       d.buffer = std::make_unique<DeviceBuffer>(halves.size() * 2, "the weights");
       check(cudaMemcpy(d.buffer->data(), halves.data(), halves.size() * 2, cudaMemcpyHostToDevice),
             "weight upload");
+      ++counts().uploads, ++counts().syncs;  // cudaMemcpy waits
     }
     return weights_.emplace(key, std::move(d)).first->second;
   }
@@ -292,12 +420,20 @@ class CudaBackend final : public Backend {
       v.host.assign(host, host + n);
       v.device = std::make_unique<DeviceBuffer>(bytes, "the weights");
       check(cudaMemcpy(v.device->data(), host, bytes, cudaMemcpyHostToDevice), "weight upload");
+      ++counts().uploads, ++counts().syncs;  // cudaMemcpy waits
     }
     return static_cast<const float*>(v.device->data());
   }
 
   int device_;
   cudaStream_t stream_ = nullptr;
+  bool q8_products_ = true;  // PAGODA_CUDA_KERNELS=old: the float products of before
+  // Products of fewer tokens take the kernels (PAGODA_CUDA_GEMM_MIN_TOKENS, for measuring).
+  int64_t gemm_min_tokens_ = cuda::kGemmMinTokens;
+  std::unique_ptr<DeviceBuffer> q8_;
+  const float* q8_x_ = nullptr;  // what q8_ holds quantized (q8_count_ values), when not null
+  int64_t q8_count_ = 0;
+  static constexpr int64_t kMaxFusedWidth = 65536;
   using WeightKey = std::tuple<uint64_t, const uint8_t*, int64_t, int64_t>;
   std::map<WeightKey, Weights> weights_;
   std::unordered_map<const float*, Vector> vectors_;
@@ -315,6 +451,21 @@ class CudaBackend final : public Backend {
 bool cuda_backend_built() { return true; }
 
 bool cuda_blas_available() { return cuda::blas_available(); }
+
+std::string cuda_counts_json() {
+  const cuda::Counts& c = counts();
+  char text[256];
+  std::snprintf(text, sizeof text,
+                "{\"launches\": %llu, \"syncs\": %llu, \"mallocs\": %llu, \"memsets\": %llu, "
+                "\"uploads\": %llu, \"downloads\": %llu}",
+                static_cast<unsigned long long>(c.launches.load()),
+                static_cast<unsigned long long>(c.syncs.load()),
+                static_cast<unsigned long long>(c.mallocs.load()),
+                static_cast<unsigned long long>(c.memsets.load()),
+                static_cast<unsigned long long>(c.uploads.load()),
+                static_cast<unsigned long long>(c.downloads.load()));
+  return text;
+}
 
 bool cuda_unit_values_on_host(DType type, const uint8_t* row, int64_t unit, float* out) {
   if (!cuda::device_decodes(type)) return false;

@@ -19,6 +19,10 @@ bool cuda_blas_available();
 // tested against the reference without a GPU: out[e] = element 32 * unit + e of `row`. False
 // when this build has no CUDA backend or the type no device decoder.
 bool cuda_unit_values_on_host(DType type, const uint8_t* row, int64_t unit, float* out);
+// The device work counted so far (launches, host syncs, cudaMalloc / cudaMemset calls, uploads,
+// downloads) as one JSON object; a backend prints it to stderr when it is destroyed if
+// PAGODA_CUDA_COUNTS is set. "{}" when not built.
+std::string cuda_counts_json();
 // GPUs the CUDA runtime sees: 0 when not built, without a driver or without a device.
 int cuda_device_count();
 // "NVIDIA H200 (sm_90, 139.8 GiB)"; throws Error when there is no such device.

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "backend/cuda/cuda_q8.cuh"
 #include "core/dtype.h"
 #include "core/error.h"
 
@@ -21,17 +22,6 @@ __device__ __forceinline__ float half_at(const uint8_t* p) {
 __device__ __forceinline__ float bf16_at(const uint8_t* p) {
   const uint32_t bits = static_cast<uint32_t>(p[0] | (p[1] << 8)) << 16;
   return __uint_as_float(bits);
-}
-
-// Q4_K / Q5_K: sub-block j's 6-bit scale and min from the 12 packed bytes (get_scale_min_k4).
-__host__ __device__ __forceinline__ void scale_min_k4(int j, const uint8_t* q, int* sc, int* m) {
-  if (j < 4) {
-    *sc = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
 }
 
 // The types decoded here; every other type is converted to F16 when uploaded.

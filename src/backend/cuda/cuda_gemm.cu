@@ -157,6 +157,7 @@ void GemmContext::run(cudaStream_t s, DType type, const uint8_t* w, uint64_t row
   }
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) fail("CUDA: gemm inputs: ", cudaGetErrorString(e));
+  counts().launches += type == DType::kF32 ? 1 : type == DType::kF16 || type == DType::kBF16 ? 2 : 3;
   // Row-major y[n, rows] = x[n, cols] W^T is column-major y^T = W^T' x^T with W read as the
   // column-major cols x rows matrix it is in memory, transposed.
   check_blas(blas->gemm(handle_->handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(rows),

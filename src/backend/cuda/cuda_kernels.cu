@@ -26,6 +26,7 @@ constexpr int kRowsPerBlock = 4;    // warps per block in the products
 void check_launch(const char* what) {
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) fail("CUDA: ", what, ": ", cudaGetErrorString(e));
+  ++counts().launches;
 }
 
 unsigned blocks_for(int64_t n, int threads) {
@@ -187,7 +188,7 @@ __global__ void attention_kernel(const float* q, const KV* kc, const KV* vc, con
                                  const int32_t* positions, const int32_t* block_table,
                                  int32_t max_blocks, int32_t block_size, const int32_t* tokens,
                                  int32_t heads, int32_t kv_heads, int32_t head_dim, float scale,
-                                 int32_t window, float* out) {
+                                 int32_t window, float* out, BlockQ8_1* q8) {
   __shared__ float q_shared[kMaxHeadDim];
   __shared__ float acc_shared[kSplitWarps][kMaxHeadDim];
   __shared__ float max_shared[kSplitWarps], denom_shared[kSplitWarps];
@@ -266,7 +267,10 @@ __global__ void attention_kernel(const float* q, const KV* kc, const KV* vc, con
     for (int w = 0; w < kSplitWarps; ++w) {
       if (max_shared[w] != -INFINITY) sum += acc_shared[w][d] * expf(max_shared[w] - block_max);
     }
-    out[pair * head_dim + d] = sum / total;
+    const float v = sum / total;
+    out[pair * head_dim + d] = v;
+    // With q8 (head_dim a multiple of 32, so whole warps are here): the output product's input.
+    if (q8 != nullptr) quantize_warp(v, threadIdx.x % kWarp, q8 + (pair * head_dim + d) / kWarp);
   }
 }
 
@@ -419,6 +423,11 @@ constexpr int kThreads = 256;
 
 }  // namespace
 
+Counts& counts() {
+  static Counts c;
+  return c;
+}
+
 bool decodes(DType type) { return device_decodes(type); }
 
 void embed(cudaStream_t s, DType type, const uint8_t* table, uint64_t row_bytes, int64_t cols,
@@ -487,7 +496,8 @@ void write_kv(cudaStream_t s, const float* k, const float* v, const int64_t* slo
 void attention(cudaStream_t s, const float* q, KvLayer cache, const int32_t* seq_of,
                const int32_t* positions, const int32_t* block_table, int32_t max_blocks,
                int32_t block_size, const int32_t* tokens, int64_t num_tokens,
-               const int32_t* tiles, int64_t num_tiles, const AttentionParams& p, float* out) {
+               const int32_t* tiles, int64_t num_tiles, const AttentionParams& p, float* out,
+               void* q8) {
   if (p.head_dim > kMaxHeadDim) {
     fail("the CUDA backend's attention takes head_dim up to ", kMaxHeadDim, ", not ", p.head_dim);
   }
@@ -496,7 +506,7 @@ void attention(cudaStream_t s, const float* q, KvLayer cache, const int32_t* seq
       attention_kernel<<<static_cast<unsigned>(num_tokens * p.num_heads), kSplitWarps * kWarp, 0,
                          s>>>(q, k, v, seq_of, positions, block_table, max_blocks, block_size,
                               tokens, p.num_heads, p.num_kv_heads, p.head_dim, p.scale, p.window,
-                              out);
+                              out, static_cast<BlockQ8_1*>(q8));
       check_launch("attention");
     }
     if (num_tiles > 0) {

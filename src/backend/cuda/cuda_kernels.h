@@ -4,12 +4,27 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_q8.cuh"
 
 namespace pagoda::cuda {
+
+// What the backend asked of the device since the process started, for the device check
+// (PAGODA_CUDA_COUNTS): kernel launches (a cuBLAS product counts as one), waits of the host for
+// the stream, and allocations. Atomic: backends of several models may run on several threads.
+struct Counts {
+  std::atomic<uint64_t> launches{0};
+  std::atomic<uint64_t> syncs{0};
+  std::atomic<uint64_t> mallocs{0};
+  std::atomic<uint64_t> memsets{0};
+  std::atomic<uint64_t> uploads{0};
+  std::atomic<uint64_t> downloads{0};
+};
+Counts& counts();
 
 // Whether matmul / embed read `type` directly (else it is uploaded converted to F16).
 bool decodes(DType type);
@@ -39,6 +54,29 @@ class GemmContext {
   std::unique_ptr<Handle> handle_;
 };
 
+// The decode products on 8-bit activations (cuda_mmvq.cu, cuda_q8.cuh): x quantized to q8_1
+// blocks (q8_bytes(n, cols) of device memory) once, then every product of that x reads them.
+bool has_q8_product(DType type);
+uint64_t q8_bytes(int64_t n, int64_t cols);
+void quantize_q8_1(cudaStream_t s, const float* x, int64_t n, int64_t cols, void* q8);
+// rms_norm (the same y) that also writes y's q8_1 blocks; dim a multiple of 32.
+void rms_norm_q8_1(cudaStream_t s, const float* x, const float* weight, int64_t rows, int64_t dim,
+                   float eps, float* y, void* q8);
+// silu_mul (gelu_mul) with the same out that also writes out's q8_1 blocks; n a multiple of 32.
+// The blocks of a [tokens, cols] row-major array are those of its n = tokens * cols values.
+void gated_q8_1(cudaStream_t s, bool gelu, const float* gate, const float* up, int64_t n,
+                float* out, void* q8);
+struct Q8Product {
+  const uint8_t* w;
+  uint64_t row_bytes;
+  int64_t rows;
+  float* y;  // [n, rows]
+};
+// y = x W^T for 1 to kMaxQ8Products (cuda_q8.cuh) matrices of `type` with `cols` columns, in one launch per
+// pass of up to 8 tokens.
+void matmul_q8(cudaStream_t s, DType type, const Q8Product* products, int count, int64_t cols,
+               const void* q8, int64_t n);
+
 void rms_norm(cudaStream_t s, const float* x, const float* weight, int64_t rows, int64_t dim,
               float eps, float* y);
 void rope(cudaStream_t s, float* x, const int32_t* positions, int64_t n, int64_t heads,
@@ -50,11 +88,13 @@ void write_kv(cudaStream_t s, const float* k, const float* v, const int64_t* slo
 // listed in `tokens` are computed one block per (token, head) with the positions split over
 // warps (decodes); `tiles` holds {first token, count} pairs of up to kAttentionTileTokens
 // consecutive tokens of one sequence, computed sharing each chunk of keys and values (prompts).
+// With q8 (head_dim a multiple of 32, no tiles, every token listed): out's q8_1 blocks too.
 constexpr int32_t kAttentionTileTokens = 8;
 void attention(cudaStream_t s, const float* q, KvLayer cache, const int32_t* seq_of,
                const int32_t* positions, const int32_t* block_table, int32_t max_blocks,
                int32_t block_size, const int32_t* tokens, int64_t num_tokens,
-               const int32_t* tiles, int64_t num_tiles, const AttentionParams& p, float* out);
+               const int32_t* tiles, int64_t num_tiles, const AttentionParams& p, float* out,
+               void* q8 = nullptr);
 void silu_mul(cudaStream_t s, const float* gate, const float* up, int64_t n, float* out);
 void gelu_mul(cudaStream_t s, const float* gate, const float* up, int64_t n, float* out);
 void add(cudaStream_t s, float* x, const float* y, int64_t n);

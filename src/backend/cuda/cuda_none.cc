@@ -9,6 +9,7 @@ namespace pagoda {
 bool cuda_backend_built() { return false; }
 bool cuda_blas_available() { return false; }
 bool cuda_unit_values_on_host(DType, const uint8_t*, int64_t, float*) { return false; }
+std::string cuda_counts_json() { return "{}"; }
 int cuda_device_count() { return 0; }
 std::string cuda_device_description(int device) {
   fail("this pagoda was built without the CUDA backend (no nvcc found; see docs/CUDA.md)");
