@@ -96,7 +96,7 @@ int32_t resolve_context(const GenerationOptions& o, const Model& model) {
                        ? kContextWithoutTrainedLength
                        : std::min<int64_t>(config.context_length, kMaxDefaultContext);
   const uint64_t per_token =
-      KvStorage::slot_bytes(config, parse_kv_type(o.kv_type)) * 2 * config.num_layers;
+      KvStorage::token_bytes(config, parse_kv_type(o.kv_type));
   const std::optional<uint64_t> available = available_memory_bytes();
   if (available && per_token > 0) {
     // At most a quarter of the free memory, in whole blocks of 256 tokens (and at least one).

@@ -28,7 +28,7 @@ int32_t num_kv_blocks_in_budget(const EngineConfig& config, const ModelConfig& m
     return static_cast<int32_t>(num_blocks);
   }
   return BlockPool::num_blocks_for_budget(
-      config.kv_cache_bytes, KvStorage::slot_bytes(model, config.kv_type) * 2 * model.num_layers,
+      config.kv_cache_bytes, KvStorage::token_bytes(model, config.kv_type),
       config.block_size);
 }
 
@@ -37,7 +37,7 @@ int32_t num_kv_blocks_in_budget(const EngineConfig& config, const ModelConfig& m
 int32_t num_kv_blocks(const EngineConfig& config, const ModelConfig& model) {
   const int32_t num_blocks = num_kv_blocks_in_budget(config, model);
   const uint64_t bytes = static_cast<uint64_t>(num_blocks) * static_cast<uint64_t>(config.block_size) *
-                         KvStorage::slot_bytes(model, config.kv_type) * 2 * model.num_layers;
+                         KvStorage::token_bytes(model, config.kv_type);
   check_memory_available(
       bytes,
       str_cat("the KV cache of ", static_cast<int64_t>(num_blocks) * config.block_size, " tokens"),

@@ -20,6 +20,12 @@ void ModelConfig::validate(const std::string& source) const {
   if (num_experts != 0 && (num_experts_used == 0 || num_experts_used > num_experts)) {
     fail(source, ": ", num_experts_used, " experts used per token of ", num_experts);
   }
+  for (uint32_t l = 0; l < num_kv_heads_per_layer.size(); ++l) {
+    if (num_kv_heads_per_layer[l] == 0 || num_heads % num_kv_heads_per_layer[l] != 0) {
+      fail(source, ": layer ", l, "'s ", num_kv_heads_per_layer[l], " KV heads do not divide ",
+           num_heads, " attention heads");
+    }
+  }
   if (num_heads % num_kv_heads != 0) {
     fail(source, ": ", num_heads, " attention heads are not a multiple of ", num_kv_heads,
          " KV heads");
@@ -95,6 +101,7 @@ class GgufConfigReader {
     }
     if (per_layer != nullptr) *per_layer = out;
     if (out.empty()) return 0;
+    if (per_layer_ok) return out.front();
     for (uint32_t v : out) {
       if (v != out.front()) {
         note(str_cat("metadata key '", key, "' gives each layer its own value (", v, " and ",
@@ -106,9 +113,45 @@ class GgufConfigReader {
   }
   void note(std::string message) { c_.unreadable.push_back(std::move(message)); }
 
+ public:
+  bool per_layer_ok = false;  // the family's forward pass reads per-layer arrays
+
+ private:
   const GgufFile& f_;
   ModelConfig& c_;
 };
+
+// Gemma 4's per-layer shapes (ModelConfig::sliding_layers and the fields after it).
+void read_layer_layout(const GgufFile& f, const std::string& a, GgufConfigReader& r,
+                       ModelConfig& c) {
+  // An array of booleans (llama.cpp's converter) or of integers.
+  if (const GgufValue* v = f.find(a + "attention.sliding_window_pattern")) {
+    if (v->type != GgufType::kArray) {
+      c.unreadable.push_back(str_cat("metadata key '", a, "attention.sliding_window_pattern' "
+                                     "is not an array; pagoda reads one flag per layer"));
+    }
+    for (const GgufValue& e : v->array) c.sliding_layers.push_back(e.u != 0 || e.i != 0 ? 1 : 0);
+  }
+  c.head_dim_sliding = r.u32(a + "attention.key_length_swa");
+  c.rotary_dim_sliding = r.u32(a + "rope.dimension_count_swa");
+  c.rope_theta_sliding = r.f32(a + "rope.freq_base_swa", c.rope_theta_sliding);
+  c.kv_shared_layers = r.u32(a + "attention.shared_kv_layers");
+  c.per_layer_input_dim = r.u32(a + "embedding_length_per_layer_input");
+  c.final_logit_softcap = r.f32(a + "final_logit_softcapping", 0.0f);
+  const auto sized = [&](size_t n) { return n == 0 || n == c.num_layers; };
+  if (!sized(c.sliding_layers.size()) || !sized(c.num_kv_heads_per_layer.size()) ||
+      !sized(c.intermediate_per_layer.size())) {
+    c.unreadable.push_back(str_cat("a per-layer array does not have one value for each of the ",
+                                   c.num_layers, " layers"));
+  }
+  if (c.kv_shared_layers != 0 &&
+      (c.kv_shared_layers + 2 > c.num_layers || !c.layer_sliding(c.kv_layer_count() - 2) ||
+       c.layer_sliding(c.kv_layer_count() - 1))) {
+    c.unreadable.push_back(str_cat(
+        "metadata key '", a, "attention.shared_kv_layers' is ", c.kv_shared_layers,
+        "; the two layers before the shared ones must be a sliding-window one, then a global one"));
+  }
+}
 
 }  // namespace
 
@@ -119,9 +162,10 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   c.name = r.str("general.name");
   const std::string a = c.architecture + ".";
   auto u32 = [&](const std::string& key) { return r.u32(key); };
+  r.per_layer_ok = c.architecture == "gemma4";
   c.num_layers = u32(a + "block_count");
   c.hidden_size = u32(a + "embedding_length");
-  c.intermediate_size = u32(a + "feed_forward_length");
+  c.intermediate_size = r.u32(a + "feed_forward_length", &c.intermediate_per_layer);
   c.num_heads = u32(a + "attention.head_count");
   c.num_kv_heads = r.u32(a + "attention.head_count_kv", &c.num_kv_heads_per_layer);
   if (c.num_kv_heads == 0) c.num_kv_heads = c.num_heads;  // absent means plain multi-head
@@ -153,6 +197,7 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   c.expert_gating_sigmoid = u32(a + "expert_gating_func") == 2;  // llama.cpp: 1 softmax, 2 sigmoid
   c.expert_weights_norm = r.flag(a + "expert_weights_norm", c.expert_weights_norm);
   c.causal_attention = r.flag(a + "attention.causal", true);
+  if (r.per_layer_ok) read_layer_layout(f, a, r, c);
   // GGUF has no key for a Normalize module; llama-server L2-normalises embeddings by default.
   c.normalize_embeddings = true;
   c.token_type_count = u32("tokenizer.ggml.token_type_count");

@@ -41,6 +41,24 @@ struct ModelConfig {
   // Multiplies cos and sin of every rotation (GGUF rope.scaling.attn_factor), YaRN or not.
   float rope_attn_factor = 1.0f;
   uint32_t sliding_window = 0;       // 0: every layer attends globally
+  // Layers that differ from each other (Gemma 4; empty or 0 elsewhere): 1 for each layer that
+  // attends within sliding_window (GGUF attention.sliding_window_pattern), those layers' head
+  // size, rotated dimensions and RoPE base (key_length_swa, rope.dimension_count_swa,
+  // rope.freq_base_swa), each layer's feed-forward size, the last kv_shared_layers layers
+  // reading the K/V of the last earlier layer of their kind, and per-layer input embeddings.
+  std::vector<uint8_t> sliding_layers;
+  std::vector<uint32_t> intermediate_per_layer;
+  uint32_t head_dim_sliding = 0;
+  uint32_t rotary_dim_sliding = 0;
+  float rope_theta_sliding = 10000.0f;
+  uint32_t kv_shared_layers = 0;
+  uint32_t per_layer_input_dim = 0;  // embedding_length_per_layer_input
+  float final_logit_softcap = 0;     // logits = cap * tanh(logits / cap); 0: none
+  // The global layers rotate this fraction of their head (Gemma 4's "proportional" RoPE; GGUF
+  // files carry it as rope_freqs.weight), and have no V projection (V = K) when set; synth
+  // writes files so.
+  float global_rotary_fraction = 1.0f;
+  bool global_v_is_k = false;
   bool tie_embeddings = false;
   // Mixture of experts: 0 experts is a dense feed-forward block.
   uint32_t num_experts = 0;
@@ -65,10 +83,37 @@ struct ModelConfig {
   // ... "). The tokenizer and `inspect` do not need them; validate() refuses the first.
   std::vector<std::string> unreadable;
 
+  // Each layer's shape: sliding-window or not, head size, KV heads, feed-forward size.
+  bool layer_sliding(uint32_t layer) const {
+    return layer < sliding_layers.size() && sliding_layers[layer] != 0;
+  }
+  uint32_t layer_head_dim(uint32_t layer) const {
+    return layer_sliding(layer) && head_dim_sliding != 0 ? head_dim_sliding : head_dim;
+  }
+  uint32_t layer_kv_heads(uint32_t layer) const {
+    return layer < num_kv_heads_per_layer.size() ? num_kv_heads_per_layer[layer] : num_kv_heads;
+  }
+  uint32_t layer_ffn_size(uint32_t layer) const {
+    return layer < intermediate_per_layer.size() ? intermediate_per_layer[layer] : intermediate_size;
+  }
+  // Layers that hold K/V of their own: the first kv_layer_count(); a later layer reads
+  // kv_source_layer(layer)'s (llama.cpp: the last earlier one of the same kind).
+  uint32_t kv_layer_count() const { return num_layers - kv_shared_layers; }
+  uint32_t kv_source_layer(uint32_t layer) const {
+    if (layer < kv_layer_count()) return layer;
+    return kv_layer_count() - (layer_sliding(layer) ? 2 : 1);
+  }
+  // One token's K (or V) row in layer `layer`, in elements.
+  uint64_t kv_row_elements(uint32_t layer) const {
+    return uint64_t{layer_kv_heads(layer)} * layer_head_dim(layer);
+  }
+
   // K and V for one token across all layers, in bytes, at `bytes_per_element` (2 for F16).
-  // Counts KV heads, so grouped-query attention is counted right.
+  // Counts each layer's KV heads and head size, and only the layers that hold K/V.
   uint64_t kv_bytes_per_token(uint32_t bytes_per_element) const {
-    return 2ull * num_layers * num_kv_heads * head_dim * bytes_per_element;
+    uint64_t elements = 0;
+    for (uint32_t l = 0; l < kv_layer_count(); ++l) elements += kv_row_elements(l);
+    return 2ull * elements * bytes_per_element;
   }
   // Throws Error naming `source` and the first missing or inconsistent field.
   void validate(const std::string& source) const;

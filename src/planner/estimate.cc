@@ -267,9 +267,14 @@ uint64_t kv_row_bytes(const std::string& kv_type, uint64_t num_elements, const c
 }
 }  // namespace
 
+// Each layer that holds K/V counts its own KV heads and head size (Gemma 4's differ by layer,
+// and its last layers read an earlier layer's).
 uint64_t kv_bytes_per_token(const ModelConfig& c, const std::string& kv_type) {
-  const uint64_t row = uint64_t{c.num_kv_heads} * c.head_dim;
-  return mul(2 * uint64_t{c.num_layers}, kv_row_bytes(kv_type, row, "KV"));
+  uint64_t bytes = 0;
+  for (uint32_t l = 0; l < c.kv_layer_count(); ++l) {
+    bytes = add(bytes, mul(2, kv_row_bytes(kv_type, c.kv_row_elements(l), "KV")));
+  }
+  return bytes;
 }
 
 uint64_t kv_bytes_per_token_without_gqa(const ModelConfig& c, const std::string& kv_type) {
@@ -277,8 +282,11 @@ uint64_t kv_bytes_per_token_without_gqa(const ModelConfig& c, const std::string&
 }
 
 uint64_t kv_bytes_per_token(const ModelConfig& c, DType kv_type) {
-  const uint64_t row = uint64_t{c.num_kv_heads} * c.head_dim;  // one layer's K (or V) of a token
-  return mul(2 * uint64_t{c.num_layers}, rows_bytes(kv_type, 1, row, "KV"));
+  uint64_t bytes = 0;
+  for (uint32_t l = 0; l < c.kv_layer_count(); ++l) {
+    bytes = add(bytes, mul(2, rows_bytes(kv_type, 1, c.kv_row_elements(l), "KV")));
+  }
+  return bytes;
 }
 
 uint64_t kv_bytes_per_token_without_gqa(const ModelConfig& c, DType kv_type) {
