@@ -65,6 +65,7 @@ struct PlannedTensor {
   bool from_recipe = false;     // a weight matrix whose type the recipe chose
   float std = 0;                // synth's random values' standard deviation; 0: its default
   float mean = 0;               // and their mean
+  std::vector<float> values = {};  // an F32 vector's values, when fixed (Gemma 4's rope_freqs)
 };
 
 // Every tensor of a model of shape `config` (a family in the architecture registry), in file

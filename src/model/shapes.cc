@@ -51,6 +51,33 @@ ModelShape longrope(ModelShape s, uint32_t original) {
   return s;
 }
 
+// Gemma 4: `sliding_run` sliding-window layers then a global one, repeated; the global layers'
+// head size and KV heads, the sliding ones' (head_dim, num_kv_heads); the last `shared` layers
+// read earlier layers' K/V and (double_wide) have twice the feed-forward size; per-layer input
+// embeddings of `per_layer` (0: none); RoPE bases 1e6 (global, a quarter of the head rotated)
+// and 1e4; final logits capped at 30; `v_is_k`: the global layers have no V projection.
+ModelShape gemma4(const char* name, ModelConfig c, uint32_t sliding_run, uint32_t global_head,
+                  uint32_t global_kv_heads, uint32_t shared, bool double_wide, uint32_t per_layer,
+                  bool v_is_k = false) {
+  c.global_v_is_k = v_is_k;
+  c.head_dim_sliding = c.rotary_dim_sliding = c.head_dim;
+  c.head_dim = global_head;
+  c.rope_theta_sliding = 10000.0f;
+  c.global_rotary_fraction = 0.25f;
+  c.kv_shared_layers = shared;
+  c.per_layer_input_dim = per_layer;
+  c.final_logit_softcap = 30.0f;
+  c.rms_norm_eps = 1e-6f;
+  for (uint32_t l = 0; l < c.num_layers; ++l) {
+    const bool sliding = (l + 1) % (sliding_run + 1) != 0;
+    c.sliding_layers.push_back(sliding ? 1 : 0);
+    c.num_kv_heads_per_layer.push_back(sliding ? c.num_kv_heads : global_kv_heads);
+    c.intermediate_per_layer.push_back(double_wide && l >= c.num_layers - shared
+                                           ? 2 * c.intermediate_size : c.intermediate_size);
+  }
+  return {name, c};
+}
+
 // Shapes from each model's published config.json.
 const std::vector<ModelShape> kShapes = {
     {"llama-3.2-1b", make_config("llama", 16, 2048, 8192, 32, 8, 64, 128256, 131072, 500000, true)},
@@ -70,6 +97,15 @@ const std::vector<ModelShape> kShapes = {
     {"phi-3-mini", make_config("phi3", 32, 3072, 8192, 32, 32, 96, 32064, 4096, 10000, false)},
     {"qwen3-tiny", make_config("qwen3", 3, 256, 768, 4, 2, 128, 151936, 4096, 1000000, true)},
     {"gemma3-tiny", make_config("gemma3", 6, 256, 768, 4, 1, 128, 262144, 4096, 1000000, true, 32)},
+    // Gemma 4 E2B: 35 layers of 1536 (four sliding-window ones of head 256 then a global one of
+    // head 512, one KV head each, window 512), the last 20 reading earlier layers' K/V with a
+    // double-wide feed-forward block, per-layer input embeddings of 256.
+    gemma4("gemma4-e2b", make_config("gemma4", 35, 1536, 6144, 8, 1, 256, 262144, 131072, 1000000, true, 512), 4, 512, 1, 20, true, 256),
+    // Every dense Gemma 4 feature at test size: nine layers (two sliding-window ones then a
+    // global one, three times; the last three read layers 4's and 5's K/V), sliding heads of 64
+    // with one KV head and global ones of 128 with two (K/V rows of 64 and 256), a window of 16,
+    // per-layer inputs of 32, global layers without a V projection.
+    gemma4("gemma4-tiny", make_config("gemma4", 9, 256, 512, 4, 1, 64, 262144, 4096, 1000000, true, 16), 2, 128, 2, 3, true, 32, true),
     moe_config("mixtral-8x7b", make_config("llama", 32, 4096, 14336, 32, 8, 128, 32000, 32768, 1000000, false), 8, 2, 0),
     moe_config("qwen3-moe-30b-a3b", make_config("qwen3moe", 48, 2048, 6144, 32, 4, 128, 151936, 40960, 1000000, false), 128, 8, 768),
     // Mixtral's and Qwen3-MoE's routing at test size: 8 experts, 2 used per token.

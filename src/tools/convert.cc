@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "format/gguf_writer.h"
 #include "model/architecture.h"
+#include "model/gemma4_plan.h"
 #include "model/model.h"
 #include "model/model_file.h"
 #include "model/weights.h"
@@ -218,9 +219,17 @@ void write_gguf_hyper_parameters(const ModelConfig& c, GgufWriter& w, const std:
   if (c.context_length) w.add_u32(a + "context_length", c.context_length);
   w.add_u32(a + "embedding_length", c.hidden_size);
   w.add_u32(a + "block_count", c.num_layers);
-  w.add_u32(a + "feed_forward_length", c.intermediate_size);
+  if (c.intermediate_per_layer.empty()) {
+    w.add_u32(a + "feed_forward_length", c.intermediate_size);
+  } else {
+    w.add_u32_array(a + "feed_forward_length", c.intermediate_per_layer);
+  }
   w.add_u32(a + "attention.head_count", c.num_heads);
-  w.add_u32(a + "attention.head_count_kv", c.num_kv_heads);
+  if (c.num_kv_heads_per_layer.empty()) {
+    w.add_u32(a + "attention.head_count_kv", c.num_kv_heads);
+  } else {
+    w.add_u32_array(a + "attention.head_count_kv", c.num_kv_heads_per_layer);
+  }
   w.add_u32(a + "attention.key_length", c.head_dim);
   w.add_u32(a + "attention.value_length", c.head_dim);
   w.add_u32(a + "rope.dimension_count", c.rotary_dim ? c.rotary_dim : c.head_dim);
@@ -231,6 +240,7 @@ void write_gguf_hyper_parameters(const ModelConfig& c, GgufWriter& w, const std:
     w.add_u32(a + "attention.sliding_window", c.sliding_window);
   }
   write_rope_scaling(w, a, c, source);
+  if (!c.sliding_layers.empty()) write_layer_layout(c, w, a);
 }
 
 

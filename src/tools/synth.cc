@@ -98,6 +98,7 @@ void write_synthetic_model(const SynthOptions& o,
             for (uint64_t i = 0; i < 3; ++i) normal_ish(state);
             const float std = t.std > 0 ? t.std : s;
             for (uint64_t i = 0; i < cols; ++i) row[i] = t.norm ? 1.0f : t.mean + std * normal_ish(state);
+            if (!t.values.empty()) row.assign(t.values.begin(), t.values.end());
             quantize_row(t.type, row.data(), out.data() + r * rb, static_cast<int64_t>(cols));
           }
         }
