@@ -21,7 +21,7 @@ top 20), the yardstick for pagoda's CPU backend against exact math.
 
 Models: the three that scripts/setup installs (Gemma 3, Llama / SmolLM2, Qwen2 with biases) and
 synthetic files (`pagoda synth`, F32 weights, a small vocabulary) that cover Qwen3's per-head Q/K
-norm, Gemma 3's sliding window, Phi-3's fused tensors, Mixtral's and Qwen3-MoE's routed
+norm, Gemma 3's sliding window, Gemma 4's dense layer, Phi-3's fused tensors, Mixtral's and Qwen3-MoE's routed
 experts and gpt-oss (also in MXFP4, with both oracles) without a download. A test writes the same
 synthetic file again (synth is seeded and thread-count independent) and reads these vectors.
 """
@@ -90,6 +90,12 @@ MODELS = {
                                                 "seed": 1,
                                                 "vocab": "testdata/vocab/ggml-vocab-phi-3.gguf"},
                                       "texts": [PROSE, CODE]},
+    # Gemma 4's dense layer: sliding and global layers of different head sizes and KV heads,
+    # K/V shared by the last three layers, per-layer input embeddings, V = K on global layers,
+    # partial RoPE on global layers, final logit soft-capping.
+    "synth-gemma4-tiny-f32": {"synth": {"like": "gemma4-tiny", "type": "f32", "seed": 1,
+                                        "vocab": "models/stories260K.gguf"},
+                              "texts": [PROSE, CODE]},
 }
 
 

@@ -88,6 +88,15 @@ std::vector<Architecture> make_table() {
   gemma3.load = load_gemma3;
   t.push_back(gemma3);
 
+  // Gemma 4 as llama.cpp's converter writes it (model/gemma4.cc); no Hugging Face checkpoint is
+  // read (convert it with llama.cpp). Its layers' shapes come from per-layer metadata arrays.
+  Architecture gemma4;
+  gemma4.name = "gemma4";
+  gemma4.qk_norm = true;
+  gemma4.post_norms = true;
+  gemma4.load = load_gemma4;
+  t.push_back(gemma4);
+
   // Sliding-window layers first (0, 2, ...), as llama.cpp's swa pattern 2 places them, with
   // the model's own RoPE base (local_rope_base 0). No Hugging Face checkpoint is read: its
   // experts are MXFP4 blocks and scales in tensors of their own (convert them with llama.cpp).

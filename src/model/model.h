@@ -156,6 +156,7 @@ std::vector<float> llama3_rope_freq_factors(const ModelConfig& c, int32_t rotary
 // range from the original context and beta_fast / beta_slow, its mscale 0.1 * ln(factor) + 1.
 void apply_rope_scaling(const ModelConfig& c, RopeParams& p);
 std::unique_ptr<Model> load_gemma3(const ModelFile& file, Communicator* tp);
+std::unique_ptr<Model> load_gemma4(const ModelFile& file, Communicator* tp);
 std::unique_ptr<Model> load_gpt_oss(const ModelFile& file, Communicator* tp);
 std::unique_ptr<Model> load_bert(const ModelFile& file, Communicator* tp);
 
