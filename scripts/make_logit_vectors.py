@@ -96,6 +96,14 @@ MODELS = {
     "synth-gemma4-tiny-f32": {"synth": {"like": "gemma4-tiny", "type": "f32", "seed": 1,
                                         "vocab": "models/stories260K.gguf"},
                               "texts": [PROSE, CODE]},
+    # Gemma 4 26B-A4B's feed-forward: a dense block beside 8 routed experts (2 used) whose router
+    # reads its own norm of the input and whose outputs are scaled per expert. Seed 14: of the
+    # first 16 seeds, the one whose closest routing choice over both texts is widest (the 2nd
+    # and 3rd experts' logits 8e-4 apart, std 1; seed 1's are 4.5e-5 apart, close enough for
+    # llama.cpp's F16 GELU to swap them, and the swap reaches every later position through K/V).
+    "synth-gemma4-moe-tiny-f32": {"synth": {"like": "gemma4-moe-tiny", "type": "f32", "seed": 14,
+                                            "vocab": "models/stories260K.gguf"},
+                                  "texts": [PROSE, CODE]},
 }
 
 

@@ -18,6 +18,10 @@
 //     x += rms_norm(attn · Wo, post_attention_norm)
 //     x += rms_norm(down(gelu_tanh(rms_norm(x, ffn_norm) · Wgate) * (... · Wup)), post_ffw_norm)
 //          (feed_forward_length may be an array: the shared layers' blocks are twice as wide)
+//     with experts (26B-A4B), inside that outer norm: rms_norm(that block, post_ffw_norm_1) +
+//          rms_norm(experts(rms_norm(x, pre_ffw_norm_2)), post_ffw_norm_2), the experts GeGLU,
+//          routed by softmax over (rms_norm(x) * ffn_gate_inp.scale / sqrt(hidden)) · router,
+//          top k, weights divided by their sum, each expert's output times ffn_down_exps.scale
 //     with per-layer inputs: x += rms_norm(gelu_tanh(x · inp_gate) * pl[l] · proj, post_norm)
 //     x *= layer_output_scale (a scalar per layer, when the file has it)
 //   logits = cap * tanh(output · rms_norm(x, output_norm) / cap), cap final_logit_softcapping
@@ -25,6 +29,7 @@
 // array), rotation (rope.dimension_count_swa) and RoPE base (rope.freq_base_swa); the global
 // layers rotate the leading pairs of each head only: rope_freqs.weight divides the other pairs'
 // frequencies by 1e30 (Hugging Face's "proportional" RoPE). RoPE pairs (i, i + d/2).
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -32,6 +37,7 @@
 #include "model/kv_storage.h"
 #include "model/model.h"
 #include "model/model_file.h"
+#include "model/moe.h"
 #include "model/weights.h"
 
 namespace pagoda {
@@ -46,6 +52,10 @@ struct Gemma4Layer {
   WeightMatrix inp_gate, proj;  // per-layer input: [P, hidden], [hidden, P]
   std::vector<float> post_norm;
   float out_scale = 1.0f;
+  // Mixture of experts beside the dense block; router_norm is ffn_gate_inp.scale / sqrt(hidden).
+  bool moe = false;
+  MoeWeights experts;
+  std::vector<float> router_norm, pre_moe_norm, post_mlp_norm, post_moe_norm;
   bool sliding = false;
   int32_t head_dim = 0, kv_heads = 0, kv_layer = 0;
   int64_t ffn = 0;
@@ -63,6 +73,7 @@ class Gemma4Model final : public Model {
   int64_t attention(Backend& be, const ForwardBatch& batch, const OutputRows& out, KvStorage& kv,
                     uint32_t l);
   void feed_forward(Backend& be, const Gemma4Layer& L, int64_t m);
+  void mixture(Backend& be, const Gemma4Layer& L, int64_t m);
   void add_per_layer_input(Backend& be, const Gemma4Layer& L, uint32_t l, int64_t m);
   void soft_cap(const ForwardBatch& batch, std::vector<float>& logits) const;
 
@@ -75,6 +86,9 @@ class Gemma4Model final : public Model {
   Activations act_;
   BackendArray ple_tok_, ple_all_, ple_layers_;  // [n, layers * P] twice, [layers, n, P]
   int64_t ple_rows_ = 0;  // rows of each layer's slice in ple_layers_ (the step's tokens)
+  BackendArray moe_in_, moe_out_;  // [n, hidden]
+  std::vector<float> router_logits_;
+  MoeScratch moe_scratch_;
 };
 
 Gemma4Model::Gemma4Model(const ModelFile& file) {
@@ -82,9 +96,6 @@ Gemma4Model::Gemma4Model(const ModelFile& file) {
   ModelConfig& c = config_;
   c.validate(file.path());
   if (c.vocab_size == 0 || c.intermediate_size == 0) fail(file.path(), ": incomplete Gemma 4 metadata");
-  if (c.num_experts != 0) {
-    fail(file.path(), ": the mixture-of-experts Gemma 4 (26B-A4B) is not supported yet");
-  }
   TensorLookup w(file);
   const int64_t hidden = c.hidden_size, ple = c.per_layer_input_dim;
   token_embd_ = w.matrix("token_embd.weight", c.vocab_size, hidden);
@@ -154,6 +165,16 @@ void Gemma4Model::load_layer(const TensorLookup& w, uint32_t l) {
     L.inp_gate = w.matrix(p + "inp_gate.weight", ple, hidden);
     L.proj = w.matrix(p + "proj.weight", hidden, ple);
     L.post_norm = w.vector(p + "post_norm.weight", hidden);
+  }
+  if (w.has(p + "ffn_gate_inp.weight")) {
+    L.moe = true;
+    L.experts = load_moe(w, p, c);
+    L.experts.glu = ExpertGlu::kGelu;
+    L.router_norm = w.vector(p + "ffn_gate_inp.scale", hidden);
+    for (float& v : L.router_norm) v /= std::sqrt(static_cast<float>(hidden));
+    L.pre_moe_norm = w.vector(p + "pre_ffw_norm_2.weight", hidden);
+    L.post_mlp_norm = w.vector(p + "post_ffw_norm_1.weight", hidden);
+    L.post_moe_norm = w.vector(p + "post_ffw_norm_2.weight", hidden);
   }
   if (w.has(p + "layer_output_scale.weight")) {
     L.out_scale = w.vector(p + "layer_output_scale.weight", 1).front();
@@ -238,8 +259,29 @@ void Gemma4Model::feed_forward(Backend& be, const Gemma4Layer& L, int64_t m) {
   be.matmul_many({{&L.gate, act_.gate.data()}, {&L.up, act_.up.data()}}, act_.h.data(), m);
   be.gelu_mul(act_.gate.data(), act_.up.data(), m * L.ffn, act_.gate.data());
   be.matmul(L.down, act_.gate.data(), m, act_.h.data());
+  if (L.moe) {
+    be.rms_norm(act_.h.data(), L.post_mlp_norm.data(), m, hidden, eps, act_.h.data());
+    mixture(be, L, m);
+  }
   be.rms_norm(act_.h.data(), L.post_ffn_norm.data(), m, hidden, eps, act_.h.data());
   be.add(act_.x.data(), act_.h.data(), m * hidden);
+}
+
+void Gemma4Model::mixture(Backend& be, const Gemma4Layer& L, int64_t m) {
+  const ModelConfig& c = config_;
+  const int64_t hidden = c.hidden_size;
+  const float eps = c.rms_norm_eps;
+  moe_in_.reserve(be, m * hidden, "the experts' input");
+  moe_out_.reserve(be, m * hidden, "the experts' output");
+  router_logits_.resize(static_cast<size_t>(m * c.num_experts));
+  be.rms_norm(act_.x.data(), L.router_norm.data(), m, hidden, eps, moe_in_.data());
+  be.matmul(L.experts.router, moe_in_.data(), m, router_logits_.data());
+  be.rms_norm(act_.x.data(), L.pre_moe_norm.data(), m, hidden, eps, moe_in_.data());
+  std::fill_n(moe_out_.data(), m * hidden, 0.0f);  // host memory: moe_experts runs on the host
+  moe_experts(be, L.experts, c, moe_in_.data(), router_logits_.data(), m, moe_scratch_,
+              moe_out_.data());
+  be.rms_norm(moe_out_.data(), L.post_moe_norm.data(), m, hidden, eps, moe_out_.data());
+  be.add(act_.h.data(), moe_out_.data(), m * hidden);
 }
 
 void Gemma4Model::add_per_layer_input(Backend& be, const Gemma4Layer& L, uint32_t l, int64_t m) {

@@ -34,9 +34,12 @@ std::vector<PlannedTensor> plan_gemma4_tensors(const ModelConfig& c, const Weigh
   const uint64_t all_ple = ple * c.num_layers;
   const bool has_output = !c.tie_embeddings;
   std::vector<PlannedTensor> plan;
-  auto matrix = [&](std::string name, uint64_t rows, uint64_t cols) {
+  // A weight matrix of `rows` x `cols` (times `experts` stacked when not 0), typed by the recipe.
+  auto matrix = [&](std::string name, uint64_t rows, uint64_t cols, uint64_t experts = 0) {
     const DType type = recipe_type(recipe, name, cols, has_output, c.num_layers);
-    plan.push_back({std::move(name), type, {cols, rows}, false, true});
+    std::vector<uint64_t> shape = {cols, rows};
+    if (experts) shape.push_back(experts);
+    plan.push_back({std::move(name), type, std::move(shape), false, true});
   };
   // Norm weights near 1 but not 1, so that a norm applied to the wrong tensor shows.
   auto norm = [&](std::string name, uint64_t n) {
@@ -77,6 +80,20 @@ std::vector<PlannedTensor> plan_gemma4_tensors(const ModelConfig& c, const Weigh
     matrix(p + "ffn_up.weight", ff, hidden);
     matrix(p + "ffn_down.weight", hidden, ff);
     norm(p + "post_ffw_norm.weight", hidden);
+    if (c.num_experts != 0) {
+      const uint64_t experts = c.num_experts, eff = c.expert_ffn_size();
+      // The router's input is scaled by 1/sqrt(hidden): weights of std 1 give logits of std
+      // about 1, as a trained router's.
+      plan.push_back({p + "ffn_gate_inp.weight", DType::kF32, {hidden, experts}, false, false, 1.0f});
+      norm(p + "ffn_gate_inp.scale", hidden);
+      norm(p + "pre_ffw_norm_2.weight", hidden);
+      norm(p + "post_ffw_norm_1.weight", hidden);
+      norm(p + "post_ffw_norm_2.weight", hidden);
+      matrix(p + "ffn_gate_exps.weight", eff, hidden, experts);
+      matrix(p + "ffn_up_exps.weight", eff, hidden, experts);
+      matrix(p + "ffn_down_exps.weight", hidden, eff, experts);
+      plan.push_back({p + "ffn_down_exps.scale", DType::kF32, {experts}, false, false, 0.2f, 1.0f});
+    }
     if (ple != 0) {
       matrix(p + "inp_gate.weight", ple, hidden);
       matrix(p + "proj.weight", hidden, ple);

@@ -18,6 +18,7 @@ MoeWeights load_moe(const TensorLookup& w, const std::string& p, const ModelConf
     m.up.push_back(w.matrix_rows(p + "ffn_up_exps.weight", e * ff, ff, experts * ff, hidden));
     m.down.push_back(w.matrix_rows(p + "ffn_down_exps.weight", e * hidden, hidden, experts * hidden, ff));
   }
+  if (w.has(p + "ffn_down_exps.scale")) m.down_scale = w.vector(p + "ffn_down_exps.scale", experts);
   if (!w.has(p + "ffn_gate_inp.bias")) return m;
   m.router_bias = w.vector(p + "ffn_gate_inp.bias", experts);
   // Each stacked bias is one row per expert.
@@ -75,14 +76,21 @@ Routing route(const float* logits, int64_t tokens, const ModelConfig& c) {
 
 void moe_ffn(Backend& be, const MoeWeights& w, const ModelConfig& c, const float* x,
              int64_t tokens, MoeScratch& s, float* residual) {
-  const int64_t experts = c.num_experts, used = c.num_experts_used;
-  const int64_t hidden = c.hidden_size, ff = c.expert_ffn_size();
+  const int64_t experts = c.num_experts;
   // Routing and the weighted sums run on the host, over host scratch arrays.
   if (!be.host_visible()) fail("mixture-of-experts layers run on the cpu and ref backends only");
   s.logits.resize(static_cast<size_t>(tokens * experts));
   be.matmul(w.router, x, tokens, s.logits.data());
   if (!w.router_bias.empty()) be.add_bias(s.logits.data(), w.router_bias.data(), tokens, experts);
-  const Routing r = route(s.logits.data(), tokens, c);
+  moe_experts(be, w, c, x, s.logits.data(), tokens, s, residual);
+}
+
+void moe_experts(Backend& be, const MoeWeights& w, const ModelConfig& c, const float* x,
+                 const float* logits, int64_t tokens, MoeScratch& s, float* residual) {
+  const int64_t experts = c.num_experts, used = c.num_experts_used;
+  const int64_t hidden = c.hidden_size, ff = c.expert_ffn_size();
+  if (!be.host_visible()) fail("mixture-of-experts layers run on the cpu and ref backends only");
+  const Routing r = route(logits, tokens, c);
 
   // Each expert's tokens (rows of x, ascending) and their weights, in one pass over the routing.
   std::vector<std::vector<int64_t>> rows_of(static_cast<size_t>(experts));
@@ -110,15 +118,19 @@ void moe_ffn(Backend& be, const MoeWeights& w, const ModelConfig& c, const float
     }
     if (w.glu == ExpertGlu::kClampedSwiglu) {
       clamped_swiglu(s.gate.data(), s.up.data(), n * ff, s.gate.data());
+    } else if (w.glu == ExpertGlu::kGelu) {
+      be.gelu_mul(s.gate.data(), s.up.data(), n * ff, s.gate.data());
     } else {
       be.silu_mul(s.gate.data(), s.up.data(), n * ff, s.gate.data());
     }
     be.matmul(w.down[e], s.gate.data(), n, s.y.data());
     if (!w.down_bias.empty()) be.add_bias(s.y.data(), w.down_bias[e].data(), n, hidden);
+    const float scale = w.down_scale.empty() ? 1.0f : w.down_scale[static_cast<size_t>(e)];
     for (int64_t i = 0; i < n; ++i) {
       float* out = residual + rows[i] * hidden;
       const float* in = s.y.data() + i * hidden;
-      for (int64_t j = 0; j < hidden; ++j) out[j] += weights[i] * in[j];
+      const float weight = weights[i] * scale;
+      for (int64_t j = 0; j < hidden; ++j) out[j] += weight * in[j];
     }
   }
 }

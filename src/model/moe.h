@@ -14,9 +14,10 @@ namespace pagoda {
 
 class TensorLookup;
 
-// The gated activation of the experts: SiLU(gate) * up, or gpt-oss's variant,
-// min(gate, 7) * sigmoid(1.702 min(gate, 7)) * (clamp(up, -7, 7) + 1).
-enum class ExpertGlu { kSilu, kClampedSwiglu };
+// The gated activation of the experts: SiLU(gate) * up, gpt-oss's variant,
+// min(gate, 7) * sigmoid(1.702 min(gate, 7)) * (clamp(up, -7, 7) + 1), or Gemma 4's
+// GELU(gate) * up (tanh approximation).
+enum class ExpertGlu { kSilu, kClampedSwiglu, kGelu };
 
 struct MoeWeights {
   WeightMatrix router;                       // [experts, hidden]
@@ -25,6 +26,8 @@ struct MoeWeights {
   // the gate's and up's [ff] and down's [hidden].
   std::vector<float> router_bias;
   std::vector<std::vector<float>> gate_bias, up_bias, down_bias;
+  // Gemma 4: each expert's output multiplied by its own scale (ffn_down_exps.scale), [experts].
+  std::vector<float> down_scale;
   ExpertGlu glu = ExpertGlu::kSilu;
 };
 
@@ -54,5 +57,9 @@ struct MoeScratch {
 // Adds the block's output for x[tokens, hidden] to residual[tokens, hidden].
 void moe_ffn(Backend& be, const MoeWeights& w, const ModelConfig& c, const float* x,
              int64_t tokens, MoeScratch& s, float* residual);
+// The same with the router's logits [tokens, experts] computed by the caller (Gemma 4 routes on
+// another input than the experts read).
+void moe_experts(Backend& be, const MoeWeights& w, const ModelConfig& c, const float* x,
+                 const float* logits, int64_t tokens, MoeScratch& s, float* residual);
 
 }  // namespace pagoda

@@ -106,6 +106,13 @@ const std::vector<ModelShape> kShapes = {
     // with one KV head and global ones of 128 with two (K/V rows of 64 and 256), a window of 16,
     // per-layer inputs of 32, global layers without a V projection.
     gemma4("gemma4-tiny", make_config("gemma4", 9, 256, 512, 4, 1, 64, 262144, 4096, 1000000, true, 16), 2, 128, 2, 3, true, 32, true),
+    // Gemma 4 26B-A4B: 30 layers of 2816 (five sliding-window ones of head 256 with 8 KV heads,
+    // window 1024, then a global one of head 512 with 2 KV heads and no V projection), a dense
+    // block of 2112 beside 128 experts of 704, 8 used per token.
+    moe_config("gemma4-26b-a4b", gemma4("", make_config("gemma4", 30, 2816, 2112, 16, 8, 256, 262144, 262144, 1000000, true, 1024), 5, 512, 2, 0, false, 0, true).config, 128, 8, 704),
+    // Its mixture of experts at test size: six layers (two sliding, one global, twice), a dense
+    // block of 256 beside 8 experts of 128 with 2 used, no shared K/V or per-layer inputs.
+    moe_config("gemma4-moe-tiny", gemma4("", make_config("gemma4", 6, 256, 256, 4, 2, 64, 262144, 4096, 1000000, true, 16), 2, 128, 1, 0, false, 0, true).config, 8, 2, 128),
     moe_config("mixtral-8x7b", make_config("llama", 32, 4096, 14336, 32, 8, 128, 32000, 32768, 1000000, false), 8, 2, 0),
     moe_config("qwen3-moe-30b-a3b", make_config("qwen3moe", 48, 2048, 6144, 32, 4, 128, 151936, 40960, 1000000, false), 128, 8, 768),
     // Mixtral's and Qwen3-MoE's routing at test size: 8 experts, 2 used per token.

@@ -94,6 +94,26 @@ TEST(EngineBatchInvariance, GptOssTinyCpu) {
   check_batch_invariance(path, *backend, 16, 100, 24);
 }
 
+// Gemma 4's dense layer: layers of K/V rows of different widths in one paged cache (64 and
+// 256 floats), three layers reading earlier ones' K/V, per-layer inputs and a window (16)
+// shorter than the prompts, through batching, chunked prefill, prefix caching and preemption.
+TEST(EngineBatchInvariance, Gemma4TinyCpu) {
+  PAGODA_SHARED_OR_SKIP(shared, "");
+  const std::string path = synthetic_model(shared, "gemma4-tiny", "f32",
+                                           test::temp_dir() + "/gemma4-tiny-engine.gguf");
+  auto backend = make_cpu_backend(2);
+  check_batch_invariance(path, *backend, 16, 100, 24);
+}
+
+// Gemma 4's experts (gemma4-moe-tiny: a dense block beside 8 experts, 2 used) the same way.
+TEST(EngineBatchInvariance, Gemma4MoeTinyCpu) {
+  PAGODA_SHARED_OR_SKIP(shared, "");
+  const std::string path = synthetic_model(shared, "gemma4-moe-tiny", "f32",
+                                           test::temp_dir() + "/gemma4-moe-tiny-engine.gguf");
+  auto backend = make_cpu_backend(2);
+  check_batch_invariance(path, *backend, 16, 100, 24);
+}
+
 // A request whose prompt shares 64 tokens (4 blocks) with an earlier one computes only its own
 // tokens, and gives the ids it gives on a cold cache.
 TEST(EnginePrefixCache, SecondRequestComputesOnlyNewTokens) {

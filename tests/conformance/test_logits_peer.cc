@@ -78,6 +78,18 @@ const LogitCase kCases[] = {
      {1e-3, 5e-4, 2e-3},   // m 4.5e-4, 2.5e-4, none
      {},
      {1e-3, 5e-4, 2e-3}},  // m 4.5e-4, 2.5e-4, none
+    // Gemma 4's dense layer (model/gemma4.cc): GELU twice per layer (feed-forward and
+    // per-layer input gate), which llama.cpp reads from its F16 table; pagoda and an exact
+    // numpy pass agree within 2e-6 (tests/python/test_gemma4.py). Measured 2026-12-06.
+    {"synth-gemma4-tiny-f32",
+     {3e-3, 1e-3, 1e-3},   // m 1.08e-3, 4.8e-4, 4.8e-5
+     {},
+     {3e-3, 1e-3, 1e-3}},  // m 1.08e-3, 4.8e-4, 4.8e-5
+    // Its mixture of experts (26B-A4B's feed-forward): a dense block beside routed experts.
+    {"synth-gemma4-moe-tiny-f32",
+     {2e-3, 1e-3, 1e-3},   // m 5.9e-4, 3.1e-4, 2.0e-4
+     {},
+     {2e-3, 1e-3, 1e-3}},  // m 5.9e-4, 3.1e-4, 2.0e-4
     // Routed experts: 8, two used per token, softmax gating, weights normalized.
     {"synth-mixtral-tiny-f32",
      {5e-6, 1e-6, 1e-5},   // m 7.1e-7, 3.0e-7, none

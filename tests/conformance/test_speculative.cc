@@ -87,6 +87,21 @@ TEST(EngineSpeculative, NgramGreedyIsLosslessOnGptOss) {
   check_batch_invariance(path, *backend, 16, 100, 24, false, KvType::kF32, &spec);
 }
 
+// Gemma 4 (layers of different K/V widths, shared K/V, per-layer inputs, soft-capped logits):
+// the n-gram proposer, and a Q8_0 copy of the model as the draft.
+TEST(EngineSpeculative, GreedyIsLosslessOnGemma4) {
+  PAGODA_SHARED_OR_SKIP(shared, "");
+  const std::string dir = test::temp_dir();  // emptied by each call: taken once
+  const std::string path = synthetic_model(shared, "gemma4-tiny", "f32", dir + "/gemma4-tiny.gguf");
+  auto backend = make_cpu_backend(2);
+  const SpeculativeConfig ngram = spec_config(SpecMethod::kNgram, 4);
+  check_batch_invariance(path, *backend, 16, 100, 24, false, KvType::kF32, &ngram);
+  quantize_model({path, dir + "/draft.gguf", "q8_0", 1, /*allow_requantize=*/true}, nullptr);
+  LoadedModel draft = load(dir + "/draft.gguf");
+  const SpeculativeConfig with_draft = spec_config(SpecMethod::kDraft, 3, draft.model.get());
+  check_batch_invariance(path, *backend, 16, 100, 24, false, KvType::kF32, &with_draft);
+}
+
 TEST(EngineSpeculative, DraftGreedyIsLossless) {
   PAGODA_SHARED_OR_SKIP(shared, "");
   auto backend = make_cpu_backend(2);

@@ -74,8 +74,29 @@ def rope(x, base, rotated_pairs):
     return np.concatenate([a * cos - b * sin, b * cos + a * sin], -1)
 
 
+def experts(x, w, p, eps, used):
+    """Gemma4TextExperts with its router: softmax over the router's logits on
+    rms_norm(x) * scale / sqrt(hidden), the top `used` renormalized to sum 1, each expert's GeGLU
+    on rms_norm(x, pre_feedforward_layernorm_2) times its per-expert scale."""
+    hidden = x.shape[1]
+    logits = (rms_norm(x, None, eps) * w[p + "ffn_gate_inp.scale"] / math.sqrt(hidden)) @ w[p + "ffn_gate_inp.weight"].T
+    h = rms_norm(x, w[p + "pre_ffw_norm_2.weight"], eps)
+    out = np.zeros_like(x)
+    for t in range(x.shape[0]):
+        probs = np.exp(logits[t] - logits[t].max())
+        probs /= probs.sum()
+        top = np.argsort(-probs, kind="stable")[:used]
+        for e, weight in zip(top, probs[top] / probs[top].sum()):
+            g = h[t] @ w[p + "ffn_gate_exps.weight"][e].T
+            u = h[t] @ w[p + "ffn_up_exps.weight"][e].T
+            y = (gelu_tanh(g) * u) @ w[p + "ffn_down_exps.weight"][e].T
+            out[t] += weight * w[p + "ffn_down_exps.scale"][e] * y
+    return out
+
+
 def reference_logits(path, ids):
     w, field = read(path)
+    fields = gguf.GGUFReader(path).fields
     a = "gemma4."
     layers, hidden = field(a + "block_count"), field(a + "embedding_length")
     heads, kv_heads = field(a + "attention.head_count"), field(a + "attention.head_count_kv")
@@ -87,11 +108,13 @@ def reference_logits(path, ids):
     cap = field(a + "final_logit_softcapping")
     # partial_rotary_factor of the global layers, as the converter's rope_freqs says it
     rotated_full = int((w["rope_freqs.weight"] == 1.0).sum())
+    used = field(a + "expert_used_count") if a + "expert_used_count" in fields else 0
     n = len(ids)
     x = w["token_embd.weight"][ids] * math.sqrt(hidden)
-    per_layer = w["per_layer_token_embd.weight"][ids].reshape(n, layers, ple) * math.sqrt(ple)
-    projected = (x @ w["per_layer_model_proj.weight"].T / math.sqrt(hidden)).reshape(n, layers, ple)
-    per_layer = (rms_norm(projected, w["per_layer_proj_norm.weight"], eps) + per_layer) / math.sqrt(2)
+    if ple:
+        per_layer = w["per_layer_token_embd.weight"][ids].reshape(n, layers, ple) * math.sqrt(ple)
+        projected = (x @ w["per_layer_model_proj.weight"].T / math.sqrt(hidden)).reshape(n, layers, ple)
+        per_layer = (rms_norm(projected, w["per_layer_proj_norm.weight"], eps) + per_layer) / math.sqrt(2)
     first_shared = layers - shared
     # the last non-shared layer of each type: whose K/V the shared layers of that type read
     source = {kind: max(l for l in range(first_shared) if sliding[l] == kind) for kind in (True, False)}
@@ -128,9 +151,13 @@ def reference_logits(path, ids):
         x = x + rms_norm(attn, w[p + "post_attention_norm.weight"], eps)
         h = rms_norm(x, w[p + "ffn_norm.weight"], eps)
         mlp = (gelu_tanh(h @ w[p + "ffn_gate.weight"].T) * (h @ w[p + "ffn_up.weight"].T)) @ w[p + "ffn_down.weight"].T
+        if p + "ffn_gate_inp.weight" in w:
+            mlp = rms_norm(mlp, w[p + "post_ffw_norm_1.weight"], eps) + rms_norm(
+                experts(x, w, p, eps, used), w[p + "post_ffw_norm_2.weight"], eps)
         x = x + rms_norm(mlp, w[p + "post_ffw_norm.weight"], eps)
-        gate = gelu_tanh(x @ w[p + "inp_gate.weight"].T) * per_layer[:, layer]
-        x = x + rms_norm(gate @ w[p + "proj.weight"].T, w[p + "post_norm.weight"], eps)
+        if ple:
+            gate = gelu_tanh(x @ w[p + "inp_gate.weight"].T) * per_layer[:, layer]
+            x = x + rms_norm(gate @ w[p + "proj.weight"].T, w[p + "post_norm.weight"], eps)
         x = x * w[p + "layer_output_scale.weight"][0]
     logits = rms_norm(x, w["output_norm.weight"], eps) @ w["token_embd.weight"].T
     return cap * np.tanh(logits / cap)
@@ -144,10 +171,15 @@ def prompt_logits(model, ids, backend, vocab):
     return np.frombuffer(r.stdout, dtype=np.float32).reshape(len(ids), vocab)
 
 
-@pytest.fixture(scope="module")
-def tiny(pagoda_bin, shared_dir, tmp_path_factory):
-    path = tmp_path_factory.mktemp("gemma4") / "gemma4-tiny.gguf"
-    synth(pagoda_bin, shared_dir / "models" / "stories260K.gguf", path)
+# The seeds scripts/make_logit_vectors.py writes the files with.
+SEEDS = {"gemma4-tiny": 1, "gemma4-moe-tiny": 14}
+
+
+@pytest.fixture(scope="module", params=list(SEEDS))
+def tiny(request, pagoda_bin, shared_dir, tmp_path_factory):
+    path = tmp_path_factory.mktemp("gemma4") / f"{request.param}.gguf"
+    synth(pagoda_bin, shared_dir / "models" / "stories260K.gguf", path, like=request.param,
+          seed=SEEDS[request.param])
     return path
 
 
@@ -171,7 +203,7 @@ def test_gemma4_tiny_matches_numpy(tiny, backend):
 def test_numpy_pass_meets_llama_cpp_vectors(tiny):
     """The numpy pass against llama.cpp's own logits (tests/data/logits), so that the two
     oracles agree with each other and not only with pagoda."""
-    doc = json.loads((ROOT / "tests" / "data" / "logits" / "synth-gemma4-tiny-f32.json").read_text())
+    doc = json.loads((ROOT / "tests" / "data" / "logits" / f"synth-{tiny.stem}-f32.json").read_text())
     worst = 0.0
     for seq in doc["sequences"]:
         mine = reference_logits(tiny, seq["ids"])

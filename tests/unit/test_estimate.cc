@@ -32,6 +32,15 @@ TEST(Estimate, KvBytesPerTokenOfKnownModels) {
   }
 }
 
+// Gemma 4 E2B: of 35 layers only the first 15 hold K/V (the last 20 read layers 13's and
+// 14's); among those, 12 sliding-window layers of one 256-wide KV head and 3 global ones of
+// one 512-wide head.
+TEST(Estimate, KvBytesPerTokenCountsEachLayersWidth) {
+  EXPECT_EQ(kv_bytes_per_token(preset("gemma4-e2b"), DType::kF16), 18432u);  // 2x(12x256+3x512)x2
+  // gemma4-tiny: sliding layers 0, 1, 3, 4 of 1 x 64, global 2 and 5 of 2 x 128.
+  EXPECT_EQ(kv_bytes_per_token(preset("gemma4-tiny"), DType::kF32), 6144u);  // 2x(4x64+2x256)x4
+}
+
 TEST(Estimate, KvWithoutGqaUsesHiddenSize) {
   // Llama 2 7B has no GQA: both formulas agree.
   EXPECT_EQ(kv_bytes_per_token_without_gqa(preset("llama-2-7b"), DType::kF16), 524288u);
