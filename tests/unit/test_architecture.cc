@@ -23,8 +23,9 @@ TEST(Architecture, EveryNameResolvesToOneFamily) {
       EXPECT_TRUE(gguf_names.insert(alias).second) << alias << " twice";
     }
     // gpt-oss is read from GGUF files only (its checkpoints' experts are MXFP4 blocks and
-    // scales in tensors of their own); every other family has a config.json model_type.
-    if (a.name != "gpt-oss") {
+    // scales in tensors of their own), and so is gemma4 (its per-layer shapes are read from
+    // GGUF's arrays); every other family has a config.json model_type.
+    if (a.name != "gpt-oss" && a.name != "gemma4") {
       EXPECT_FALSE(a.hf_model_types.empty()) << a.name << " names no config.json model_type";
     }
     for (std::string_view t : a.hf_model_types) {
@@ -40,7 +41,7 @@ TEST(Architecture, EveryNameResolvesToOneFamily) {
 
 TEST(Architecture, UnknownFamilyNamesTheSupportedOnes) {
   EXPECT_EQ(supported_architectures(),
-            "llama, mistral, qwen2, qwen3, qwen3moe, phi3, gemma3, gpt-oss, bert");
+            "llama, mistral, qwen2, qwen3, qwen3moe, phi3, gemma3, gemma4, gpt-oss, bert");
   ModelConfig c;
   c.architecture = "falcon";
   try {
@@ -49,7 +50,7 @@ TEST(Architecture, UnknownFamilyNamesTheSupportedOnes) {
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(),
                  "x.gguf: architecture 'falcon' is not supported (supported: llama, mistral, qwen2, "
-                 "qwen3, qwen3moe, phi3, gemma3, gpt-oss, bert)");
+                 "qwen3, qwen3moe, phi3, gemma3, gemma4, gpt-oss, bert)");
   }
 }
 

@@ -190,7 +190,7 @@ TEST(Estimate, RealFileWeightsAreTheTensorBytes) {
 TEST(Estimate, PresetBytesEqualASynthesizedFile) {
   PAGODA_SHARED_OR_SKIP(vocab, "testdata/vocab/ggml-vocab-gpt-2.gguf");
   for (const char* shape : {"smollm2-135m", "qwen3-tiny", "gemma3-tiny", "phi-3-tiny", "mixtral-tiny",
-                            "qwen3-moe-tiny", "gpt-oss-tiny"}) {
+                            "qwen3-moe-tiny", "gpt-oss-tiny", "gemma4-tiny", "gemma4-moe-tiny"}) {
     SCOPED_TRACE(shape);
     const std::string out = test::temp_dir() + "/" + shape + ".gguf";
     SynthOptions o;
