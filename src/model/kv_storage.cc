@@ -13,8 +13,9 @@ uint64_t KvStorage::slot_bytes(const ModelConfig& config, KvType type) {
   const uint64_t first = slot_bytes(config, type, 0);
   for (uint32_t l = 1; l < config.num_layers; ++l) {
     if (slot_bytes(config, type, l) != first || config.kv_layer_count() != config.num_layers) {
-      fail("the layers of this ", config.architecture, " model hold K/V of different widths, "
-           "which this feature does not handle yet");
+      fail("the layers of this ", config.architecture, " model hold K/V of different widths "
+           "(or none of their own); the K/V disk tier (--kv-disk), which stores every layer's "
+           "block at one size, does not handle such models yet");
     }
   }
   return first;

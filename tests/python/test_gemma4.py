@@ -296,3 +296,14 @@ def test_chat_template_renders_as_jinja2():
     thinking = results[-1]["output"]  # thinking on: the mark in the system turn, no empty thought
     assert "<|think|>" in thinking and "get_weather" in thinking, thinking[:300]
     assert not thinking.endswith("<|channel>thought\n<channel|>"), thinking[-200:]
+
+
+def test_kv_disk_is_refused_in_one_line(pagoda_bin, shared_dir, tmp_path):
+    """The K/V disk tier stores every layer's block at one size: a Gemma 4 model (layers of
+    different widths, some without K/V of their own) is refused at start, not mis-stored."""
+    path = tmp_path / "gemma4-tiny.gguf"
+    synth(pagoda_bin, shared_dir / "models" / "stories260K.gguf", path)
+    r = subprocess.run([str(pagoda_bin), "serve", "-m", str(path), "--kv-disk", str(tmp_path / "kv"),
+                        "--kv-disk-gb", "1", "--port", "0"], capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "different widths" in r.stderr and "--kv-disk" in r.stderr, r.stderr
