@@ -55,6 +55,14 @@ void print_config(const ModelConfig& c) {
             << rope_scaling_text(c) << "\n"
             << "RMSNorm eps:     " << c.rms_norm_eps << "\n";
   if (c.sliding_window) std::cout << "sliding window:  " << c.sliding_window << "\n";
+  if (!c.sliding_layers.empty()) {  // Gemma 4: the sliding-window layers' own shape
+    uint32_t sliding = 0;
+    for (uint32_t l = 0; l < c.num_layers; ++l) sliding += c.layer_sliding(l) ? 1 : 0;
+    std::cout << "layer kinds:     " << sliding << " sliding-window (head size "
+              << c.layer_head_dim(0) << ", RoPE base " << c.rope_theta_sliding << "), "
+              << c.num_layers - sliding << " global; " << c.kv_layer_count()
+              << " layers hold K/V, the last " << c.kv_shared_layers << " read earlier ones'\n";
+  }
   std::cout << "tied embeddings: " << (c.tie_embeddings ? "yes" : "no") << "\n";
 }
 
@@ -122,9 +130,17 @@ void print_tensors(const std::vector<TensorRef>& tensors, const ModelConfig& c) 
   if (c.num_layers == 0) return;
   uint64_t per_token = c.kv_bytes_per_token(2);
   uint64_t mha = 2ull * c.num_layers * c.num_heads * c.head_dim * 2;
-  std::cout << "KV cache (F16):  " << per_token << " bytes per token = 2 x " << c.num_layers
-            << " layers x " << c.num_kv_heads << " KV heads x " << c.head_dim << " x 2 bytes";
-  if (mha != per_token) std::cout << " (" << mha << " without grouped-query attention)";
+  std::cout << "KV cache (F16):  " << per_token << " bytes per token = 2 x ";
+  if (c.sliding_layers.empty()) {
+    std::cout << c.num_layers << " layers x " << c.num_kv_heads << " KV heads x " << c.head_dim
+              << " x 2 bytes";
+  } else {
+    std::cout << "2 bytes x the KV heads x head size of each of the " << c.kv_layer_count()
+              << " layers that hold K/V";
+  }
+  if (mha != per_token && c.sliding_layers.empty()) {
+    std::cout << " (" << mha << " without grouped-query attention)";
+  }
   std::cout << "\n";
   if (c.context_length) {
     std::cout << "                 " << human_bytes(per_token * c.context_length)

@@ -261,8 +261,8 @@ def test_serves_gemma4_batched_with_prefix_cache_and_json(pagoda_bin, shared_dir
         server.stop()
 
 
-def test_estimate_counts_each_layers_kv(pagoda_bin, tmp_path):
-    """`pagoda estimate` on the E2B shape and on a synthesized gemma4-tiny file: K/V bytes per
+def test_estimate_counts_each_layers_kv(pagoda_bin, tiny):
+    """`pagoda estimate` on the E2B shape and `pagoda inspect` on the tiny files: K/V bytes per
     token count only the layers that hold K/V, each at its own width."""
     r = subprocess.run([str(pagoda_bin), "estimate", "--preset", "gemma4-e2b", "--context", "8192",
                         "--json", "-"], capture_output=True, text=True, timeout=60)
@@ -271,6 +271,14 @@ def test_estimate_counts_each_layers_kv(pagoda_bin, tmp_path):
     # 15 of 35 layers hold K/V: 12 sliding of one 256-wide head, 3 global of one 512-wide.
     assert j["kv_bytes_per_token"] == 2 * (12 * 256 + 3 * 512) * 2
     assert j["kv_bytes_total"] == j["kv_bytes_per_token"] * 8192
+    r = subprocess.run([str(pagoda_bin), "inspect", str(tiny)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    # gemma4-tiny: sliding layers 0, 1, 3, 4 of 1 x 64, global 2 and 5 of 2 x 128; the MoE one:
+    # sliding 0, 1, 3, 4 of 2 x 64, global 2 and 5 of 1 x 128 (F16).
+    per_token = 2 * (4 * 64 + 2 * 256) * 2 if tiny.stem == "gemma4-tiny" else 2 * (4 * 128 + 2 * 128) * 2
+    assert f"KV cache (F16):  {per_token} bytes per token" in r.stdout, r.stdout
+    assert "6 layers hold K/V" in r.stdout
 
 
 def test_chat_template_renders_as_jinja2():
