@@ -4,6 +4,7 @@
 #include <bit>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <sstream>
 
 #include "cli/commands.h"
@@ -87,6 +88,28 @@ void add_kv_disk_options(CLI::App* cmd, KvDiskOptions& o) {
                                 "recently used blocks go first)")
                     ->capture_default_str()
                     ->check(CLI::Range(0.001, 1e6));
+}
+
+void add_kv_save_option(CLI::App* cmd, KvDiskOptions& o) {
+  cmd->add_option("--kv-save-dir", o.save_dir,
+                  "Answer POST /v1/kv/save and /v1/kv/restore: prompt prefixes' KV blocks saved "
+                  "to and restored from named files in this folder");
+}
+
+std::string kv_save_identity(const KvDiskOptions& o, const ModelFile& file,
+                             const EngineConfig& config, const std::string& backend) {
+  if (o.save_dir.empty()) return "";
+  if (backend != "cpu") fail("--kv-save-dir: the ", backend, " backend does not save KV (the CPU backend does)");
+  if (!config.enable_prefix_caching) fail("--kv-save-dir needs the prefix cache (--no-prefix-caching is given)");
+  if (config.speculative.draft_model != nullptr) {
+    fail("--kv-save-dir does not go with a draft model (the draft's K/V would not be saved)");
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(o.save_dir, ec);
+  if (ec || !std::filesystem::is_directory(o.save_dir)) {
+    fail("--kv-save-dir ", o.save_dir, ": cannot create the folder (", ec.message(), ")");
+  }
+  return kv_disk_identity(file, config.kv_type, config.block_size, config.max_model_len);
 }
 
 std::string kv_disk_identity(const ModelFile& file, KvType kv_type, int32_t block_size,

@@ -14,6 +14,7 @@ struct KvDiskOptions {
   std::string folder;  // empty: no disk tier
   double gb = 8.0;
   CLI::Option* gb_option = nullptr;
+  std::string save_dir;  // serve --kv-save-dir: saved prefixes (empty: none)
 };
 
 // Adds --kv-disk and --kv-disk-gb to `cmd`.
@@ -29,6 +30,16 @@ void check_kv_disk_options(const KvDiskOptions& options, const std::string& back
 // adapter is in its cache key, which the disk tier's prefix digests include.
 void apply_kv_disk_options(const KvDiskOptions& options, const ModelFile& file, int32_t context,
                            EngineConfig& config, const std::string& also = "");
+
+// serve's --kv-save-dir DIR: the folder of /v1/kv/save and /v1/kv/restore.
+void add_kv_save_option(CLI::App* cmd, KvDiskOptions& options);
+
+// With --kv-save-dir: creates the folder and returns the identity saved prefixes of this model
+// file and config carry (the disk tier's); empty without the option. Throws Error in one line
+// when the folder cannot be made, or the engine cannot move prefixes in and out (`backend` not
+// the CPU, no prefix cache, a draft model).
+std::string kv_save_identity(const KvDiskOptions& options, const ModelFile& file,
+                             const EngineConfig& config, const std::string& backend);
 
 // What names the K/V one model file computes under these settings: a digest of the file (a
 // GGUF file's header, metadata and tensor table as bytes; every tensor's name, type, shape and

@@ -13,6 +13,7 @@
 #include "cli/format_util.h"
 #include "cli/generation_options.h"
 #include "cli/kv_disk_options.h"
+#include "cli/prompt_cache.h"
 #include "cli/ranks.h"
 #include "cli/speculative_options.h"
 #include "core/error.h"
@@ -31,6 +32,7 @@ struct RunOptions {
   std::string system, chat_template_file;
   SpeculativeOptions speculative;
   KvDiskOptions kv_disk;
+  std::string prompt_cache;  // --prompt-cache FILE
   int32_t beam_width = 0;
   CLI::Option* prompt_option = nullptr;
 };
@@ -72,6 +74,9 @@ Action add_run(CLI::App& app) {
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating past end-of-generation tokens (benchmarks)");
   add_speculative_options(cmd, o->speculative);
   add_kv_disk_options(cmd, o->kv_disk);
+  cmd->add_option("--prompt-cache", o->prompt_cache,
+                  "Load the prompt's KV blocks from this file when it has them (same model and "
+                  "K/V format); save them to it after the prompt is computed");
   cmd->add_option(
          "--beam-width", o->beam_width,
          "Beam search with this many beams: the likeliest output, printed when done (0: off)")
@@ -83,6 +88,7 @@ Action add_run(CLI::App& app) {
     const SamplingParams sampling = sampling_params(o->gen);
     apply_gpu_layers(o->gen);
     check_kv_disk_options(o->kv_disk, o->gen.backend);
+    check_prompt_cache_option(o->prompt_cache, o->gen.backend, o->speculative);
     // Under mpirun only rank 0 reads the prompt (stdin goes to it alone); the others follow.
     const std::string text = is_follower() ? std::string() : prompt_text(*o);
     LoadedModel m = load_model(o->gen, ranks());
@@ -128,14 +134,17 @@ Action add_run(CLI::App& app) {
     config.max_num_batched_tokens = 512;  // prompt tokens per step
     config.max_num_seqs = 1;
     config.kv_type = parse_kv_type(o->gen.kv_type);
-    apply_kv_disk_options(o->kv_disk, *m.file, context, config,
-                          m.lora ? str_cat("lora ", m.lora->digest(), " scale ", o->gen.lora_scale)
-                                 : std::string());
+    const std::string lora_identity =
+        m.lora ? str_cat("lora ", m.lora->digest(), " scale ", o->gen.lora_scale) : std::string();
+    apply_kv_disk_options(o->kv_disk, *m.file, context, config, lora_identity);
     // One prompt: nothing to share, unless with blocks on disk from earlier runs.
-    config.enable_prefix_caching = !config.kv_disk.folder.empty();
+    config.enable_prefix_caching = !config.kv_disk.folder.empty() || !o->prompt_cache.empty();
     DraftModel draft;
     config.speculative = speculative_config(o->speculative, *m.file, draft);
     Engine engine(*m.model, *m.backend, config);
+    PromptCache prompt_cache(o->prompt_cache, engine,
+                             prompt_cache_identity(*m.file, config, lora_identity));
+    prompt_cache.load(prompt);
     // -n 0 only prefills: one token is sampled (the engine always samples) and not shown.
     const bool prefill_only = o->gen.num_tokens == 0;
     GenerationRequest request;
@@ -154,13 +163,11 @@ Action add_run(CLI::App& app) {
     std::cout << std::endl;
     restore_interrupt_handler();
     if (!r.error.empty()) fail("the engine failed: ", r.error);
+    prompt_cache.save(prompt);
 
     const std::string spec = speculative_summary(engine.stats().speculative);
-    const std::string disk =
-        config.kv_disk.folder.empty()
-            ? std::string()
-            : str_cat(" (", engine.stats().scheduler.kv.num_lower_tier_hit_tokens,
-                      " from the disk cache)");
+    const std::string disk = cache_summary(engine, !config.kv_disk.folder.empty(),
+                                           !o->prompt_cache.empty());
     std::fprintf(
         stderr,
         "prefill: %d tokens%s at %.1f tok/s | decode: %d tokens at %.1f tok/s | weights %s | "

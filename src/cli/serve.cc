@@ -55,6 +55,7 @@ std::shared_ptr<server::ModelSet> serve_many(const ServeOptions& o) {
   if (!o.model_name.empty()) fail("--model-name names one model; with several give -m ID=PATH");
   if (!o.chat_template_file.empty()) fail("--chat-template applies to one model (one -m)");
   if (!o.kv_disk.folder.empty()) fail("--kv-disk serves one model (one -m)");
+  if (!o.kv_disk.save_dir.empty()) fail("--kv-save-dir serves one model (one -m)");
   if (!o.speculative.draft_model.empty()) fail("--draft-model applies to one model (one -m)");
   std::vector<server::ModelSpec> specs = model_specs(o);
   if (specs.empty()) fail("--models-dir ", o.models_dir, " holds no GGUF file or Hugging Face folder");
@@ -200,6 +201,7 @@ Action add_serve(CLI::App& app) {
       ->check(CLI::Range(1, 10000));
   add_speculative_options(cmd, o->speculative);
   add_kv_disk_options(cmd, o->kv_disk);
+  add_kv_save_option(cmd, o->kv_disk);
   cmd->add_flag("--allow-special-in-content", o->allow_special_in_content,
                 "Read control-token text in chat messages as control tokens (off: it is text)");
   cmd->add_option("--log-format", o->log_format,
@@ -224,6 +226,7 @@ Action add_serve(CLI::App& app) {
     o->server.responses_max_bytes = static_cast<size_t>(o->responses_max_mib) << 20;
     apply_gpu_layers(o->gpu_layers, o->backend_option, o->backend);
     check_kv_disk_options(o->kv_disk, o->backend);
+    o->server.kv_save_dir = o->kv_disk.save_dir;
     if (!server::is_loopback_host(o->server.host) && o->server.api_key.empty() && !o->insecure) {
       fail("refusing to listen on ", o->server.host,
            " without --api-key: anyone who can reach it could use it (add --insecure to do so "

@@ -198,6 +198,10 @@ std::shared_ptr<server::ServedModel> serve_model(const ServeOptions& o, OpenedMo
   context.max_model_len = config.max_model_len;
   context.vocab_size = static_cast<int32_t>(vocab.size());
   context.allow_special_in_content = o.allow_special_in_content;
+  if (!model.config().causal_attention && !o.kv_disk.save_dir.empty()) {
+    fail("--kv-save-dir: an encoder keeps no KV cache");
+  }
+  context.kv_identity = kv_save_identity(o.kv_disk, file, config, o.backend);
   if (parts->chat) {
     context.tool_format = server::tool_format_for_template(template_text);
     context.template_renders_tools = server::template_renders_tools(template_text);

@@ -56,6 +56,7 @@
 #include "engine/beam_search.h"
 #include "engine/engine_stats.h"
 #include "engine/kv_disk.h"
+#include "engine/prefix_file.h"
 #include "engine/sampler.h"
 #include "engine/speculator.h"
 #include "engine/thinking_budget.h"
@@ -189,6 +190,16 @@ class Engine {
   // The disk tier's counters (zero without one); any thread.
   KvDiskStats kv_disk_stats() const { return kv_disk_ ? kv_disk_->stats() : KvDiskStats{}; }
   const Scheduler& scheduler() const { return scheduler_; }
+
+  // Explicit prefix save and restore (engine_kv_save.cc, engine/prefix_file.h), between steps on
+  // the engine's thread. export_prefix: the cached full blocks of `prompt` under `cache_key`
+  // (from its start up to the first the cache lacks) with their K/V bytes. import_prefix: puts
+  // saved blocks back into the prefix cache as ordinary cached blocks; returns how many tokens
+  // of blocks.tokens are now cached. Both throw Error when the KV cache is not in host memory,
+  // prefix caching is off, or a draft model is set (its K/V would not be restored).
+  PrefixBlocks export_prefix(std::span<const TokenId> prompt, uint64_t cache_key);
+  int32_t import_prefix(const PrefixBlocks& blocks);
+  uint64_t kv_block_bytes() const;
   const EngineConfig& config() const { return config_; }
   const KvStorage& kv() const { return *kv_; }
   int32_t num_requests() const {
@@ -258,6 +269,7 @@ class Engine {
 
   bool has_request(RequestId id) const;
   void open_kv_disk();  // the disk tier, under the scheduler's prefix cache
+  void check_prefix_transfer(const char* what) const;  // export_prefix / import_prefix
 
   // Embedding requests (engine_embed.cc): one prompt-only sequence each.
   struct EmbeddingState {

@@ -85,6 +85,13 @@ class EngineThread {
   // free for it (embeddings from the generative model), and returns once it has run, rethrowing
   // its exception. Any thread but the engine thread.
   void run_between_steps(std::function<void()> task);
+  // The same, with the engine (saved prefixes: Engine::export_prefix, import_prefix).
+  void with_engine(const std::function<void(Engine&)>& task) {
+    run_between_steps([&] { task(*engine_); });
+  }
+  // What the engine fixed when it was made; any thread.
+  int32_t block_size() const { return engine_->config().block_size; }
+  uint64_t kv_block_bytes() const { return engine_->kv_block_bytes(); }
 
  private:
   struct Submission {

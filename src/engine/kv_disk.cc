@@ -17,14 +17,44 @@ DiskTierOptions tier_options(const KvDiskConfig& c, bool host_visible) {
   return DiskTierOptions{.folder = c.folder, .max_bytes = c.max_bytes, .identity = c.identity};
 }
 
+// Bytes of one of K or V of one layer, one block.
+uint64_t layer_block_bytes(const KvStorage& kv, const ModelConfig& model) {
+  return KvStorage::slot_bytes(model, kv.type()) * static_cast<uint64_t>(kv.block_size());
+}
+
 }  // namespace
+
+uint64_t kv_block_bytes(const KvStorage& kv, const ModelConfig& model) {
+  return layer_block_bytes(kv, model) * 2 * model.num_layers;
+}
+
+void read_kv_block(KvStorage& kv, const ModelConfig& model, BlockId block, uint8_t* out) {
+  const uint64_t n = layer_block_bytes(kv, model);
+  const uint64_t offset = static_cast<uint64_t>(block) * n;
+  for (int32_t l = 0; l < static_cast<int32_t>(model.num_layers); ++l) {
+    const KvLayer layer = kv.layer(l);
+    std::memcpy(out, static_cast<const uint8_t*>(layer.k) + offset, n);
+    std::memcpy(out + n, static_cast<const uint8_t*>(layer.v) + offset, n);
+    out += 2 * n;
+  }
+}
+
+void write_kv_block(KvStorage& kv, const ModelConfig& model, BlockId block, const uint8_t* in) {
+  const uint64_t n = layer_block_bytes(kv, model);
+  const uint64_t offset = static_cast<uint64_t>(block) * n;
+  for (int32_t l = 0; l < static_cast<int32_t>(model.num_layers); ++l) {
+    const KvLayer layer = kv.layer(l);
+    std::memcpy(static_cast<uint8_t*>(layer.k) + offset, in, n);
+    std::memcpy(static_cast<uint8_t*>(layer.v) + offset, in + n, n);
+    in += 2 * n;
+  }
+}
 
 KvDisk::KvDisk(KvStorage& kv, const ModelConfig& model, bool host_visible,
                const KvDiskConfig& config)
     : kv_(kv),
-      num_layers_(static_cast<int32_t>(model.num_layers)),
-      bytes_per_layer_block_(KvStorage::slot_bytes(model, kv.type()) *
-                             static_cast<uint64_t>(kv.block_size())),
+      model_(model),
+      block_bytes_(kv_block_bytes(kv, model)),
       tier_(tier_options(config, host_visible)) {
   const DiskTier::Stats s = tier_.stats();
   corrupt_seen_ = s.corrupt;
@@ -42,17 +72,8 @@ PrefixDigest KvDisk::chain(const PrefixDigest& parent, uint64_t extra,
 void KvDisk::store(BlockId block, BlockHash hash, const PrefixDigest& digest,
                    std::span<const TokenId> tokens) {
   if (tier_.contains(hash, digest)) return;
-  // Per layer, K's block then V's: each is one contiguous range of the layer's memory.
-  std::vector<uint8_t> payload(block_bytes());
-  const uint64_t offset = static_cast<uint64_t>(block) * bytes_per_layer_block_;
-  uint8_t* out = payload.data();
-  for (int32_t l = 0; l < num_layers_; ++l) {
-    const KvLayer layer = kv_.layer(l);
-    std::memcpy(out, static_cast<const uint8_t*>(layer.k) + offset, bytes_per_layer_block_);
-    out += bytes_per_layer_block_;
-    std::memcpy(out, static_cast<const uint8_t*>(layer.v) + offset, bytes_per_layer_block_);
-    out += bytes_per_layer_block_;
-  }
+  std::vector<uint8_t> payload(block_bytes_);
+  read_kv_block(kv_, model_, block, payload.data());
   tier_.put(hash, digest, tokens, std::move(payload));
 }
 
@@ -72,7 +93,7 @@ bool KvDisk::load(BlockId block, BlockHash hash, const PrefixDigest& digest,
   if (ns > max_load_ns_.load(std::memory_order_relaxed)) {
     max_load_ns_.store(ns, std::memory_order_relaxed);  // only this thread writes it
   }
-  if (!payload || payload->size() != block_bytes()) {
+  if (!payload || payload->size() != block_bytes_) {
     const uint64_t corrupt = tier_.stats().corrupt;
     if (corrupt > corrupt_seen_) {
       std::fprintf(stderr,
@@ -83,15 +104,7 @@ bool KvDisk::load(BlockId block, BlockHash hash, const PrefixDigest& digest,
     }
     return false;
   }
-  const uint64_t offset = static_cast<uint64_t>(block) * bytes_per_layer_block_;
-  const uint8_t* in = payload->data();
-  for (int32_t l = 0; l < num_layers_; ++l) {
-    const KvLayer layer = kv_.layer(l);
-    std::memcpy(static_cast<uint8_t*>(layer.k) + offset, in, bytes_per_layer_block_);
-    in += bytes_per_layer_block_;
-    std::memcpy(static_cast<uint8_t*>(layer.v) + offset, in, bytes_per_layer_block_);
-    in += bytes_per_layer_block_;
-  }
+  write_kv_block(kv_, model_, block, payload->data());
   return true;
 }
 

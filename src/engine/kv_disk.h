@@ -28,6 +28,12 @@
 
 namespace pagoda {
 
+// One KV block as bytes (the disk tier's records and saved prefixes, engine/prefix_file.h): per
+// layer, K's block then V's, each one contiguous range of the layer's memory. Host memory only.
+uint64_t kv_block_bytes(const KvStorage& kv, const ModelConfig& model);
+void read_kv_block(KvStorage& kv, const ModelConfig& model, BlockId block, uint8_t* out);
+void write_kv_block(KvStorage& kv, const ModelConfig& model, BlockId block, const uint8_t* in);
+
 struct KvDiskConfig {
   std::string folder;      // empty: no disk tier
   uint64_t max_bytes = 0;  // records of this identity at most
@@ -54,11 +60,9 @@ class KvDisk final : public LowerTier {
   KvDiskStats stats() const;  // any thread
 
  private:
-  uint64_t block_bytes() const { return bytes_per_layer_block_ * 2 * num_layers_; }
-
   KvStorage& kv_;
-  int32_t num_layers_;
-  uint64_t bytes_per_layer_block_;  // one of K or V of one layer, one block
+  const ModelConfig& model_;
+  uint64_t block_bytes_;
   DiskTier tier_;
   // Written by the engine thread, read by any.
   std::atomic<uint64_t> num_loads_ = 0, load_ns_ = 0, max_load_ns_ = 0;

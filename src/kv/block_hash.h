@@ -5,6 +5,7 @@
 // the exact identity of the prefix (PrefixId), so a collision costs a cache miss, never wrong KV.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <span>
 
@@ -28,6 +29,10 @@ using BlockHashFn = BlockHash (*)(BlockHash parent, uint64_t extra,
 // The default: a 64-bit multiply-rotate hash over 64-bit lanes with a final avalanche
 // (xxHash-like in structure, written here). Deterministic across runs and machines.
 BlockHash hash_block(BlockHash parent, uint64_t extra, std::span<const TokenId> tokens);
+
+// A 64-bit hash of any bytes, seeded (checksums and digests of the disk tier and saved
+// prefixes): multiply-rotate over 8-byte lanes, then an avalanche.
+uint64_t hash_bytes(uint64_t seed, const void* data, size_t n);
 
 // The tokens of one sequence read as one array: the prompt, then the output, without copying
 // them together.

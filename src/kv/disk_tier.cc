@@ -23,26 +23,6 @@ constexpr char kMagic[8] = {'P', 'G', 'K', 'V', 'B', 'L', 'K', '1'};
 constexpr uint32_t kVersion = 1;
 constexpr size_t kHeaderBytes = 64;
 
-// A 64-bit hash of bytes, seeded: multiply-rotate over 8-byte lanes, then an avalanche.
-uint64_t hash_bytes(uint64_t seed, const void* data, size_t n) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  uint64_t h = seed ^ (n * 0x9e3779b97f4a7c15ULL);
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    uint64_t v;
-    std::memcpy(&v, p + i, 8);
-    h = std::rotl(h ^ (v * 0x87c37b91114253d5ULL), 31) * 0x4cf5ad432745937fULL;
-  }
-  uint64_t tail = 0;
-  std::memcpy(&tail, p + i, n - i);
-  h ^= tail * 0x87c37b91114253d5ULL;
-  h ^= h >> 33;
-  h *= 0xff51afd7ed558ccdULL;
-  h ^= h >> 33;
-  h *= 0xc4ceb9fe1a85ec53ULL;
-  return h ^ (h >> 33);
-}
-
 std::string hex(uint64_t v) {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));

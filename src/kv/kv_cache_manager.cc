@@ -24,13 +24,27 @@ int32_t KvCacheManager::num_blocks_for(int64_t num_tokens) const {
 
 CachedPrefix KvCacheManager::get_computed_blocks(const TokenSequence& tokens,
                                                  uint64_t extra) const {
+  if (!prefix_caching_ || tokens.size() == 0) {
+    CachedPrefix prefix;
+    prefix.extra = extra;
+    prefix.num_queried_tokens = tokens.size();
+    return prefix;
+  }
+  // Full blocks within the first size - 1 tokens: the last token is always computed.
+  return lookup(tokens, extra, (tokens.size() - 1) / block_size());
+}
+
+CachedPrefix KvCacheManager::cached_full_blocks(const TokenSequence& tokens,
+                                                uint64_t extra) const {
+  return lookup(tokens, extra, prefix_caching_ ? tokens.size() / block_size() : 0);
+}
+
+CachedPrefix KvCacheManager::lookup(const TokenSequence& tokens, uint64_t extra,
+                                    int32_t num_lookup) const {
   CachedPrefix prefix;
   prefix.extra = extra;
   prefix.num_queried_tokens = tokens.size();
-  if (!prefix_caching_ || tokens.size() == 0) return prefix;
   const int32_t bs = block_size();
-  // Full blocks within the first size - 1 tokens: the last token is always computed.
-  const int32_t num_lookup = (tokens.size() - 1) / bs;
   std::vector<TokenId> buf(static_cast<size_t>(bs));
   BlockKey key;
   key.extra = extra;
@@ -51,6 +65,63 @@ CachedPrefix KvCacheManager::get_computed_blocks(const TokenSequence& tokens,
   }
   prefix.num_tokens = static_cast<int32_t>(prefix.blocks.size()) * bs;
   return prefix;
+}
+
+bool KvCacheManager::adopt(CachedPrefix& prefix, BlockId block, BlockHash hash,
+                           std::span<const TokenId> tokens, const PrefixDigest& digest) {
+  BlockKey key;
+  key.hash = hash;
+  key.extra = prefix.extra;
+  key.parent_hash = prefix.hashes.empty() ? kRootBlockHash : prefix.hashes.back();
+  key.parent_prefix_id = prefix.prefix_ids.empty() ? kRootPrefixId : prefix.prefix_ids.back();
+  const PrefixId id = pool_.cache(block, key, tokens);
+  if (!pool_.is_hashed(block) || pool_.prefix_id(block) != id) return false;  // held by another
+  prefix.blocks.push_back(block);
+  prefix.hashes.push_back(hash);
+  prefix.prefix_ids.push_back(id);
+  if (lower_ != nullptr) prefix.digests.push_back(digest);
+  prefix.num_tokens += block_size();
+  return true;
+}
+
+void KvCacheManager::release_adopted(const CachedPrefix& prefix,
+                                     const std::vector<BlockId>& taken) {
+  // Last block first, as free() does: the prefix's first blocks are evicted last. The adopted
+  // ones stay cached (free); the rest go back empty.
+  for (auto b = taken.rbegin(); b != taken.rend(); ++b) pool_.release(*b);
+  for (auto b = prefix.blocks.rbegin(); b != prefix.blocks.rend(); ++b) {
+    if (std::find(taken.begin(), taken.end(), *b) == taken.end()) pool_.release(*b);
+  }
+}
+
+int32_t KvCacheManager::import_blocks(const TokenSequence& tokens, uint64_t extra,
+                                      const BlockFill& fill) {
+  CachedPrefix prefix = cached_full_blocks(tokens, extra);
+  if (!prefix_caching_) return 0;
+  const int32_t bs = block_size();
+  const int32_t num_full = tokens.size() / bs;
+  // Hold the pool's hits while blocks are taken, so that taking them cannot evict one.
+  for (BlockId b : prefix.blocks) pool_.acquire(b);
+  std::vector<BlockId> taken;
+  std::vector<TokenId> buf(static_cast<size_t>(bs));
+  for (auto i = static_cast<int32_t>(prefix.blocks.size()); i < num_full && pool_.num_free() > 0;
+       ++i) {
+    tokens.copy(i * bs, bs, buf.data());
+    const BlockHash parent = prefix.hashes.empty() ? kRootBlockHash : prefix.hashes.back();
+    const BlockHash hash = pool_.hash_fn()(parent, extra, buf);
+    PrefixDigest digest;
+    if (lower_ != nullptr) {
+      digest = lower_->chain(prefix.digests.empty() ? PrefixDigest{} : prefix.digests.back(),
+                             extra, buf);
+    }
+    const BlockId b = pool_.allocate(1)[0];
+    taken.push_back(b);
+    fill(i, b);
+    if (!adopt(prefix, b, hash, buf, digest)) break;
+    if (lower_ != nullptr) lower_->store(b, hash, digest, buf);
+  }
+  release_adopted(prefix, taken);
+  return prefix.num_tokens;
 }
 
 void KvCacheManager::set_lower_tier(LowerTier* tier) {
@@ -91,26 +162,13 @@ void KvCacheManager::load_from_lower_tier(CachedPrefix& prefix, const TokenSeque
   const std::vector<BlockId> taken = pool_.allocate(num_taken);
   size_t num_loaded = 0;
   for (; num_loaded < taken.size(); ++num_loaded) {
-    LowerKey& f = found[num_loaded];
+    const LowerKey& f = found[num_loaded];
     const BlockId b = taken[num_loaded];
-    f.key.parent_prefix_id = prefix.prefix_ids.empty() ? kRootPrefixId : prefix.prefix_ids.back();
     if (!lower_->load(b, f.key.hash, f.digest, f.tokens)) break;
-    const PrefixId id = pool_.cache(b, f.key, f.tokens);
-    if (!pool_.is_hashed(b) || pool_.prefix_id(b) != id) break;  // the hash is held by another
-    prefix.blocks.push_back(b);
-    prefix.hashes.push_back(f.key.hash);
-    prefix.prefix_ids.push_back(id);
-    prefix.digests.push_back(f.digest);
+    if (!adopt(prefix, b, f.key.hash, f.tokens, f.digest)) break;
   }
-  // Last block first, as free() does: the prefix's first blocks are evicted last. The loaded
-  // ones stay cached (free); the rest go back empty.
-  for (auto b = taken.rbegin(); b != taken.rend(); ++b) pool_.release(*b);
-  for (auto b = prefix.blocks.rbegin(); b != prefix.blocks.rend(); ++b) {
-    if (std::find(taken.begin(), taken.end(), *b) == taken.end()) pool_.release(*b);
-  }
-  const auto num_loaded_tokens = static_cast<int32_t>(num_loaded) * block_size();
-  prefix.num_tokens += num_loaded_tokens;
-  prefix.num_lower_tier_tokens += num_loaded_tokens;
+  release_adopted(prefix, taken);
+  prefix.num_lower_tier_tokens += static_cast<int32_t>(num_loaded) * block_size();
 }
 
 std::optional<std::vector<BlockId>> KvCacheManager::allocate_slots(

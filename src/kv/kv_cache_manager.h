@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <unordered_map>
 #include <vector>
@@ -90,6 +91,18 @@ class KvCacheManager {
   // `prefix` are never evicted for it.
   void load_from_lower_tier(CachedPrefix& prefix, const TokenSequence& tokens);
 
+  // Explicit save and restore of a prefix (engine/prefix_file.h), between steps.
+  // The cached full blocks of `tokens`, all of them (the last token included), up to the
+  // first block the pool lacks. Changes nothing; empty when prefix caching is off.
+  CachedPrefix cached_full_blocks(const TokenSequence& tokens, uint64_t extra) const;
+  // Caches every full block of `tokens` the pool lacks after the ones it has: each is taken
+  // from the free list, filled by `fill(block index in tokens, pool block)`, cached as a free
+  // cached block and handed to the lower tier. Stops when no block is free or a block's hash is
+  // held by another; never evicts the prefix's own blocks. Returns the tokens of `tokens` now
+  // cached from its start.
+  using BlockFill = std::function<void(int32_t index, BlockId block)>;
+  int32_t import_blocks(const TokenSequence& tokens, uint64_t extra, const BlockFill& fill);
+
   // Grows sequence `id`'s table to cover num_computed_tokens + (new_computed ? its tokens : 0) +
   // num_new_tokens slots and returns the newly allocated blocks, or nullopt when the pool has
   // too few free blocks (and then nothing changed). A sequence's first call passes its
@@ -151,6 +164,14 @@ class KvCacheManager {
     PrefixDigest digest;
     std::vector<TokenId> tokens;
   };
+  // The cached blocks of `tokens`, at most num_lookup, from its start.
+  CachedPrefix lookup(const TokenSequence& tokens, uint64_t extra, int32_t num_lookup) const;
+  // Caches held block `block` (filled with `tokens`' K/V, chain hash `hash`) as the next block
+  // of `prefix`; false (nothing added) when the hash is held by another block.
+  bool adopt(CachedPrefix& prefix, BlockId block, BlockHash hash, std::span<const TokenId> tokens,
+             const PrefixDigest& digest);
+  // Releases the blocks held while loading: `taken` and the rest of `prefix`.
+  void release_adopted(const CachedPrefix& prefix, const std::vector<BlockId>& taken);
   std::vector<LowerKey> find_in_lower_tier(const CachedPrefix& prefix, const TokenSequence& tokens,
                                            int32_t num_lookup) const;
 

@@ -24,6 +24,11 @@ Sequence& Scheduler::get(SequenceId id) {
   return it->second;
 }
 
+KvCacheManager& Scheduler::kv_between_steps() {
+  if (step_in_flight()) fail("scheduler: the KV cache is changed while a step is in flight");
+  return kv_;
+}
+
 const Sequence* Scheduler::find(SequenceId id) const {
   auto it = requests_.find(id);
   return it == requests_.end() ? nullptr : &it->second;

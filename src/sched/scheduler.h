@@ -98,6 +98,9 @@ class Scheduler {
   bool step_in_flight() const { return in_flight_step_ >= 0; }
   const SchedulerConfig& config() const { return config_; }
   const KvCacheManager& kv() const { return kv_; }
+  // The prefix cache to change directly (saved prefixes restored): throws Error while a step
+  // is in flight.
+  KvCacheManager& kv_between_steps();
   // A tier of KV blocks below the pool (kv/lower_tier.h); before any sequence is added.
   void set_lower_tier(LowerTier* tier) { kv_.set_lower_tier(tier); }
   SchedulerStats stats() const;

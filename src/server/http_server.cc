@@ -206,7 +206,7 @@ void HttpServer::log_access(const AccessRecord& r) {
       "/",               "/openapi.json",        "/v1/messages", "/v1/messages/count_tokens",
       "/api/chat",       "/api/generate",        "/api/tags",    "/api/show",
       "/api/ps",         "/api/version",         "/api/embed",   "/v1/responses",
-      "/api/embeddings", "/v1/embeddings"};
+      "/api/embeddings", "/v1/embeddings", "/v1/kv/save", "/v1/kv/restore"};
   metrics_.count_request(routes.count(r.path) ? r.path : "other", r.status);
   if (options_.log_format == LogFormat::kNone || is_poll(r)) return;
   json note = r.note.empty() ? json::object() : json::parse(r.note, nullptr, false);
@@ -313,6 +313,8 @@ void HttpServer::model_route(const HttpRequest& req, const std::shared_ptr<Excha
   }
   if (p == "/tokenize") return ex->respond(tokenize(req, model));
   if (p == "/detokenize") return ex->respond(detokenize(req, model));
+  if (p == "/v1/kv/save") return ex->respond(json_response(200, kv_save(req, m)));
+  if (p == "/v1/kv/restore") return ex->respond(json_response(200, kv_restore(req, m)));
   if (p == "/api/show") {
     nlohmann::ordered_json out;
     ollama_info_route(p, req.body, model, options_.limits, out);
@@ -370,7 +372,8 @@ void HttpServer::route(const HttpRequest& req, const std::shared_ptr<Exchange>& 
   static const std::set<std::string> model_routes = {
       "/v1/completions", "/v1/chat/completions", "/v1/messages", "/v1/responses",
       "/v1/messages/count_tokens", "/api/chat", "/api/generate", "/v1/embeddings",
-      "/api/embed", "/api/embeddings", "/tokenize", "/detokenize", "/api/show"};
+      "/api/embed", "/api/embeddings", "/tokenize", "/detokenize", "/api/show",
+      "/v1/kv/save", "/v1/kv/restore"};
   if (req.method == "POST" && model_routes.count(p)) return with_model(req, ex);
   if (req.method == "GET" || req.method == "HEAD") {
     if (p == "/v1/models") return ex->respond(models_list());
@@ -398,7 +401,7 @@ void HttpServer::route(const HttpRequest& req, const std::shared_ptr<Exchange>& 
       "/v1/completions", "/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens",
       "/tokenize",       "/detokenize",          "/api/chat",    "/api/generate",
       "/api/show",       "/api/embed",           "/api/embeddings", "/v1/responses",
-      "/v1/embeddings"};
+      "/v1/embeddings",  "/v1/kv/save",          "/v1/kv/restore"};
   static const std::set<std::string> get_routes = {"/v1/models", "/health",   "/metrics",
                                                    "/stats",     "/openapi.json", "/",
                                                    "/api/tags",  "/api/ps",   "/api/version"};

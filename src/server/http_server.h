@@ -45,6 +45,9 @@ struct ServerOptions {
   size_t responses_max_count = 1024;
   size_t responses_max_bytes = size_t{256} << 20;
   LogFormat log_format = LogFormat::kText;
+  // POST /v1/kv/save and /v1/kv/restore (kv_save_route.cc): the folder of saved prefixes
+  // (empty: the routes are refused; ModelContext::kv_identity names what they belong to).
+  std::string kv_save_dir;
 };
 
 class GenerationTask;
@@ -97,6 +100,14 @@ class HttpServer {
   // /v1/models and /v1/models/{id}.
   HttpResponse models_list() const;
   HttpResponse model_entry(const std::string& id) const;
+  // POST /v1/kv/save and /v1/kv/restore (kv_save_route.cc). A save whose prompt is not cached
+  // waits on its work thread while the engine computes it.
+  nlohmann::json kv_save(const HttpRequest& req, const ModelLease& m);
+  nlohmann::json kv_restore(const HttpRequest& req, const ModelLease& m);
+  // DIR/NAME.pgkv, after the route is found enabled and the body's fields and name valid.
+  std::string kv_save_path(const nlohmann::json& body, const char* route) const;
+  ApiRequest kv_save_prompt(const nlohmann::json& body, const ModelContext& model,
+                            const std::string& raw_body) const;
   nlohmann::json stats_json() const;
   std::string metrics_text() const;
   std::string openapi_text() const;

@@ -67,6 +67,8 @@ struct ModelContext {
   std::function<std::string(const nlohmann::ordered_json&, bool, const nlohmann::ordered_json&)>
       render_chat;
   int32_t max_model_len = 0;  // prompt + output tokens at most
+  // serve --kv-save-dir: the model file and K/V format its saved prefixes belong to.
+  std::string kv_identity;
   int32_t vocab_size = 0;
   // Control-token text in message contents (and tools) becomes control tokens, as it did before
   // pagoda kept it as text (--allow-special-in-content).

@@ -451,6 +451,7 @@ std::string openapi_json(const RequestLimits& limits, const ModelContext& model)
     s["OllamaCommon"]["properties"]["think"].erase("enum");
   }
   add_responses_openapi(spec, limits, model);
+  add_kv_save_openapi(spec);
   static const json embedding = json::parse(kEmbeddingSpec);
   spec["paths"].update(embedding["paths"]);
   s.update(embedding["schemas"]);

@@ -17,4 +17,7 @@ std::string openapi_json(const RequestLimits& limits, const ModelContext& model)
 void add_responses_openapi(nlohmann::json& spec, const RequestLimits& limits,
                            const ModelContext& model);
 
+// POST /v1/kv/save and /v1/kv/restore, added to `spec` (openapi_kv.cc).
+void add_kv_save_openapi(nlohmann::json& spec);
+
 }  // namespace pagoda::server
