@@ -43,13 +43,14 @@ std::string checked_name(const json& body) {
 
 }  // namespace
 
-std::string HttpServer::kv_save_path(const json& body) const {
+std::string HttpServer::kv_save_path(const json& body, const char* route) const {
   if (options_.kv_save_dir.empty()) {
     throw ApiError(400, "invalid_request_error",
                    "this server keeps no saved prefixes: start it with --kv-save-dir DIR", "",
                    "kv_save_disabled");
   }
   if (draining_) throw ApiError(503, "server_error", "the server is shutting down");
+  check_fields(body, route == std::string("/v1/kv/save") ? kSaveFields : kRestoreFields, route);
   return options_.kv_save_dir + "/" + checked_name(body) + ".pgkv";
 }
 
@@ -75,8 +76,7 @@ ApiRequest HttpServer::kv_save_prompt(const json& body, const ModelContext& mode
 
 json HttpServer::kv_save(const HttpRequest& req) {
   const json body = parse_json_body(req.body, options_.limits.max_json_depth);
-  check_fields(body, kSaveFields, "/v1/kv/save");
-  const std::string path = kv_save_path(body);
+  const std::string path = kv_save_path(body, "/v1/kv/save");
   const ApiRequest r = kv_save_prompt(body, req.body);
   const std::vector<TokenId>& prompt = r.prompts.at(0);
   const int32_t block_size = engine.block_size();
@@ -133,8 +133,7 @@ json HttpServer::kv_save(const HttpRequest& req) {
 
 json HttpServer::kv_restore(const HttpRequest& req) {
   const json body = parse_json_body(req.body, options_.limits.max_json_depth);
-  check_fields(body, kRestoreFields, "/v1/kv/restore");
-  const std::string path = kv_save_path(body);
+  const std::string path = kv_save_path(body, "/v1/kv/restore");
   if (const auto m = body.find("model"); m != body.end()) {
     if (!m->is_string() || !m->context.answers_to(m->get<std::string>())) {
       throw ApiError(404, "invalid_request_error",
