@@ -2,6 +2,7 @@
 // needs: its grammar mask, speculative verification, and the first tokens of its waiting
 // children. Beam search's side is in engine_beam.cc.
 #include <algorithm>
+#include <chrono>
 #include <limits>
 #include <span>
 #include <utility>
@@ -45,6 +46,11 @@ std::vector<OutputEvent> Engine::step() {
 StepPlan Engine::plan_step() {
   speculator_->plan_lookahead(scheduler_);
   StepPlan plan = scheduler_.schedule();
+  // Nothing to run until some request's blocks are read from the disk tier: wait for them a
+  // little rather than step empty at once (new requests are taken between steps).
+  if (plan.sequences.empty() && scheduler_.num_loading() > 0) {
+    scheduler_.wait_for_lower_tier(std::chrono::milliseconds(5));
+  }
   for (SequenceId id : plan.preempted) speculator_->preempted(id);
   speculator_->propose(plan, scheduler_);
   return plan;

@@ -4,9 +4,9 @@
 // copies bytes, never waits on the disk; a full queue drops the block and counts it); a prefix
 // lookup that misses the pool reads the blocks it finds back into fresh pool blocks.
 //
-// Reads are synchronous, at admission, on the engine thread (Scheduler::schedule_waiting): a
-// request whose blocks are on disk waits for their reads inside that step. Reading them ahead,
-// off the step, is not done yet.
+// Reads run on a reader thread of KvDisk's own: a request whose blocks are on disk has them read
+// when it is admitted (LowerTier::start_load, into pool blocks the load holds) while steps go
+// on, and its prefill is scheduled once they have landed (Scheduler::land_lower_tier_loads).
 //
 // The folder keeps blocks of one model and K/V format apart from another's (KvDiskConfig's
 // identity: a digest of the model file's header, metadata, tensor table and sampled data pages,
@@ -15,9 +15,14 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/engine_stats.h"
@@ -47,14 +52,21 @@ class KvDisk final : public LowerTier {
   // Throws Error when it cannot be used, is in use by another process, or `kv` is not in host
   // memory.
   KvDisk(KvStorage& kv, const ModelConfig& model, bool host_visible, const KvDiskConfig& config);
+  ~KvDisk() override;  // finishes the reads queued
+  KvDisk(const KvDisk&) = delete;
+  KvDisk& operator=(const KvDisk&) = delete;
 
   PrefixDigest chain(const PrefixDigest& parent, uint64_t extra,
                      std::span<const TokenId> tokens) const override;
   void store(BlockId block, BlockHash hash, const PrefixDigest& digest,
              std::span<const TokenId> tokens) override;
   bool contains(BlockHash hash, const PrefixDigest& digest) const override;
+  // The reader thread's (or a caller's that holds the block): one block read.
   bool load(BlockId block, BlockHash hash, const PrefixDigest& digest,
             std::span<const TokenId> tokens) override;
+  uint64_t start_load(std::vector<BlockLoad> loads) override;
+  std::optional<int32_t> finish_load(uint64_t ticket) override;
+  void wait_for_loads(std::chrono::milliseconds timeout) override;
 
   void flush() { tier_.flush(); }
   KvDiskStats stats() const;  // any thread
@@ -63,10 +75,20 @@ class KvDisk final : public LowerTier {
   KvStorage& kv_;
   const ModelConfig& model_;
   uint64_t block_bytes_;
+  void read_loop();
+
   DiskTier tier_;
-  // Written by the engine thread, read by any.
+  // Written by the reader thread, read by any.
   std::atomic<uint64_t> num_loads_ = 0, load_ns_ = 0, max_load_ns_ = 0;
-  uint64_t corrupt_seen_ = 0;  // DiskTier's corrupt count already logged
+  uint64_t corrupt_seen_ = 0;  // DiskTier's corrupt count already logged (reader thread)
+
+  std::mutex read_mutex_;  // guards what follows, up to reader_
+  std::condition_variable read_work_, read_landed_;
+  std::deque<std::pair<uint64_t, std::vector<BlockLoad>>> reads_;  // by ticket, in order
+  std::unordered_map<uint64_t, int32_t> landed_;  // ticket: blocks read
+  uint64_t next_ticket_ = 1;
+  bool stop_reading_ = false;
+  std::thread reader_;  // last: starts once everything above is built
 };
 
 }  // namespace pagoda

@@ -150,25 +150,58 @@ std::vector<KvCacheManager::LowerKey> KvCacheManager::find_in_lower_tier(
   return found;
 }
 
-void KvCacheManager::load_from_lower_tier(CachedPrefix& prefix, const TokenSequence& tokens) {
-  if (lower_ == nullptr || !prefix_caching_ || tokens.size() == 0) return;
+std::optional<uint64_t> KvCacheManager::start_lower_tier_load(const CachedPrefix& prefix,
+                                                              const TokenSequence& tokens) {
+  if (lower_ == nullptr || !prefix_caching_ || tokens.size() == 0) return std::nullopt;
   PAGODA_CHECK(prefix.digests.size() == prefix.blocks.size());
   const int32_t num_lookup = (tokens.size() - 1) / block_size();
   std::vector<LowerKey> found = find_in_lower_tier(prefix, tokens, num_lookup);
-  if (found.empty()) return;
   // Hold the pool's hits while blocks are taken, so that taking them cannot evict one.
   for (BlockId b : prefix.blocks) pool_.acquire(b);
   const auto num_taken = std::min(static_cast<int32_t>(found.size()), pool_.num_free());
-  const std::vector<BlockId> taken = pool_.allocate(num_taken);
-  size_t num_loaded = 0;
-  for (; num_loaded < taken.size(); ++num_loaded) {
-    const LowerKey& f = found[num_loaded];
-    const BlockId b = taken[num_loaded];
-    if (!lower_->load(b, f.key.hash, f.digest, f.tokens)) break;
-    if (!adopt(prefix, b, f.key.hash, f.tokens, f.digest)) break;
+  if (num_taken == 0) {
+    for (auto b = prefix.blocks.rbegin(); b != prefix.blocks.rend(); ++b) pool_.release(*b);
+    return std::nullopt;
   }
-  release_adopted(prefix, taken);
-  prefix.num_lower_tier_tokens += static_cast<int32_t>(num_loaded) * block_size();
+  found.resize(static_cast<size_t>(num_taken));
+  PendingLoad load{0, prefix, pool_.allocate(num_taken), std::move(found)};
+  std::vector<LowerTier::BlockLoad> reads;
+  for (size_t i = 0; i < load.taken.size(); ++i) {
+    const LowerKey& f = load.keys[i];
+    reads.push_back({load.taken[i], f.key.hash, f.digest, f.tokens});
+  }
+  load.ticket = lower_->start_load(std::move(reads));
+  const uint64_t ticket = load.ticket;
+  loads_.push_back(std::move(load));
+  return ticket;
+}
+
+std::vector<std::pair<uint64_t, int32_t>> KvCacheManager::finish_lower_tier_loads() {
+  std::vector<std::pair<uint64_t, int32_t>> landed;
+  for (auto it = loads_.begin(); it != loads_.end();) {
+    const std::optional<int32_t> num_read = lower_->finish_load(it->ticket);
+    if (!num_read) {
+      ++it;
+      continue;
+    }
+    int32_t num_cached = 0;
+    for (; num_cached < *num_read; ++num_cached) {
+      const LowerKey& f = it->keys[static_cast<size_t>(num_cached)];
+      if (!adopt(it->prefix, it->taken[static_cast<size_t>(num_cached)], f.key.hash, f.tokens,
+                 f.digest)) {
+        break;
+      }
+    }
+    release_adopted(it->prefix, it->taken);
+    landed.emplace_back(it->ticket, num_cached * block_size());
+    num_lower_tier_loaded_tokens_ += num_cached * block_size();
+    it = loads_.erase(it);
+  }
+  return landed;
+}
+
+void KvCacheManager::wait_for_lower_tier_loads(std::chrono::milliseconds timeout) {
+  if (!loads_.empty()) lower_->wait_for_loads(timeout);
 }
 
 std::optional<std::vector<BlockId>> KvCacheManager::allocate_slots(
@@ -325,6 +358,8 @@ KvCacheStats KvCacheManager::stats() const {
   s.num_queried_tokens = num_queried_tokens_;
   s.num_hit_tokens = num_hit_tokens_;
   s.num_lower_tier_hit_tokens = num_lower_tier_hit_tokens_;
+  s.num_lower_tier_loaded_tokens = num_lower_tier_loaded_tokens_;
+  s.num_lower_tier_loads = static_cast<int32_t>(loads_.size());
   return s;
 }
 
@@ -353,6 +388,21 @@ void KvCacheManager::check_invariants() const {
     std::vector<BlockId> sorted = table.blocks;
     std::sort(sorted.begin(), sorted.end());
     PAGODA_CHECK(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end());
+  }
+  // A load in flight holds the pool's hits it continues and the blocks it reads into, all full.
+  for (const PendingLoad& load : loads_) {
+    PAGODA_CHECK(lower_ != nullptr && load.taken.size() == load.keys.size());
+    for (const auto* blocks : {&load.prefix.blocks, &load.taken}) {
+      for (BlockId b : *blocks) {
+        ++num_holders[static_cast<size_t>(b)];
+        ++num_full_holders[static_cast<size_t>(b)];
+      }
+    }
+    for (BlockId b : load.taken) PAGODA_CHECK(!pool_.is_hashed(b));
+    for (size_t i = 0; i < load.prefix.blocks.size(); ++i) {
+      PAGODA_CHECK(pool_.is_hashed(load.prefix.blocks[i]) &&
+                   pool_.prefix_id(load.prefix.blocks[i]) == load.prefix.prefix_ids[i]);
+    }
   }
   for (BlockId b = 0; b < pool_.num_blocks(); ++b) {
     const auto n = num_holders[static_cast<size_t>(b)];

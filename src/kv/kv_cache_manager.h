@@ -14,13 +14,17 @@
 //   - only full blocks are shared or cached: a block held by two or more tables, or hashed in
 //     the pool, lies within the first floor(num_slots / block_size) blocks of every table
 //     holding it, so no one writes into a block another request or the cache can read;
-//   - with a lower tier, a table keeps one PrefixDigest per hashed block.
+//   - with a lower tier, a table keeps one PrefixDigest per hashed block;
+//   - a lower-tier load in flight holds (one reference each) the pool's hits it continues,
+//     which stay hashed under the PrefixIds it chains to, and the unhashed blocks it reads into;
+//     these count as holders above.
 //
 // A lower tier (lower_tier.h, set_lower_tier()) extends the cache below the pool: each block the
-// pool newly caches is handed to it, and load_from_lower_tier() continues a prefix lookup
-// there.
+// pool newly caches is handed to it, and start_lower_tier_load() continues a prefix lookup
+// there, reading off the caller's thread.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -66,6 +70,8 @@ struct KvCacheStats {
   int64_t num_queried_tokens = 0;  // tokens of admitted requests looked up in the prefix cache
   int64_t num_hit_tokens = 0;      // of those, found cached
   int64_t num_lower_tier_hit_tokens = 0;  // of those, loaded from the lower tier
+  int64_t num_lower_tier_loaded_tokens = 0;  // read from the lower tier into the pool
+  int32_t num_lower_tier_loads = 0;          // loads in flight
   double utilization() const { return num_blocks ? double(num_used_blocks) / num_blocks : 0.0; }
   double prefix_hit_rate() const {
     return num_queried_tokens ? double(num_hit_tokens) / double(num_queried_tokens) : 0.0;
@@ -84,12 +90,21 @@ class KvCacheManager {
   // The lower tier below the pool (not owned; null: none). Set before any sequence is added.
   void set_lower_tier(LowerTier* tier);
   bool has_lower_tier() const { return lower_ != nullptr; }
-  // Continues `prefix` (get_computed_blocks() of `tokens`) with the blocks the lower tier holds
-  // after it, loaded into fresh pool blocks and cached there (as free cached blocks, so the
-  // prefix's allocate_slots() revives them), within the same size - 1 tokens. Stops at the
-  // first block the tier lacks or cannot read, or when no block is free; the pool blocks of
-  // `prefix` are never evicted for it.
-  void load_from_lower_tier(CachedPrefix& prefix, const TokenSequence& tokens);
+  // Starts reading the blocks the lower tier holds after `prefix` (get_computed_blocks() of
+  // `tokens`, within the same size - 1 tokens) into fresh pool blocks, off the caller's
+  // thread: the load holds them, and the pool blocks of `prefix` (never evicted for it), until
+  // it lands. Returns its ticket; nullopt when the tier has none of the blocks or no block is
+  // free.
+  std::optional<uint64_t> start_lower_tier_load(const CachedPrefix& prefix,
+                                                const TokenSequence& tokens);
+  // The loads that have landed since the last call, each with how many tokens it added to the
+  // prefix cache: its blocks read are cached after the prefix (as free cached blocks, so a
+  // lookup finds them and allocate_slots() revives them), up to the first that did not read
+  // or whose content another block caches already; the rest go back empty.
+  std::vector<std::pair<uint64_t, int32_t>> finish_lower_tier_loads();
+  int32_t num_lower_tier_loads() const { return static_cast<int32_t>(loads_.size()); }
+  // Waits up to `timeout` for a load in flight to land; returns at once when none is.
+  void wait_for_lower_tier_loads(std::chrono::milliseconds timeout);
 
   // Explicit save and restore of a prefix (engine/prefix_file.h), between steps.
   // The cached full blocks of `tokens`, all of them (the last token included), up to the
@@ -175,8 +190,17 @@ class KvCacheManager {
   std::vector<LowerKey> find_in_lower_tier(const CachedPrefix& prefix, const TokenSequence& tokens,
                                            int32_t num_lookup) const;
 
+  struct PendingLoad {
+    uint64_t ticket = 0;
+    CachedPrefix prefix;         // the pool's hits it continues (held)
+    std::vector<BlockId> taken;  // the blocks read into (held), one per key
+    std::vector<LowerKey> keys;
+  };
+
   BlockPool pool_;
   bool prefix_caching_;
+  std::vector<PendingLoad> loads_;  // lower-tier loads in flight
+  int64_t num_lower_tier_loaded_tokens_ = 0;
   std::unordered_map<SequenceId, Table> tables_;
   LowerTier* lower_ = nullptr;
   int64_t num_queried_tokens_ = 0;

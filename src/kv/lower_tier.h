@@ -9,8 +9,12 @@
 // where no PrefixId verifies the prefix.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <optional>
 #include <span>
+#include <utility>
+#include <vector>
 
 #include "core/token.h"
 #include "kv/block_hash.h"
@@ -41,6 +45,46 @@ class LowerTier {
   // into the block then, or what was is to be ignored).
   virtual bool load(BlockId block, BlockHash hash, const PrefixDigest& digest,
                     std::span<const TokenId> tokens) = 0;
+
+  // Reads off the caller's thread (a request's blocks, read while steps go on). The pool
+  // blocks are held for the load and written by nobody else until it has landed.
+  struct BlockLoad {
+    BlockId block = 0;
+    BlockHash hash = 0;
+    PrefixDigest digest;
+    std::vector<TokenId> tokens;
+  };
+  // Starts loading `loads` in order (as load() would, one after the other, stopping at the
+  // first that fails); returns the load's ticket. This default loads them at once.
+  virtual uint64_t start_load(std::vector<BlockLoad> loads) {
+    int32_t n = 0;
+    while (n < static_cast<int32_t>(loads.size())) {
+      const BlockLoad& l = loads[static_cast<size_t>(n)];
+      if (!load(l.block, l.hash, l.digest, l.tokens)) break;
+      ++n;
+    }
+    const uint64_t ticket = next_ticket_++;
+    landed_.push_back({ticket, n});
+    return ticket;
+  }
+  // nullopt while the ticket's reads are in flight; then, once, how many of its blocks (from
+  // the first) were read.
+  virtual std::optional<int32_t> finish_load(uint64_t ticket) {
+    for (auto it = landed_.begin(); it != landed_.end(); ++it) {
+      if (it->first != ticket) continue;
+      const int32_t n = it->second;
+      landed_.erase(it);
+      return n;
+    }
+    return std::nullopt;
+  }
+  // Waits up to `timeout` until some load in flight may have landed (for an engine that has
+  // nothing else to do meanwhile).
+  virtual void wait_for_loads(std::chrono::milliseconds timeout) { (void)timeout; }
+
+ private:
+  uint64_t next_ticket_ = 1;
+  std::vector<std::pair<uint64_t, int32_t>> landed_;
 };
 
 }  // namespace pagoda

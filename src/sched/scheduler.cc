@@ -67,6 +67,7 @@ StepPlan Scheduler::schedule() {
   StepPlan plan;
   plan.step_id = next_step_id_++;
   int32_t budget = config_.max_num_batched_tokens;
+  land_lower_tier_loads();
   // After a preemption, admitting new work would only take the blocks back.
   if (!schedule_running(plan, budget)) schedule_waiting(plan, budget);
 
@@ -161,12 +162,17 @@ void Scheduler::schedule_waiting(StepPlan& plan, int32_t& budget) {
     // A prompt-only request wants the hidden states of positions a cache hit would skip.
     CachedPrefix prefix =
         r.is_prompt_only() ? CachedPrefix{} : kv_.get_computed_blocks(r.tokens(), r.cache_key);
-    // What the pool lacks may be below it (a prompt scored in full wants no hits).
-    if (!r.prompt_logits && !r.is_prompt_only()) kv_.load_from_lower_tier(prefix, r.tokens());
+    // What the pool lacks may be below it: read it first, off the step, while the requests
+    // behind this one go on.
+    if (start_lower_tier_load(r, prefix)) continue;
+    if (auto loaded = loaded_.find(r.id); loaded != loaded_.end()) {
+      prefix.num_lower_tier_tokens = std::min(loaded->second, prefix.num_tokens);
+    }
     const int32_t num_new = std::min(r.num_tokens() - prefix.num_tokens, budget);
     // First come, first served: a request that does not fit blocks the ones behind it.
     if (!kv_.allocate_slots(r.id, 0, num_new, &prefix)) break;
     waiting_.pop_front();
+    loaded_.erase(r.id);
     if (r.status == SequenceStatus::kWaiting) r.num_cached_tokens = prefix.num_tokens;
     r.num_computed_tokens = prefix.num_tokens;
     r.status = SequenceStatus::kRunning;
@@ -295,11 +301,16 @@ Sequence Scheduler::finish(SequenceId id, SequenceStatus status) {
   PAGODA_CHECK(it != requests_.end() && is_finished(status));
   kv_.free(id);
   auto run = std::find(running_.begin(), running_.end(), id);
+  auto wait = std::find(waiting_.begin(), waiting_.end(), id);
   if (run != running_.end()) {
     running_.erase(run);
+  } else if (wait != waiting_.end()) {
+    waiting_.erase(wait);
   } else {
-    waiting_.erase(std::find(waiting_.begin(), waiting_.end(), id));
+    // Its blocks are being read: the load lands later for the prefix cache alone.
+    std::erase_if(loading_, [id](const auto& l) { return l.second == id; });
   }
+  loaded_.erase(id);
   in_flight_.erase(id);
   std::erase_if(pending_copies_, [id](const auto& c) { return c.first == id; });
   Sequence r = std::move(it->second);
@@ -362,7 +373,8 @@ SchedulerStats Scheduler::stats() const {
 void Scheduler::check_invariants() const {
   kv_.check_invariants();
   PAGODA_CHECK(static_cast<int32_t>(running_.size()) <= config_.max_num_seqs);
-  PAGODA_CHECK(running_.size() + waiting_.size() == requests_.size());
+  PAGODA_CHECK(running_.size() + waiting_.size() + loading_.size() == requests_.size());
+  PAGODA_CHECK(static_cast<int32_t>(loading_.size()) <= kv_.num_lower_tier_loads());
   std::unordered_set<SequenceId> seen;
   const int32_t bs = kv_.block_size();
   for (SequenceId id : running_) {
@@ -388,6 +400,16 @@ void Scheduler::check_invariants() const {
     } else if (kv_.prefix_caching()) {
       PAGODA_CHECK(kv_.num_hashed_blocks(id) == r->num_computed_tokens / bs);
     }
+  }
+  for (const auto& [ticket, id] : loading_) {
+    PAGODA_CHECK(seen.insert(id).second);
+    const Sequence* r = find(id);
+    PAGODA_CHECK(r &&
+                 (r->status == SequenceStatus::kWaiting || r->status == SequenceStatus::kPreempted));
+    PAGODA_CHECK(r->num_computed_tokens == 0 && !kv_.has(id) && !loaded_.count(id));
+  }
+  for (const auto& [id, tokens] : loaded_) {
+    PAGODA_CHECK(std::find(waiting_.begin(), waiting_.end(), id) != waiting_.end() && tokens >= 0);
   }
   for (SequenceId id : waiting_) {
     PAGODA_CHECK(seen.insert(id).second);

@@ -3,13 +3,17 @@
 // chunk, a whole prompt, or the one token sampled last step); long prompts are chunked by the
 // budget; waiting requests are admitted first come, first served while budget, sequence slots
 // and blocks last; when a running request cannot get a block, the most recently admitted running
-// request is preempted and recomputed later. See docs/SCHEDULER.md.
+// request is preempted and recomputed later. A waiting request whose blocks the pool lacks but
+// the lower tier holds leaves the queue while they are read (off the step) and comes back to
+// its front when they land. See docs/SCHEDULER.md.
 //
 // The step:  plan = schedule();  ...the engine runs the plan...;  commit(plan, sampled_tokens).
 //
 // Invariants (check_invariants(), on top of KvCacheManager's):
 //   - every live request is in exactly one of the waiting queue (status waiting or preempted,
-//     num_computed_tokens 0, no block table) and the running list (status running, a table);
+//     num_computed_tokens 0, no block table), the loading set (the same, its blocks being read
+//     from the lower tier by a load KvCacheManager holds) and the running list (status
+//     running, a table); a request whose load landed is in the waiting queue;
 //   - running.size() <= max_num_seqs;
 //   - a running request has 0 <= num_computed_tokens < num_tokens between steps, and its table
 //     covers exactly num_computed_tokens (+ the tokens scheduled for it, proposals included,
@@ -19,6 +23,7 @@
 //   - the step in flight scheduled <= max_num_batched_tokens tokens and <= max_num_seqs requests.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
@@ -94,8 +99,16 @@ class Scheduler {
   const Sequence* find(SequenceId id) const;  // a live request, or nullptr
   bool has_unfinished() const { return !requests_.empty(); }
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
-  int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
+  // Waiting requests, those whose blocks are being read included.
+  int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size() + loading_.size()); }
   bool step_in_flight() const { return in_flight_step_ >= 0; }
+  // Requests whose blocks are being read from the lower tier (not in the waiting queue).
+  int32_t num_loading() const { return static_cast<int32_t>(loading_.size()); }
+  // Waits up to `timeout` for a lower-tier load to land (nothing else to do: no request can
+  // run until one does).
+  void wait_for_lower_tier(std::chrono::milliseconds timeout) {
+    kv_.wait_for_lower_tier_loads(timeout);
+  }
   const SchedulerConfig& config() const { return config_; }
   const KvCacheManager& kv() const { return kv_; }
   // The prefix cache to change directly (saved prefixes restored): throws Error while a step
@@ -115,6 +128,12 @@ class Scheduler {
   // Takes a request planned this step back out of the plan (before it is preempted).
   void unplan(SequenceId id, StepPlan& plan, int32_t& budget);
   void schedule_waiting(StepPlan& plan, int32_t& budget);
+  // The lower tier (scheduler_loads.cc). Starts reading the blocks below the pool that the
+  // front waiting request `r` wants after `prefix`, taking it out of the queue until they land;
+  // false when there is nothing to read (or it was read already).
+  bool start_lower_tier_load(Sequence& r, const CachedPrefix& prefix);
+  // Requests whose reads landed go back to the front of the queue, in arrival order.
+  void land_lower_tier_loads();
   void add_to_plan(StepPlan& plan, Sequence& r, int32_t num_new_tokens, int32_t num_proposed);
   void preempt(SequenceId id, StepPlan& plan);
   // Appends `token`; returns whether the request is now finished.
@@ -125,6 +144,10 @@ class Scheduler {
   KvCacheManager kv_;
   std::unordered_map<SequenceId, Sequence> requests_;  // live requests (waiting or running)
   std::deque<SequenceId> waiting_;                    // FCFS; preempted requests go to the front
+  // Waiting requests out of the queue while their blocks are read from the lower tier, by the
+  // load's ticket; and those back in it after their load landed, with the tokens it added.
+  std::unordered_map<uint64_t, SequenceId> loading_;
+  std::unordered_map<SequenceId, int32_t> loaded_;
   std::vector<SequenceId> running_;                   // in admission order: newest last
   std::vector<std::pair<SequenceId, BlockCopy>> pending_copies_;  // from fork(), by child
   struct InFlight {
