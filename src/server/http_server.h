@@ -127,6 +127,9 @@ class HttpServer {
   std::unique_ptr<HttpTransport> transport_;
   std::atomic<int32_t> in_flight_{0};  // sequences
   std::atomic<bool> draining_{false};
+  // /v1/kv/save requests waiting for their prompt's prefill, each holding a work thread: one at
+  // a time, so saves cannot take every work thread from the other routes.
+  std::atomic<int32_t> kv_saves_computing_{0};
   std::mutex tasks_mutex_;
   // Live generations; the map owns them until they end.
   std::unordered_map<GenerationTask*, std::shared_ptr<GenerationTask>> tasks_;

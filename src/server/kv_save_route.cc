@@ -97,6 +97,16 @@ json HttpServer::kv_save(const HttpRequest& req) {
   if (blocks.num_tokens() < num_full) {
     // Not all cached: the engine computes the prompt (one token sampled and dropped), and its
     // full blocks are cached as it goes.
+    if (kv_saves_computing_.fetch_add(1) > 0) {
+      kv_saves_computing_.fetch_sub(1);
+      throw ApiError(503, "server_error",
+                     "another /v1/kv/save is computing its prompt; try again when it is done", "",
+                     "kv_save_busy");
+    }
+    struct Done {
+      std::atomic<int32_t>& n;
+      ~Done() { n.fetch_sub(1); }
+    } done{kv_saves_computing_};
     GenerationRequest g;
     g.prompt = prompt;
     g.max_tokens = 1;

@@ -13,7 +13,7 @@ import urllib.request
 
 import pytest
 
-from server_util import SMOLLM, Server, need
+from server_util import SMOLLM, Server, need, wait_for
 
 PROMPT = ("Once upon a time, there was a little girl named Lily. She loved to play outside in "
           "the park with her friends. One day, she saw a big red ball under a tree. She ran to "
@@ -221,3 +221,31 @@ def test_run_with_a_prompt_cache(pagoda_bin, stories, tmp_path):
     run(pagoda_bin, stories, other)
     _, n, _, log = run(pagoda_bin, need(SMOLLM), other)
     assert n == 0 and "another model or K/V format" in log
+
+
+def test_one_save_computes_at_a_time(pagoda_bin, tmp_path):
+    """A save whose prompt must be computed holds a work thread: a second one meanwhile is a
+    503, and goes through once the first is done."""
+    import threading
+    s = Server(pagoda_bin, need(SMOLLM), "-t", "2", "--kv-tokens", "4096", "--max-model-len",
+               "2048", "--kv-save-dir", tmp_path / "saved")
+    try:
+        long_prompt = " ".join([PROMPT] * 20)  # ~1,700 tokens: seconds of prefill here
+        first = {}
+        t = threading.Thread(target=lambda: first.update(
+            r=post(s, "/v1/kv/save", {"name": "long", "prompt": long_prompt})))
+        t.start()
+
+        def running():
+            with urllib.request.urlopen(s.url + "/stats", timeout=10) as r:
+                return json.loads(r.read())["running"] > 0
+        assert wait_for(running, 30)
+        other = "Tom had a small dog called Max. " * 4  # nothing of it cached
+        status, r = post(s, "/v1/kv/save", {"name": "other", "prompt": other})
+        t.join()
+        assert first["r"][0] == 200 and first["r"][1]["num_computed_tokens"] > 0
+        assert status == 503 and r["error"]["code"] == "kv_save_busy", r
+        status, r = post(s, "/v1/kv/save", {"name": "other", "prompt": other})
+        assert status == 200 and r["num_computed_tokens"] > 0, r
+    finally:
+        s.stop()
