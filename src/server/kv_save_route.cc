@@ -74,10 +74,11 @@ ApiRequest HttpServer::kv_save_prompt(const json& body, const ModelContext& mode
   return r;
 }
 
-json HttpServer::kv_save(const HttpRequest& req) {
+json HttpServer::kv_save(const HttpRequest& req, const ModelLease& m) {
   const json body = parse_json_body(req.body, options_.limits.max_json_depth);
   const std::string path = kv_save_path(body, "/v1/kv/save");
-  const ApiRequest r = kv_save_prompt(body, req.body);
+  const ApiRequest r = kv_save_prompt(body, m->context, req.body);
+  EngineThread& engine = *m->engine;
   const std::vector<TokenId>& prompt = r.prompts.at(0);
   const int32_t block_size = engine.block_size();
   if (static_cast<int32_t>(prompt.size()) < block_size) {
@@ -141,13 +142,14 @@ json HttpServer::kv_save(const HttpRequest& req) {
           {"bytes", std::filesystem::file_size(path)}};
 }
 
-json HttpServer::kv_restore(const HttpRequest& req) {
+json HttpServer::kv_restore(const HttpRequest& req, const ModelLease& m) {
   const json body = parse_json_body(req.body, options_.limits.max_json_depth);
   const std::string path = kv_save_path(body, "/v1/kv/restore");
-  if (const auto m = body.find("model"); m != body.end()) {
-    if (!m->is_string() || !m->context.answers_to(m->get<std::string>())) {
+  EngineThread& engine = *m->engine;
+  if (const auto name = body.find("model"); name != body.end()) {
+    if (!name->is_string() || !m->context.answers_to(name->get<std::string>())) {
       throw ApiError(404, "invalid_request_error",
-                     "The model '" + (m->is_string() ? m->get<std::string>() : m->dump()) +
+                     "The model '" + (name->is_string() ? name->get<std::string>() : name->dump()) +
                          "' does not exist",
                      "model", "model_not_found");
     }

@@ -249,3 +249,11 @@ def test_one_save_computes_at_a_time(pagoda_bin, tmp_path):
         assert status == 200 and r["num_computed_tokens"] > 0, r
     finally:
         s.stop()
+
+
+def test_several_models_refuse_the_folder(pagoda_bin, stories, tmp_path):
+    r = subprocess.run([str(pagoda_bin), "serve", "-m", str(stories), "-m", str(need(SMOLLM)),
+                        "--port", "0", "--kv-save-dir", str(tmp_path / "saved")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0
+    assert "--kv-save-dir serves one model (one -m)" in r.stderr, r.stderr
