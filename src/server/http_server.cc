@@ -70,6 +70,7 @@ json kv_disk_json(const EngineStats& s) {
           {"corrupt_records", d.corrupt_records},
           {"evicted_blocks", d.evicted_blocks},
           {"loads", d.num_loads},
+          {"loads_in_flight", s.scheduler.kv.num_lower_tier_loads},
           {"load_seconds", d.load_seconds},
           {"max_load_seconds", d.max_load_seconds}};
 }

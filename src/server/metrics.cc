@@ -88,11 +88,14 @@ void render_kv_disk(std::ostringstream& out, const ModelStats& all) {
   series(out, "pagoda_kv_disk_loads_total", "counter", "Block reads from the disk tier.", models,
          [](S s) { return double(s.kv_disk.num_loads); });
   series(out, "pagoda_kv_disk_load_seconds_total", "counter",
-         "Time spent reading blocks from the disk tier.", models,
+         "Time the reader thread spent reading blocks from the disk tier.", models,
          [](S s) { return s.kv_disk.load_seconds; });
   series(out, "pagoda_kv_disk_load_seconds_max", "gauge",
          "The longest block read from the disk tier.", models,
          [](S s) { return s.kv_disk.max_load_seconds; });
+  series(out, "pagoda_kv_disk_loads_in_flight", "gauge",
+         "Reads of waiting requests' blocks from the disk tier not landed yet.", models,
+         [](S s) { return double(s.scheduler.kv.num_lower_tier_loads); });
   series(out, "pagoda_kv_disk_blocks", "gauge", "KV blocks on the disk tier (this model's).",
          models, [](S s) { return double(s.kv_disk.records); });
   series(out, "pagoda_kv_disk_bytes", "gauge", "Bytes on the disk tier (this model's).", models,

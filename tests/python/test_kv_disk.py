@@ -91,6 +91,7 @@ def write_then_restart(pagoda_bin, model, folder, kv_type):
         # /metrics says the same as /stats.
         assert second.metric("pagoda_kv_disk_hit_tokens_total") == st["hit_tokens"]
         assert second.metric("pagoda_kv_disk_read_bytes_total") == st["bytes_read"]
+        assert second.metric("pagoda_kv_disk_loads_in_flight") == st["loads_in_flight"] == 0
         return a, b, st, "".join(second.log)
     finally:
         second.stop()
