@@ -257,3 +257,40 @@ def test_several_models_refuse_the_folder(pagoda_bin, stories, tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode != 0
     assert "--kv-save-dir serves one model (one -m)" in r.stderr, r.stderr
+
+
+def test_saved_chat_messages_serve_the_chat_route(pagoda_bin, tmp_path):
+    """`messages` are rendered as /v1/chat/completions renders them: after a restore, the same
+    chat's request hits the saved blocks and answers as a fresh server does."""
+    model = need(SMOLLM)
+    messages = [{"role": "system", "content": PROMPT},
+                {"role": "user", "content": "Who owned the ball?"}]
+    body = {"messages": messages, "max_tokens": 8, "temperature": 0, "logprobs": True}
+
+    def chat(s):
+        status, r = post(s, "/v1/chat/completions", body)
+        assert status == 200, r
+        content = r["choices"][0]["logprobs"]["content"]
+        cached = (r["usage"].get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+        return [c["token"] for c in content], [c["logprob"] for c in content], cached
+
+    s = serve(pagoda_bin, model, None)
+    try:
+        want = chat(s)
+    finally:
+        s.stop()
+    s = serve(pagoda_bin, model, tmp_path / "saved")
+    try:
+        status, saved = post(s, "/v1/kv/save", {"name": "chat", "messages": messages})
+        assert status == 200 and saved["num_tokens"] > 0, saved
+    finally:
+        s.stop()
+    s = serve(pagoda_bin, model, tmp_path / "saved")
+    try:
+        status, r = post(s, "/v1/kv/restore", {"name": "chat"})
+        assert status == 200, r
+        got = chat(s)
+    finally:
+        s.stop()
+    assert got[:2] == want[:2]
+    assert got[2] == saved["num_tokens"] and want[2] == 0
