@@ -15,7 +15,7 @@ void Engine::check_prefix_transfer(const char* what) const {
   }
 }
 
-uint64_t Engine::kv_block_bytes() const { return pagoda::kv_block_bytes(*kv_, model_.config()); }
+uint64_t Engine::kv_block_bytes() const { return pagoda::kv_block_bytes(*kv_); }
 
 PrefixBlocks Engine::export_prefix(std::span<const TokenId> prompt, uint64_t cache_key) {
   check_prefix_transfer("saving a prefix");
@@ -28,7 +28,7 @@ PrefixBlocks Engine::export_prefix(std::span<const TokenId> prompt, uint64_t cac
   out.tokens.assign(prompt.begin(), prompt.begin() + found.num_tokens);
   out.payload.resize(found.blocks.size() * out.block_bytes);
   for (size_t i = 0; i < found.blocks.size(); ++i) {
-    read_kv_block(*kv_, model_.config(), found.blocks[i], out.payload.data() + i * out.block_bytes);
+    read_kv_block(*kv_, found.blocks[i], out.payload.data() + i * out.block_bytes);
   }
   return out;
 }
@@ -44,8 +44,7 @@ int32_t Engine::import_prefix(const PrefixBlocks& blocks) {
   }
   return scheduler_.kv_between_steps().import_blocks(
       TokenSequence{blocks.tokens, {}}, blocks.extra, [&](int32_t i, BlockId b) {
-        write_kv_block(*kv_, model_.config(),
-                       b, blocks.payload.data() + size_t(i) * blocks.block_bytes);
+        write_kv_block(*kv_, b, blocks.payload.data() + size_t(i) * blocks.block_bytes);
       });
 }
 

@@ -17,21 +17,26 @@ DiskTierOptions tier_options(const KvDiskConfig& c, bool host_visible) {
   return DiskTierOptions{.folder = c.folder, .max_bytes = c.max_bytes, .identity = c.identity};
 }
 
-// Bytes of one of K or V of one layer, one block.
-uint64_t layer_block_bytes(const KvStorage& kv, const ModelConfig& model) {
-  return KvStorage::slot_bytes(model, kv.type()) * static_cast<uint64_t>(kv.block_size());
+// The disk tier's records are read and written as one size for every layer's block (its
+// identity does not tell layer widths apart): a model whose layers differ is refused here, in
+// one line (KvStorage::slot_bytes throws), before anything is stored.
+uint64_t uniform_block_bytes(const KvStorage& kv, const ModelConfig& model) {
+  (void)KvStorage::slot_bytes(model, kv.type());
+  return kv_block_bytes(kv);
 }
 
 }  // namespace
 
-uint64_t kv_block_bytes(const KvStorage& kv, const ModelConfig& model) {
-  return layer_block_bytes(kv, model) * 2 * model.num_layers;
+uint64_t kv_block_bytes(const KvStorage& kv) {
+  uint64_t n = 0;
+  for (int32_t l = 0; l < kv.num_layers(); ++l) n += 2 * kv.layer_block_bytes(l);
+  return n;
 }
 
-void read_kv_block(KvStorage& kv, const ModelConfig& model, BlockId block, uint8_t* out) {
-  const uint64_t n = layer_block_bytes(kv, model);
-  const uint64_t offset = static_cast<uint64_t>(block) * n;
-  for (int32_t l = 0; l < static_cast<int32_t>(model.num_layers); ++l) {
+void read_kv_block(KvStorage& kv, BlockId block, uint8_t* out) {
+  for (int32_t l = 0; l < kv.num_layers(); ++l) {
+    const uint64_t n = kv.layer_block_bytes(l);
+    const uint64_t offset = static_cast<uint64_t>(block) * n;
     const KvLayer layer = kv.layer(l);
     std::memcpy(out, static_cast<const uint8_t*>(layer.k) + offset, n);
     std::memcpy(out + n, static_cast<const uint8_t*>(layer.v) + offset, n);
@@ -39,10 +44,10 @@ void read_kv_block(KvStorage& kv, const ModelConfig& model, BlockId block, uint8
   }
 }
 
-void write_kv_block(KvStorage& kv, const ModelConfig& model, BlockId block, const uint8_t* in) {
-  const uint64_t n = layer_block_bytes(kv, model);
-  const uint64_t offset = static_cast<uint64_t>(block) * n;
-  for (int32_t l = 0; l < static_cast<int32_t>(model.num_layers); ++l) {
+void write_kv_block(KvStorage& kv, BlockId block, const uint8_t* in) {
+  for (int32_t l = 0; l < kv.num_layers(); ++l) {
+    const uint64_t n = kv.layer_block_bytes(l);
+    const uint64_t offset = static_cast<uint64_t>(block) * n;
     const KvLayer layer = kv.layer(l);
     std::memcpy(static_cast<uint8_t*>(layer.k) + offset, in, n);
     std::memcpy(static_cast<uint8_t*>(layer.v) + offset, in + n, n);
@@ -53,8 +58,7 @@ void write_kv_block(KvStorage& kv, const ModelConfig& model, BlockId block, cons
 KvDisk::KvDisk(KvStorage& kv, const ModelConfig& model, bool host_visible,
                const KvDiskConfig& config)
     : kv_(kv),
-      model_(model),
-      block_bytes_(kv_block_bytes(kv, model)),
+      block_bytes_(uniform_block_bytes(kv, model)),
       tier_(tier_options(config, host_visible)) {
   const DiskTier::Stats s = tier_.stats();
   corrupt_seen_ = s.corrupt;
@@ -129,7 +133,7 @@ void KvDisk::store(BlockId block, BlockHash hash, const PrefixDigest& digest,
                    std::span<const TokenId> tokens) {
   if (tier_.contains(hash, digest)) return;
   std::vector<uint8_t> payload(block_bytes_);
-  read_kv_block(kv_, model_, block, payload.data());
+  read_kv_block(kv_, block, payload.data());
   tier_.put(hash, digest, tokens, std::move(payload));
 }
 
@@ -160,7 +164,7 @@ bool KvDisk::load(BlockId block, BlockHash hash, const PrefixDigest& digest,
     }
     return false;
   }
-  write_kv_block(kv_, model_, block, payload->data());
+  write_kv_block(kv_, block, payload->data());
   return true;
 }
 

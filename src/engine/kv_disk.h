@@ -34,10 +34,11 @@
 namespace pagoda {
 
 // One KV block as bytes (the disk tier's records and saved prefixes, engine/prefix_file.h): per
-// layer, K's block then V's, each one contiguous range of the layer's memory. Host memory only.
-uint64_t kv_block_bytes(const KvStorage& kv, const ModelConfig& model);
-void read_kv_block(KvStorage& kv, const ModelConfig& model, BlockId block, uint8_t* out);
-void write_kv_block(KvStorage& kv, const ModelConfig& model, BlockId block, const uint8_t* in);
+// layer that holds K/V, K's block then V's, each one contiguous range of the layer's memory, at
+// that layer's width. Host memory only.
+uint64_t kv_block_bytes(const KvStorage& kv);
+void read_kv_block(KvStorage& kv, BlockId block, uint8_t* out);
+void write_kv_block(KvStorage& kv, BlockId block, const uint8_t* in);
 
 struct KvDiskConfig {
   std::string folder;      // empty: no disk tier
@@ -73,7 +74,6 @@ class KvDisk final : public LowerTier {
 
  private:
   KvStorage& kv_;
-  const ModelConfig& model_;
   uint64_t block_bytes_;
   void read_loop();
 
