@@ -216,5 +216,11 @@ class BackendArray {
 std::unique_ptr<Backend> make_reference_backend();
 // The fast CPU backend; num_threads 0 means every core.
 std::unique_ptr<Backend> make_cpu_backend(int num_threads);
+// The CPU backend's threads as a thing of their own, so that several backends (the models of
+// one server) share one set: their ops take turns on it instead of each backend spinning its
+// own threads on the same cores. num_threads 0 means every core.
+class CpuThreads;
+std::shared_ptr<CpuThreads> make_cpu_threads(int num_threads);
+std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<CpuThreads> threads);
 
 }  // namespace pagoda

@@ -18,7 +18,12 @@ std::string backend_help() {
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& name, int threads) {
-  if (name == "cpu") return make_cpu_backend(threads);
+  return make_backend(name, threads, nullptr);
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& name, int threads,
+                                      const std::shared_ptr<CpuThreads>& cpu_threads) {
+  if (name == "cpu") return cpu_threads ? make_cpu_backend(cpu_threads) : make_cpu_backend(threads);
   if (name == "reference") return make_reference_backend();
   if (name == "cuda") return make_cuda_backend(0);
   fail("unknown backend '", name, "': use cpu, reference or cuda");

@@ -49,7 +49,7 @@ void wait_for_signal(std::atomic<server::HttpServer*>& target) {
 
 // A server of several models: the ones -m names are loaded now (up to --max-loaded), the
 // others on demand. Options that belong to one model are refused in one line.
-std::shared_ptr<server::ModelSet> serve_many(const ServeOptions& o) {
+std::shared_ptr<server::ModelSet> serve_many(ServeOptions& o) {
   if (ranks() != nullptr) fail("tensor parallelism serves one model (one -m, no --models-dir)");
   if (!o.loras.empty()) fail("--lora applies to one model: serve one -m with its adapters");
   if (!o.model_name.empty()) fail("--model-name names one model; with several give -m ID=PATH");
@@ -57,6 +57,8 @@ std::shared_ptr<server::ModelSet> serve_many(const ServeOptions& o) {
   if (!o.kv_disk.folder.empty()) fail("--kv-disk serves one model (one -m)");
   if (!o.kv_disk.save_dir.empty()) fail("--kv-save-dir serves one model (one -m)");
   if (!o.speculative.draft_model.empty()) fail("--draft-model applies to one model (one -m)");
+  // One set of CPU threads for every model: two cores do not take two pools.
+  if (o.backend == "cpu") o.cpu_threads = make_cpu_threads(o.threads);
   std::vector<server::ModelSpec> specs = model_specs(o);
   if (specs.empty()) fail("--models-dir ", o.models_dir, " holds no GGUF file or Hugging Face folder");
   server::ModelSetOptions options = o.model_set;

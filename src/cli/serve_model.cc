@@ -175,7 +175,7 @@ OpenedModel open_model(const ServeOptions& o, const std::string& path) {
   check_model(*m.file);
   m.tokenizer = Tokenizer::create(m.file->vocab());
   m.model = Model::load(*m.file, ranks());
-  m.backend = make_backend(o.backend, o.threads);
+  m.backend = make_backend(o.backend, o.threads, o.cpu_threads);
   return m;
 }
 

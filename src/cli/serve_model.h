@@ -49,6 +49,8 @@ struct ServeOptions {
   int64_t responses_max_mib = 256;
   EngineConfig engine;
   std::vector<std::string> loras;  // NAME=PATH
+  // Several models on the CPU: the one set of threads their backends share.
+  std::shared_ptr<CpuThreads> cpu_threads;
 };
 
 // A model's file, tokenizer, weights and backend, opened before the rest is built (tensor

@@ -19,6 +19,12 @@
 #include "quant/reference.h"
 
 namespace pagoda {
+class CpuThreads {
+ public:
+  explicit CpuThreads(int num_threads) : pool(num_threads) {}
+  cpu::ThreadPool pool;
+};
+
 namespace {
 
 using cpu::Kernels;
@@ -32,8 +38,8 @@ constexpr int64_t kElementChunk = 1 << 14;
 
 class CpuBackend final : public Backend {
  public:
-  explicit CpuBackend(int num_threads)
-      : pool_(num_threads > 0 ? num_threads : omp_get_num_procs()) {}
+  explicit CpuBackend(std::shared_ptr<CpuThreads> threads)
+      : threads_(std::move(threads)), pool_(threads_->pool) {}
   std::string name() const override { return "cpu"; }
 
   void embed(const WeightMatrix& table, const int32_t* ids, int64_t num_tokens, float* out) override {
@@ -239,7 +245,8 @@ class CpuBackend final : public Backend {
     return rope_cs_.data();
   }
 
-  cpu::ThreadPool pool_;
+  std::shared_ptr<CpuThreads> threads_;
+  cpu::ThreadPool& pool_;  // threads_'s
   cpu::Scratch activations_;         // quantized activation rows of the current matmul
   std::vector<cpu::Scratch> panels_;  // per thread: weight rows unpacked for prefill
   std::unordered_map<uint64_t, std::unique_ptr<cpu::Scratch>> packed_;  // by WeightMatrix::id
@@ -250,8 +257,16 @@ class CpuBackend final : public Backend {
 
 }  // namespace
 
+std::shared_ptr<CpuThreads> make_cpu_threads(int num_threads) {
+  return std::make_shared<CpuThreads>(num_threads > 0 ? num_threads : omp_get_num_procs());
+}
+
+std::unique_ptr<Backend> make_cpu_backend(std::shared_ptr<CpuThreads> threads) {
+  return std::make_unique<CpuBackend>(std::move(threads));
+}
+
 std::unique_ptr<Backend> make_cpu_backend(int num_threads) {
-  return std::make_unique<CpuBackend>(num_threads);
+  return make_cpu_backend(make_cpu_threads(num_threads));
 }
 
 }  // namespace pagoda

@@ -7,7 +7,9 @@
 // Here a job is a count of chunks that threads claim from one atomic counter; the caller claims
 // chunks too and returns once every chunk is done, so a worker that never woke costs nothing.
 //
-// Invariants: only the owning thread calls run(), never concurrently; state_ packs the job's
+// Several backends may share one pool (the models of one server): run() takes a lock, so their
+// jobs take turns, each job alone on the threads.
+// Invariants: one job at a time (run_mutex_), never run() from inside a job; state_ packs the job's
 // generation (16 bits), its chunk count (24 bits) and the next unclaimed chunk (24 bits), so a
 // claim is checked against the count of the same job; job_ is rewritten only once every chunk
 // of the previous job is done, so a thread holding a claim reads the job it claimed from.
@@ -16,6 +18,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -42,6 +45,7 @@ class ThreadPool {
       for (int64_t c = 0; c < num_chunks; ++c) f(c, 0);
       return;
     }
+    std::lock_guard lock(run_mutex_);
     // Jobs larger than the state's chunk field go in slices.
     for (int64_t first = 0; first < num_chunks; first += kMaxChunks) {
       auto slice = [&f, first](int64_t chunk, int thread) { f(first + chunk, thread); };
@@ -65,6 +69,7 @@ class ThreadPool {
   void work(uint64_t generation, int thread);
   void worker_main(int thread);
 
+  std::mutex run_mutex_;
   Job job_;
   std::atomic<uint64_t> state_{0};
   std::atomic<int64_t> num_done_{0};
