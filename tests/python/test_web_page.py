@@ -358,3 +358,39 @@ def test_a_streamed_markdown_answer(page):
     assert "tok/s" in browser.eval(f"{reply}.querySelector('.figures').textContent")
     time.sleep(2)  # the chart shows the reply's tokens/s
     screenshot(browser, "web-markdown.png")
+
+
+def test_a_server_of_several_models_lets_the_page_pick_one(pagoda_bin, shared_dir, tmp_path):
+    folder = tmp_path / "models"
+    folder.mkdir()
+    for name in ("stories260K.gguf",):
+        (folder / name).symlink_to(need(shared_dir / "models" / name))
+    (folder / "smol.gguf").symlink_to(need(SMOLLM))
+    server = Server(pagoda_bin, None, "--models-dir", folder, "--kv-cache-gb", "0.05")
+    browser = Browser()
+    try:
+        browser.open(server.url + "/")
+        assert wait_until(lambda: browser.eval("document.getElementById('model').textContent"))
+        options = browser.eval("[...document.getElementById('model-pick').options]"
+                               ".map((o) => o.value).join(',')")
+        assert options == "smol,stories260K"
+        assert not browser.eval("document.getElementById('model-pick').hidden")
+        browser.eval("""const p = document.getElementById('model-pick');
+            p.value = 'stories260K'; p.dispatchEvent(new Event('change'));
+            document.getElementById('endpoint').value = 'completions';
+            document.getElementById('temperature').value = '0';
+            document.getElementById('max_tokens').value = '16';""")
+        assert browser.eval("document.getElementById('model').textContent") == "stories260K"
+        ask(browser, "Once upon a time")
+        assert wait_until(lambda: last_state(browser) in ("done", "error"), timeout=120)
+        assert last_state(browser) == "done", browser.eval(
+            "document.getElementById('log').innerText")
+        # It was loaded for that message; the option and the panel say so.
+        assert wait_until(lambda: browser.eval(
+            "document.getElementById('model-pick').selectedOptions[0].textContent")
+            == "stories260K", timeout=10)
+        assert wait_until(lambda: browser.eval("document.getElementById('kv').textContent")
+                          not in ("-", "", None), timeout=10)
+    finally:
+        browser.close()
+        server.stop()

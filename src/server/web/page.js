@@ -450,7 +450,20 @@ async function poll() {
   try {
     const res = await fetch("/stats", { headers: headers() });
     if (!res.ok) return;  // with --api-key: until the key is typed in
-    const s = await res.json();
+    let s = await res.json();
+    if (s.models) {  // a server of several models: the figures of the one picked
+      for (const o of $("model-pick").options) {
+        const st = (s.models[o.value] || {}).state;
+        if (st) o.textContent = o.value + (st !== "loaded" ? " (" + st + ")" : "");
+      }
+      const m = s.models[modelId] || {};
+      if (m.running === undefined) {  // not loaded (yet)
+        last = null;
+        $("running").textContent = m.state || "-";
+        return;
+      }
+      s = Object.assign({}, s, m);
+    }
     if (last) {
       const dt = s.uptime_s - last.uptime_s;
       if (dt > 0) {
@@ -477,15 +490,32 @@ async function poll() {
         : "off";
   } catch (e) { /* the server may be restarting */ }
 }
+// The model requests name, and the endpoint its template allows (a model not loaded yet says
+// nothing of its template: chat is kept).
+function pickModel(list, id) {
+  const m = list.find((x) => x.id === id) || {};
+  modelId = id;
+  last = null;
+  $("model").textContent = modelId;
+  if (m.chat_template === false) $("endpoint").value = "completions";
+  else if (m.chat_template === true) $("endpoint").value = "chat";
+}
 async function init() {
   renderAll();
   try {
     const res = await fetch("/v1/models", { headers: headers() });
     const models = await res.json();
-    if (models.data && models.data.length) {
-      modelId = models.data[0].id;
-      $("model").textContent = modelId;
-      if (!models.data[0].chat_template) $("endpoint").value = "completions";
+    if (models.data && models.data.length) pickModel(models.data, models.data[0].id);
+    if (models.data && models.data.length > 1) {
+      // Several models (or LoRA adapters): a list to pick from; a model on disk loads when
+      // the first message names it.
+      const pick = $("model-pick");
+      for (const m of models.data) {
+        const label = m.id + (m.state && m.state !== "loaded" ? " (" + m.state + ")" : "");
+        pick.appendChild(el("option", null, label)).value = m.id;
+      }
+      pick.hidden = false;
+      pick.addEventListener("change", () => pickModel(models.data, pick.value));
     }
   } catch (e) { /* shown when sending */ }
   poll();
