@@ -93,7 +93,11 @@ class ModelLease {
   struct Hold {
     std::shared_ptr<ServedModel> model;
     std::function<void()> release;
+    // The model is let go before the set hears of the release: once it has, the keeper may
+    // unload the model, and the last reference must not be this one. A lease often ends on the
+    // model's own engine thread (its last event), which cannot join itself.
     ~Hold() {
+      model.reset();
       if (release) release();
     }
   };
