@@ -25,6 +25,7 @@
 #include "model/model_check.h"
 #include "server/embeddings.h"
 #include "server/reasoning_options.h"
+#include "server/utc_time.h"
 #include "template/chat_template.h"
 #include "tools/peft_lora.h"
 
@@ -91,12 +92,7 @@ int32_t resolve_max_model_len(const ServeOptions& o, const Model& model) {
 std::string modified_at(const std::string& path) {
   struct stat st {};
   if (stat(path.c_str(), &st) != 0) return "";
-  const std::time_t secs = st.st_mtime;
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
+  return server::utc_time(std::chrono::system_clock::from_time_t(st.st_mtime));
 }
 
 // What Ollama's /api/tags, /api/show and /api/ps describe: the quantization is the tensor type
@@ -290,6 +286,13 @@ bool is_adapter_file(const fs::path& p) {
 
 }  // namespace
 
+std::pair<std::string, std::string> split_model_arg(const std::string& arg) {
+  const size_t eq = arg.find('=');
+  std::error_code ec;
+  if (eq == std::string::npos || eq == 0 || fs::exists(arg, ec)) return {"", arg};
+  return {arg.substr(0, eq), arg.substr(eq + 1)};
+}
+
 std::vector<server::ModelSpec> model_specs(const ServeOptions& o) {
   std::vector<server::ModelSpec> specs;
   auto add = [&](server::ModelSpec s) {
@@ -303,12 +306,10 @@ std::vector<server::ModelSpec> model_specs(const ServeOptions& o) {
     specs.push_back(std::move(s));
   };
   for (const std::string& m : o.models) {
-    const size_t eq = m.find('=');
+    const auto [id, path] = split_model_arg(m);
     std::error_code ec;
-    const bool named = eq != std::string::npos && eq > 0 && !fs::exists(m, ec);
-    const std::string path = named ? m.substr(eq + 1) : m;
     if (!fs::exists(path, ec)) throw UsageError("-m " + m + ": no such file or folder: " + path);
-    add(spec_for(o, named ? m.substr(0, eq) : "", path));
+    add(spec_for(o, id, path));
   }
   if (!o.models_dir.empty()) {
     std::error_code ec;

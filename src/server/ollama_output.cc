@@ -203,16 +203,6 @@ ordered_json OllamaWriter::response(const Generation& g) const {
 
 std::string OllamaWriter::error_line(const ApiError& e) { return dump(ollama_error_json(e)) + "\n"; }
 
-// A time point as RFC 3339 UTC (Ollama's expires_at).
-std::string rfc3339(std::chrono::system_clock::time_point t) {
-  const std::time_t secs = std::chrono::system_clock::to_time_t(t);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
 ordered_json ollama_tags(const ModelSet& models) {
   ordered_json list = ordered_json::array();
   for (const ModelStatus& st : models.status()) {
@@ -239,7 +229,7 @@ ordered_json ollama_ps(const ModelSet& models) {
                     {"size", c.description.size_bytes},
                     {"digest", ""},
                     {"details", details(c.description)},
-                    {"expires_at", st.expires_at ? rfc3339(*st.expires_at) : "9999-12-31T23:59:59Z"},
+                    {"expires_at", st.expires_at ? utc_time(*st.expires_at) : "9999-12-31T23:59:59Z"},
                     {"size_vram", c.description.size_vram},
                     {"context_length", c.max_model_len}});
   }
