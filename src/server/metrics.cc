@@ -29,9 +29,11 @@ void counter(std::ostringstream& out, const char* name, const char* help, double
   out << name << ' ' << number(value) << '\n';
 }
 
+}  // namespace
+
 // Label text of one model's series: empty for a server of one model, {model="id"} (plus
 // `extra`) otherwise.
-std::string labels(const std::string& model, const std::string& extra = "") {
+std::string model_labels(const std::string& model, const std::string& extra) {
   if (model.empty()) return extra.empty() ? "" : "{" + extra + "}";
   std::string escaped;
   for (char c : model) {
@@ -45,12 +47,14 @@ std::string labels(const std::string& model, const std::string& extra = "") {
   return "{model=\"" + escaped + "\"" + (extra.empty() ? "" : "," + extra) + "}";
 }
 
+namespace {
+
 // One metric with a series per model.
 template <typename F>
 void series(std::ostringstream& out, const char* name, const char* type, const char* help,
             const ModelStats& models, F value) {
   header(out, name, type, help);
-  for (const auto& [id, stats] : models) out << name << labels(id) << ' ' << number(value(stats)) << '\n';
+  for (const auto& [id, stats] : models) out << name << model_labels(id) << ' ' << number(value(stats)) << '\n';
 }
 
 // The disk tier under the prefix cache (--kv-disk), for the models that have one.
@@ -231,7 +235,7 @@ void ServerMetrics::render_engines(std::ostringstream& out, const ModelStats& mo
     const auto& at = s.speculative.accepted_at;
     for (size_t i = 0; i < at.size(); ++i) {
       out << "pagoda_spec_accepted_at_position_total"
-          << labels(id, "position=\"" + std::to_string(i) + "\"") << ' ' << at[i] << '\n';
+          << model_labels(id, "position=\"" + std::to_string(i) + "\"") << ' ' << at[i] << '\n';
     }
   }
   header(out, "pagoda_spec_proposed_at_position_total", "counter",
@@ -240,7 +244,7 @@ void ServerMetrics::render_engines(std::ostringstream& out, const ModelStats& mo
     const auto& at = s.speculative.proposed_at;
     for (size_t i = 0; i < at.size(); ++i) {
       out << "pagoda_spec_proposed_at_position_total"
-          << labels(id, "position=\"" + std::to_string(i) + "\"") << ' ' << at[i] << '\n';
+          << model_labels(id, "position=\"" + std::to_string(i) + "\"") << ' ' << at[i] << '\n';
     }
   }
 }

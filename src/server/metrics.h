@@ -30,6 +30,10 @@ class Histogram {
   uint64_t count_ = 0;
 };
 
+// `{model="id"}` with the id escaped as Prometheus labels need (empty for an empty id), and
+// `extra` labels after it.
+std::string model_labels(const std::string& model, const std::string& extra = "");
+
 class ServerMetrics {
  public:
   ServerMetrics();

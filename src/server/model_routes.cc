@@ -58,20 +58,16 @@ HttpResponse HttpServer::model_entry(const std::string& id) const {
 
 std::string HttpServer::metrics_text() const {
   if (models_->single()) return metrics_.render(models_->loaded().at(0)->engine->stats());
+  const std::vector<ModelStatus> status = models_->status();
   ServerMetrics::ModelStats stats;
-  for (const ModelStatus& st : models_->status()) {
+  for (const ModelStatus& st : status) {
     if (st.model) stats.emplace_back(st.spec->id, st.model->engine->stats());
   }
   std::string text = metrics_.render(stats);
   text += "# HELP pagoda_model_loaded 1 for a model loaded, 0 for one on disk or loading.\n"
           "# TYPE pagoda_model_loaded gauge\n";
-  for (const ModelStatus& st : models_->status()) {
-    std::string id;
-    for (char c : st.spec->id) {
-      if (c == '"' || c == '\\') id += '\\';
-      id += c == '\n' ? ' ' : c;
-    }
-    text += "pagoda_model_loaded{model=\"" + id + "\"} " +
+  for (const ModelStatus& st : status) {
+    text += "pagoda_model_loaded" + model_labels(st.spec->id) + " " +
             (st.state == ModelState::kLoaded ? "1" : "0") + "\n";
   }
   return text;
