@@ -6,7 +6,6 @@
 #include <atomic>
 #include <csignal>
 #include <cstdio>
-#include <filesystem>
 #include <thread>
 
 #include "backend/backend_choice.h"
@@ -252,13 +251,7 @@ Action add_serve(CLI::App& app) {
     const bool single = o->models.size() == 1 && o->models_dir.empty();
     std::shared_ptr<server::ModelSet> models;
     if (single) {
-      std::string id, path = o->models[0];
-      std::error_code ec;
-      if (const size_t eq = path.find('='); eq != std::string::npos && eq > 0 &&
-                                            !std::filesystem::exists(path, ec)) {
-        id = path.substr(0, eq);
-        path = path.substr(eq + 1);
-      }
+      const auto [id, path] = split_model_arg(o->models[0]);
       OpenedModel opened = open_model(*o, path);
       if (follow_rank0(*opened.model, *opened.backend)) return 0;  // rank 0 serves; the others follow it
       models = std::make_shared<server::ModelSet>(serve_model(*o, std::move(opened), id));

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -67,6 +68,10 @@ OpenedModel open_model(const ServeOptions& o, const std::string& path);
 // empty: named from the file (--model-name, else its stem).
 std::shared_ptr<server::ServedModel> serve_model(const ServeOptions& o, OpenedModel opened,
                                                  const std::string& id);
+
+// `-m [ID=]PATH` as {id, path}: the id is empty when none is given (a path holding '=' that
+// exists is a path).
+std::pair<std::string, std::string> split_model_arg(const std::string& arg);
 
 // The models `-m [ID=]PATH` (repeated) and --models-dir name, with their memory estimates:
 // every GGUF file of the folder (not LoRA adapters) and every Hugging Face folder in it.
