@@ -143,6 +143,10 @@ class Backend {
   // Called for each weight matrix of a model before it runs (Model::prepare), so that a backend
   // that keeps weights in a layout of its own makes that copy now, not in the first request.
   virtual void prepare(const WeightMatrix& /*w*/) {}
+  // The weights named by `ids` (WeightMatrix::id) will not be used again: a copy kept in the
+  // backend's own layout is freed (a LoRA adapter unloaded at run time). Called between
+  // forward passes, on the thread that runs them.
+  virtual void drop_weights(std::span<const uint64_t> /*ids*/) {}
 
   // out[t, :] = row ids[t] of `table`, as float.        out: [num_tokens, table.cols]
   virtual void embed(const WeightMatrix& table, const int32_t* ids, int64_t num_tokens,

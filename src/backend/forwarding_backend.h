@@ -32,6 +32,7 @@ class ForwardingBackend : public Backend {
     inner_.copy_blocks(cache, block_bytes, copies);
   }
   void prepare(const WeightMatrix& w) override { inner_.prepare(w); }
+  void drop_weights(std::span<const uint64_t> ids) override { inner_.drop_weights(ids); }
   void embed(const WeightMatrix& table, const int32_t* ids, int64_t n, float* out) override {
     inner_.embed(table, ids, n, out);
   }

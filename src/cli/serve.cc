@@ -51,6 +51,7 @@ void wait_for_signal(std::atomic<server::HttpServer*>& target) {
 std::shared_ptr<server::ModelSet> serve_many(ServeOptions& o) {
   if (ranks() != nullptr) fail("tensor parallelism serves one model (one -m, no --models-dir)");
   if (!o.loras.empty()) fail("--lora applies to one model: serve one -m with its adapters");
+  if (o.allow_lora_loading) fail("--allow-lora-loading applies to one model (one -m)");
   if (!o.model_name.empty()) fail("--model-name names one model; with several give -m ID=PATH");
   if (!o.chat_template_file.empty()) fail("--chat-template applies to one model (one -m)");
   if (!o.kv_disk.folder.empty()) fail("--kv-disk serves one model (one -m)");
@@ -105,6 +106,12 @@ Action add_serve(CLI::App& app) {
                   "NAME=PATH: a LoRA adapter (llama.cpp's GGUF form) served as model NAME beside "
                   "the base, applied unmerged; requests for different adapters share a step "
                   "(repeatable)");
+  cmd->add_option("--max-loras", o->max_loras,
+                  "LoRA adapters loaded at once (--lora and those loaded at run time)")
+      ->default_val(8)->check(CLI::Range(1, 1024));
+  cmd->add_flag("--allow-lora-loading", o->allow_lora_loading,
+                "Open POST /v1/load_lora_adapter and /v1/unload_lora_adapter: clients may load "
+                "adapter files from this machine's disk (give --api-key where others reach it)");
   cmd->add_option("--host", o->server.host, "Address to listen on")->default_val("127.0.0.1");
   cmd->add_option("--port", o->server.port, "Port (0: any free port)")->default_val(8080)
       ->check(CLI::Range(0, 65535));

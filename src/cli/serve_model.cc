@@ -37,40 +37,74 @@ namespace fs = std::filesystem;
 // Grammars compiled at once, each on a thread of its own beside the request threads.
 constexpr int kGrammarThreads = 2;
 
-// The model's LoRA adapters (serve --lora NAME=PATH), each a model id of its own, run by one
-// LoraBackend over `device` so that requests for any of them and for the base share a step.
+// The model's LoRA adapters (serve --lora NAME=PATH, and those loaded at run time), each a
+// model id of its own, run by one LoraBackend over `device` so that requests for any of them
+// and for the base share a step.
 struct ServedLoras {
-  std::vector<std::unique_ptr<LoraAdapter>> adapters;
   std::unique_ptr<LoraBackend> backend;  // null: no adapters
+  std::shared_ptr<server::LoraSet> set;  // the adapters' weights: kept until the engine stops
 };
 
-ServedLoras load_loras(const ServeOptions& o, const ModelFile& file, Backend& device,
-                       server::ModelContext& context) {
-  ServedLoras out;
-  if (o.loras.empty()) return out;
+// What server::LoraSet asks of the model: adapter files read against its base, and slots of its
+// LoraBackend filled between two steps of its engine.
+class AdapterSlots final : public server::AdapterHost {
+ public:
+  AdapterSlots(const ModelFile& file, LoraBackend& backend, EngineThread& engine)
+      : file_(file), backend_(backend), engine_(engine) {}
+
+  Opened open(const std::string& path) override {
+    std::shared_ptr<const LoraAdapter> a = open_lora_adapter(path, file_, 1.0f);
+    return {a, a->digest(), str_cat(a->weights().size(), " weights, alpha ", a->alpha())};
+  }
+  void install(int32_t slot, const void* adapter) override {
+    engine_.run_between_steps(
+        [&] { backend_.set_adapter(slot, static_cast<const LoraAdapter*>(adapter)); });
+  }
+
+ private:
+  const ModelFile& file_;
+  LoraBackend& backend_;
+  EngineThread& engine_;
+};
+
+// The LoRA backend over `device`, with --max-loras slots, or none when the model takes no
+// adapters (no --lora, no --allow-lora-loading).
+std::unique_ptr<LoraBackend> lora_backend(const ServeOptions& o, const ModelFile& file,
+                                          Backend& device) {
+  if (o.loras.empty() && !o.allow_lora_loading) return nullptr;
   if (ranks() != nullptr) {
     throw UsageError("--lora runs on one process; tensor parallelism does not apply adapters yet");
   }
-  std::vector<const LoraAdapter*> list;
+  if (o.max_loras < 1) throw UsageError("--max-loras must be 1 or more");
+  if (static_cast<int32_t>(o.loras.size()) > o.max_loras) {
+    throw UsageError(str_cat(o.loras.size(), " --lora adapters given and --max-loras is ",
+                             o.max_loras, ": raise --max-loras"));
+  }
+  return make_lora_backend(device, file, {}, 0, o.max_loras + 1);
+}
+
+// The adapter set over the running engine, with the --lora adapters loaded.
+std::shared_ptr<server::LoraSet> lora_set(const ServeOptions& o, const ModelFile& file,
+                                          LoraBackend& backend, EngineThread& engine,
+                                          const server::ModelContext& context) {
+  auto set = std::make_shared<server::LoraSet>(
+      o.max_loras, std::make_shared<AdapterSlots>(file, backend, engine), o.allow_lora_loading);
   for (const std::string& spec : o.loras) {
     const size_t eq = spec.find('=');
     if (eq == 0 || eq == std::string::npos || eq + 1 == spec.size()) {
       throw UsageError("--lora " + spec + ": give NAME=PATH (the name requests use as their model)");
     }
     const std::string name = spec.substr(0, eq), path = spec.substr(eq + 1);
-    if (context.answers_to(name) || context.adapter_named(name) != nullptr) {
+    if (context.answers_to(name) || set->find(name) != nullptr) {
       throw UsageError("--lora " + spec + ": the name '" + name + "' is already taken");
     }
-    out.adapters.push_back(open_lora_adapter(path, file, 1.0f));
-    list.push_back(out.adapters.back().get());
-    context.adapters.push_back({name, static_cast<int32_t>(list.size()),
-                                out.adapters.back()->digest(), path});
-    std::fprintf(stderr, "serve: LoRA adapter '%s': %s, %zu weights, alpha %g\n", name.c_str(),
-                 path.c_str(), out.adapters.back()->weights().size(),
-                 double(out.adapters.back()->alpha()));
+    try {
+      set->load(name, path, false);
+    } catch (const server::ApiError& e) {
+      throw UsageError(str_cat("--lora ", spec, ": ", e.what()));
+    }
   }
-  out.backend = make_lora_backend(device, file, std::move(list), 0);
-  return out;
+  return set;
 }
 
 // Everything a served model's requests run on; the engine goes first, the file last.
@@ -215,12 +249,16 @@ std::shared_ptr<server::ServedModel> serve_model(const ServeOptions& o, OpenedMo
                   {"created", 0},               {"owned_by", "pagoda"},
                   {"max_model_len", config.max_model_len}, {"chat_template", parts->chat != nullptr}};
 
-  parts->loras = load_loras(o, file, *parts->opened.backend, context);
+  parts->loras.backend = lora_backend(o, file, *parts->opened.backend);
   Backend& runs_on = parts->loras.backend ? *parts->loras.backend : *parts->opened.backend;
   auto core = std::make_unique<Engine>(model, runs_on, config);
   core->set_lora(parts->loras.backend.get());
   parts->engine = std::make_unique<EngineThread>(std::move(core));
   served->engine = parts->engine.get();
+  if (parts->loras.backend) {
+    parts->loras.set = lora_set(o, file, *parts->loras.backend, *parts->engine, context);
+    context.loras = parts->loras.set;
+  }
   add_embeddings(o, model, runs_on, tokenizer, *parts->engine, config.max_model_len, context);
   served->owner = std::move(parts);
   return served;

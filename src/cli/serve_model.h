@@ -50,6 +50,8 @@ struct ServeOptions {
   int64_t responses_max_mib = 256;
   EngineConfig engine;
   std::vector<std::string> loras;  // NAME=PATH
+  int32_t max_loras = 8;            // adapters loaded at once
+  bool allow_lora_loading = false;  // /v1/load_lora_adapter and /v1/unload_lora_adapter open
   // Several models on the CPU: the one set of threads their backends share.
   std::shared_ptr<CpuThreads> cpu_threads;
 };

@@ -53,17 +53,25 @@ class LoraAdapter {
 // base weight: the base weights are found by address in `base`'s mapping (a view of some of a
 // weight's rows, as fused Q/K/V are taken, gets those rows of B). Adapter k (1-based) is
 // adapters[k - 1]; 0 is none. Which rows use which adapter: route() before each forward pass,
-// else `default_adapter` for every row. `inner`, `base` and the adapters must outlive it.
+// else `default_adapter` for every row. `inner`, `base` and the adapters must outlive it (an
+// adapter until set_adapter takes it out). It has max(`slots`, adapters.size()) slots, those
+// past the adapters empty until set_adapter fills them.
 class LoraBackend;
 // Throws Error when `inner`'s memory is not the host's (the additions are host code for now).
 std::unique_ptr<LoraBackend> make_lora_backend(Backend& inner, const ModelFile& base,
                                                std::vector<const LoraAdapter*> adapters,
-                                               int32_t default_adapter);
+                                               int32_t default_adapter, int32_t slots = 0);
 
 class LoraBackend : public ForwardingBackend {
  public:
   using ForwardingBackend::ForwardingBackend;
+  // Its slots: a row's adapter is 0 (none) to num_adapters().
   virtual int32_t num_adapters() const = 0;
+  // Puts `adapter` (null: none) in `slot` (1-based), an adapter of the same base, and forgets
+  // the slot's old one: its pairs and the copies the backend made of its matrices, so it may be
+  // destroyed once this returns. Between forward passes, on the thread that runs them, with no
+  // row of a live sequence routed to the slot.
+  virtual void set_adapter(int32_t slot, const LoraAdapter* adapter) = 0;
   // The adapter of each token of the next forward pass (empty: the default for all), and the
   // rows whose logits it computes (ForwardBatch::logit_rows): a product over those rows only
   // (the output matrix, the last layer's rows nobody else reads) takes their adapters.

@@ -13,20 +13,20 @@
 namespace pagoda {
 namespace {
 
-// Where a changed base weight lies in the mapping, and each adapter's pair for it (null where
-// that adapter leaves it alone).
+// Where a changed base weight lies in the mapping, and each slot's pair for it (null where
+// that slot's adapter leaves it alone, or the slot is empty).
 struct Span {
   const uint8_t* begin;
   const uint8_t* end;
   uint64_t row_bytes;
-  std::vector<const LoraWeight*> pairs;  // [num_adapters + 1], [0] null
+  std::vector<const LoraWeight*> pairs;  // [num_adapters + 1], [0] null: no adapter
 };
 
 class LoraBackendImpl final : public LoraBackend {
  public:
   LoraBackendImpl(Backend& inner, const ModelFile& base, std::vector<const LoraAdapter*> adapters,
-                  int32_t default_adapter)
-      : LoraBackend(inner), num_adapters_(static_cast<int32_t>(adapters.size())),
+                  int32_t default_adapter, int32_t slots)
+      : LoraBackend(inner), num_adapters_(std::max(slots, static_cast<int32_t>(adapters.size()))),
         default_(default_adapter) {
     if (!inner.host_visible()) {
       fail("--lora: the ", inner.name(), " backend does not run adapters yet (use --backend cpu)");
@@ -34,22 +34,37 @@ class LoraBackendImpl final : public LoraBackend {
     if (default_ < 0 || default_ > num_adapters_) {
       fail("LoRA: default adapter ", default_, " of ", num_adapters_);
     }
-    std::map<std::string, const TensorRef*> by_name;
-    for (const TensorRef& t : base.tensors()) by_name[t.name] = &t;
-    std::map<const uint8_t*, size_t> by_data;
-    for (size_t k = 0; k < adapters.size(); ++k) {
-      for (const LoraWeight& w : adapters[k]->weights()) {
-        const TensorRef& t = *by_name.at(w.target);
-        auto [it, added] = by_data.try_emplace(t.data, spans_.size());
-        if (added) {
-          spans_.push_back({t.data, t.data + t.num_bytes, t.num_bytes / t.shape[1],
-                            std::vector<const LoraWeight*>(adapters.size() + 1, nullptr)});
-        }
-        spans_[it->second].pairs[k + 1] = &w;
+    for (const TensorRef& t : base.tensors()) by_name_[t.name] = &t;
+    slots_.assign(static_cast<size_t>(num_adapters_) + 1, nullptr);
+    std::copy(adapters.begin(), adapters.end(), slots_.begin() + 1);
+    index_spans();
+  }
+
+  void set_adapter(int32_t slot, const LoraAdapter* adapter) override {
+    if (slot < 1 || slot > num_adapters_) fail("LoRA: slot ", slot, " of ", num_adapters_);
+    if (adapter != nullptr) {
+      for (const LoraWeight& w : adapter->weights()) {
+        if (by_name_.count(w.target) == 0) fail("LoRA: the base has no tensor ", w.target);
       }
     }
-    std::sort(spans_.begin(), spans_.end(),
-              [](const Span& a, const Span& b) { return a.begin < b.begin; });
+    std::vector<uint64_t> dropped;
+    if (const LoraAdapter* old = slots_[static_cast<size_t>(slot)]) {
+      for (const LoraWeight& w : old->weights()) {
+        dropped.push_back(w.a.id);
+        dropped.push_back(w.b.id);
+        for (auto it = slices_.begin(); it != slices_.end();) {
+          if (std::get<0>(it->first) != &w) {
+            ++it;
+            continue;
+          }
+          dropped.push_back(it->second.id);
+          it = slices_.erase(it);
+        }
+      }
+    }
+    slots_[static_cast<size_t>(slot)] = adapter;
+    index_spans();
+    inner_.drop_weights(dropped);
   }
 
   int32_t num_adapters() const override { return num_adapters_; }
@@ -167,8 +182,30 @@ class LoraBackendImpl final : public LoraBackend {
     return it->second;
   }
 
+  // spans_ from the adapters in slots_: the base weights any of them changes, by address.
+  void index_spans() {
+    spans_.clear();
+    std::map<const uint8_t*, size_t> by_data;
+    for (size_t k = 1; k < slots_.size(); ++k) {
+      if (slots_[k] == nullptr) continue;
+      for (const LoraWeight& w : slots_[k]->weights()) {
+        const TensorRef& t = *by_name_.at(w.target);
+        auto [it, added] = by_data.try_emplace(t.data, spans_.size());
+        if (added) {
+          spans_.push_back({t.data, t.data + t.num_bytes, t.num_bytes / t.shape[1],
+                            std::vector<const LoraWeight*>(slots_.size(), nullptr)});
+        }
+        spans_[it->second].pairs[k] = &w;
+      }
+    }
+    std::sort(spans_.begin(), spans_.end(),
+              [](const Span& a, const Span& b) { return a.begin < b.begin; });
+  }
+
   int32_t num_adapters_;
   int32_t default_;
+  std::map<std::string, const TensorRef*> by_name_;  // the base's tensors
+  std::vector<const LoraAdapter*> slots_;            // [num_adapters_ + 1], [0] null: none
   std::vector<Span> spans_;
   std::vector<int32_t> tokens_, logit_rows_;  // the route: adapters of the pass's rows
   std::vector<int32_t> picked_;
@@ -180,8 +217,9 @@ class LoraBackendImpl final : public LoraBackend {
 
 std::unique_ptr<LoraBackend> make_lora_backend(Backend& inner, const ModelFile& base,
                                                std::vector<const LoraAdapter*> adapters,
-                                               int32_t default_adapter) {
-  return std::make_unique<LoraBackendImpl>(inner, base, std::move(adapters), default_adapter);
+                                               int32_t default_adapter, int32_t slots) {
+  return std::make_unique<LoraBackendImpl>(inner, base, std::move(adapters), default_adapter,
+                                           slots);
 }
 
 }  // namespace pagoda

@@ -273,6 +273,10 @@ void GenerationTask::complete() {
   const Generation& g = *g_;
   server_.metrics_.record_generation(g.num_prompt_tokens(), g.num_completion_tokens(), g.ttft_s(),
                                      g.tpot_s(), g.e2e_s());
+  // Counted under its adapter while the adapter keeps its name (an unloaded one's series end).
+  if (const AdapterHold& a = request_->adapter_hold; a && model_->context.loras->find(a->name) == a) {
+    server_.metrics_.record_adapter(a->name, g.num_prompt_tokens(), g.num_completion_tokens());
+  }
   json note = {{"prompt_tokens", g.num_prompt_tokens()},
                {"output_tokens", g.num_completion_tokens()}};
   if (g.ttft_s() >= 0) note["ttft_s"] = std::round(g.ttft_s() * 1e4) / 1e4;

@@ -207,7 +207,8 @@ void HttpServer::log_access(const AccessRecord& r) {
       "/",               "/openapi.json",        "/v1/messages", "/v1/messages/count_tokens",
       "/api/chat",       "/api/generate",        "/api/tags",    "/api/show",
       "/api/ps",         "/api/version",         "/api/embed",   "/v1/responses",
-      "/api/embeddings", "/v1/embeddings", "/v1/kv/save", "/v1/kv/restore"};
+      "/api/embeddings", "/v1/embeddings", "/v1/kv/save", "/v1/kv/restore",
+      "/v1/load_lora_adapter", "/v1/unload_lora_adapter"};
   metrics_.count_request(routes.count(r.path) ? r.path : "other", r.status);
   if (options_.log_format == LogFormat::kNone || is_poll(r)) return;
   json note = r.note.empty() ? json::object() : json::parse(r.note, nullptr, false);
@@ -376,6 +377,9 @@ void HttpServer::route(const HttpRequest& req, const std::shared_ptr<Exchange>& 
       "/api/embed", "/api/embeddings", "/tokenize", "/detokenize", "/api/show",
       "/v1/kv/save", "/v1/kv/restore"};
   if (req.method == "POST" && model_routes.count(p)) return with_model(req, ex);
+  if (req.method == "POST" && (p == "/v1/load_lora_adapter" || p == "/v1/unload_lora_adapter")) {
+    return ex->respond(lora_route(req));
+  }
   if (req.method == "GET" || req.method == "HEAD") {
     if (p == "/v1/models") return ex->respond(models_list());
     if (p.rfind("/v1/models/", 0) == 0 && p.size() > 11) return ex->respond(model_entry(p.substr(11)));
@@ -402,7 +406,8 @@ void HttpServer::route(const HttpRequest& req, const std::shared_ptr<Exchange>& 
       "/v1/completions", "/v1/chat/completions", "/v1/messages", "/v1/messages/count_tokens",
       "/tokenize",       "/detokenize",          "/api/chat",    "/api/generate",
       "/api/show",       "/api/embed",           "/api/embeddings", "/v1/responses",
-      "/v1/embeddings",  "/v1/kv/save",          "/v1/kv/restore"};
+      "/v1/embeddings",  "/v1/kv/save",          "/v1/kv/restore",
+      "/v1/load_lora_adapter", "/v1/unload_lora_adapter"};
   static const std::set<std::string> get_routes = {"/v1/models", "/health",   "/metrics",
                                                    "/stats",     "/openapi.json", "/",
                                                    "/api/tags",  "/api/ps",   "/api/version"};

@@ -96,6 +96,10 @@ class HttpServer {
   HttpResponse stored_response(const HttpRequest& req);
   HttpResponse tokenize(const HttpRequest& req, const ModelContext& model);
   nlohmann::json adapter_info(const ServedModel& m, const ServedAdapter& a) const;
+  // POST /v1/load_lora_adapter and /v1/unload_lora_adapter (lora_routes.cc).
+  HttpResponse lora_route(const HttpRequest& req);
+  // The adapters' gauges in /metrics.
+  std::string lora_metrics(const LoraSet& loras) const;
   HttpResponse detokenize(const HttpRequest& req, const ModelContext& model);
   // /v1/models and /v1/models/{id}.
   HttpResponse models_list() const;

@@ -3,6 +3,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <sstream>
 
 namespace pagoda::server {
@@ -33,10 +34,9 @@ void counter(std::ostringstream& out, const char* name, const char* help, double
 
 // Label text of one model's series: empty for a server of one model, {model="id"} (plus
 // `extra`) otherwise.
-std::string model_labels(const std::string& model, const std::string& extra) {
-  if (model.empty()) return extra.empty() ? "" : "{" + extra + "}";
+std::string label(const std::string& key, const std::string& value) {
   std::string escaped;
-  for (char c : model) {
+  for (char c : value) {
     if (c == '"' || c == '\\') escaped += '\\';
     if (c == '\n') {
       escaped += "\\n";
@@ -44,7 +44,16 @@ std::string model_labels(const std::string& model, const std::string& extra) {
     }
     escaped += c;
   }
-  return "{model=\"" + escaped + "\"" + (extra.empty() ? "" : "," + extra) + "}";
+  return key + "=\"" + escaped + "\"";
+}
+
+std::string model_labels(const std::string& model, const std::string& extra) {
+  if (model.empty()) return extra.empty() ? "" : "{" + extra + "}";
+  std::string out = "{";
+  out += label("model", model);
+  if (!extra.empty()) out += "," + extra;
+  out += "}";
+  return out;
 }
 
 namespace {
@@ -151,6 +160,20 @@ void ServerMetrics::record_generation(int64_t prompt_tokens, int64_t generated_t
   if (e2e_s >= 0) e2e_.observe(e2e_s);
 }
 
+void ServerMetrics::record_adapter(const std::string& adapter, int64_t prompt_tokens,
+                                   int64_t generated_tokens) {
+  std::lock_guard lock(mutex_);
+  AdapterCounts& c = adapters_[adapter];
+  ++c.requests;
+  c.prompt_tokens += static_cast<uint64_t>(prompt_tokens);
+  c.generated_tokens += static_cast<uint64_t>(generated_tokens);
+}
+
+void ServerMetrics::forget_adapter(const std::string& adapter) {
+  std::lock_guard lock(mutex_);
+  adapters_.erase(adapter);
+}
+
 std::string ServerMetrics::render(const EngineStats& stats) const {
   return render(ModelStats{{"", stats}});
 }
@@ -167,6 +190,22 @@ std::string ServerMetrics::render(const ModelStats& models) const {
           double(prompt_tokens_));
   counter(out, "pagoda_generation_tokens_total", "Tokens generated for finished requests.",
           double(generated_tokens_));
+  if (!adapters_.empty()) {
+    const std::pair<const char*, uint64_t AdapterCounts::*> per_adapter[] = {
+        {"pagoda_lora_requests_total", &AdapterCounts::requests},
+        {"pagoda_lora_prompt_tokens_total", &AdapterCounts::prompt_tokens},
+        {"pagoda_lora_generation_tokens_total", &AdapterCounts::generated_tokens}};
+    const char* help[] = {"Finished requests of each loaded LoRA adapter.",
+                          "Prompt tokens of each loaded LoRA adapter's finished requests.",
+                          "Tokens generated for each loaded LoRA adapter's finished requests."};
+    for (size_t i = 0; i < std::size(per_adapter); ++i) {
+      header(out, per_adapter[i].first, "counter", help[i]);
+      for (const auto& [name, c] : adapters_) {
+        out << per_adapter[i].first << '{' << label("adapter", name) << "} "
+            << c.*(per_adapter[i].second) << '\n';
+      }
+    }
+  }
   counter(out, "pagoda_aborted_requests_total",
           "Requests ended early because the client went away.", double(num_aborted_));
   header(out, "pagoda_time_to_first_token_seconds", "histogram",

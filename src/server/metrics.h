@@ -33,6 +33,8 @@ class Histogram {
 // `{model="id"}` with the id escaped as Prometheus labels need (empty for an empty id), and
 // `extra` labels after it.
 std::string model_labels(const std::string& model, const std::string& extra = "");
+// `key="value"` with the value escaped as Prometheus labels need.
+std::string label(const std::string& key, const std::string& value);
 
 class ServerMetrics {
  public:
@@ -44,6 +46,10 @@ class ServerMetrics {
   void record_generation(int64_t prompt_tokens, int64_t generated_tokens, double ttft_s,
                          double tpot_s, double e2e_s);
   void count_abort() { std::lock_guard lock(mutex_); ++num_aborted_; }
+  // A finished request of LoRA adapter `adapter` (also counted by record_generation).
+  void record_adapter(const std::string& adapter, int64_t prompt_tokens, int64_t generated_tokens);
+  // An unloaded adapter's series end (names loaded and unloaded at run time are not bounded).
+  void forget_adapter(const std::string& adapter);
 
   // The whole exposition (text format 0.0.4), engine gauges from `stats`.
   std::string render(const EngineStats& stats) const;
@@ -59,6 +65,10 @@ class ServerMetrics {
   uint64_t prompt_tokens_ = 0;
   uint64_t generated_tokens_ = 0;
   uint64_t num_aborted_ = 0;
+  struct AdapterCounts {
+    uint64_t requests = 0, prompt_tokens = 0, generated_tokens = 0;
+  };
+  std::map<std::string, AdapterCounts> adapters_;
   Histogram ttft_;
   Histogram tpot_;
   Histogram e2e_;

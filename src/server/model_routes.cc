@@ -32,7 +32,11 @@ HttpResponse HttpServer::models_list() const {
   if (models_->single()) {
     const auto m = models_->loaded().at(0);
     data.push_back(m->info);
-    for (const ServedAdapter& a : m->context.adapters) data.push_back(adapter_info(*m, a));
+    if (m->context.loras != nullptr) {
+      for (const LoraSet::Listed& a : m->context.loras->list()) {
+        data.push_back(adapter_info(*m, a.adapter));
+      }
+    }
   } else {
     for (const ModelStatus& st : models_->status()) data.push_back(status_entry(st));
   }
@@ -46,7 +50,7 @@ HttpResponse HttpServer::model_entry(const std::string& id) const {
     return json_answer(status_entry(models_->status().at(static_cast<size_t>(index))));
   }
   const auto m = models_->loaded().at(0);
-  if (const ServedAdapter* a = m->context.adapter_named(id)) {
+  if (const AdapterHold a = m->context.adapter_named(id)) {
     return json_answer(adapter_info(*m, *a));
   }
   if (!m->context.answers_to(id)) {
@@ -57,7 +61,12 @@ HttpResponse HttpServer::model_entry(const std::string& id) const {
 }
 
 std::string HttpServer::metrics_text() const {
-  if (models_->single()) return metrics_.render(models_->loaded().at(0)->engine->stats());
+  if (models_->single()) {
+    const auto m = models_->loaded().at(0);
+    std::string text = metrics_.render(m->engine->stats());
+    if (m->context.loras != nullptr) text += lora_metrics(*m->context.loras);
+    return text;
+  }
   const std::vector<ModelStatus> status = models_->status();
   ServerMetrics::ModelStats stats;
   for (const ModelStatus& st : status) {
@@ -84,7 +93,7 @@ std::string HttpServer::openapi_text() const {
     names.max_model_len = 1 << 22;
     names.vocab_size = 1 << 30;
   }
-  names.adapters.clear();
+  names.loras.reset();
   names.name = models_->specs().at(0).id;
   names.aliases.clear();
   for (const ModelSpec& s : models_->specs()) {

@@ -74,8 +74,10 @@ ordered_json tags(const ModelContext& model) {
                         {"size", d.size_bytes}, {"digest", ""}, {"details", info}};
   };
   ordered_json models = ordered_json::array({entry(tagged(model.name), "")});
-  for (const ServedAdapter& a : model.adapters) {
-    models.push_back(entry(tagged(a.name), tagged(model.name)));
+  if (model.loras != nullptr) {
+    for (const std::string& a : model.loras->names()) {
+      models.push_back(entry(tagged(a), tagged(model.name)));
+    }
   }
   return {{"models", models}};
 }

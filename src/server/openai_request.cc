@@ -39,13 +39,16 @@ void check_model(const json& body, const ModelContext& model, ApiRequest& r) {
   }
   if (!v->is_string()) throw bad_param("model", "'model' must be a string");
   r.model = v->get<std::string>();
-  const ServedAdapter* adapter = model.adapter_named(r.model);
+  AdapterHold adapter = model.adapter_named(r.model);
   if (adapter != nullptr) {
     r.adapter = adapter->index;
     r.adapter_digest = adapter->digest;
+    r.adapter_hold = std::move(adapter);
   } else if (!model.answers_to(r.model)) {
     std::string served = "'" + model.name + "'";
-    for (const ServedAdapter& a : model.adapters) served += ", '" + a.name + "'";
+    if (model.loras != nullptr) {
+      for (const std::string& a : model.loras->names()) served += ", '" + a + "'";
+    }
     throw ApiError(404, "invalid_request_error",
                    "The model '" + r.model + "' does not exist; this server serves " + served,
                    "model", "model_not_found");
@@ -430,11 +433,8 @@ bool ModelContext::answers_to(std::string_view id) const {
   return id == name || std::find(aliases.begin(), aliases.end(), id) != aliases.end();
 }
 
-const ServedAdapter* ModelContext::adapter_named(std::string_view id) const {
-  for (const ServedAdapter& a : adapters) {
-    if (a.name == id) return &a;
-  }
-  return nullptr;
+AdapterHold ModelContext::adapter_named(std::string_view id) const {
+  return loras != nullptr ? loras->find(id) : nullptr;
 }
 
 ModelContext named_model(const std::string& path, const std::string& general_name,

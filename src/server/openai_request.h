@@ -17,6 +17,7 @@
 #include "engine/sampler.h"
 #include "grammar/grammar_compiler.h"
 #include "grammar/token_mask.h"
+#include "server/lora_set.h"
 #include "server/template_options.h"
 #include "server/tool_calls.h"
 #include "tokenizer/tokenizer.h"
@@ -40,24 +41,16 @@ struct ModelDescription {
 // The served model, as request parsing needs it.
 class EmbeddingService;
 
-// A LoRA adapter the server runs on its model (serve --lora NAME=PATH): a request names it as
-// its model.
-struct ServedAdapter {
-  std::string name;
-  int32_t index = 0;    // GenerationRequest::adapter
-  uint64_t digest = 0;  // of its contents: the prefix-cache key of its requests
-  std::string path;
-};
-
 struct ModelContext {
   std::string name;  // the id /v1/models lists and responses carry
   // Other names requests may use for it: the file's name and its stem.
   std::vector<std::string> aliases;
   // True when a request's `model` names this model: its id or one of its aliases.
   bool answers_to(std::string_view id) const;
-  std::vector<ServedAdapter> adapters;
-  // The adapter a request's `model` names, or null (the base model or an unknown name).
-  const ServedAdapter* adapter_named(std::string_view id) const;
+  // Its LoRA adapters (server/lora_set.h), each a model id of its own; null: none.
+  std::shared_ptr<LoraSet> loras;
+  // The adapter a request's `model` names, held; null (the base model or an unknown name).
+  AdapterHold adapter_named(std::string_view id) const;
   const Tokenizer* tokenizer = nullptr;
   // Renders a chat (messages JSON array, add_generation_prompt, extra template variables such
   // as "tools") into prompt text; throws pagoda::Error when the template fails. Empty: the
@@ -119,6 +112,7 @@ struct ApiRequest {
   // `model` names a LoRA adapter of the model: its index and digest (ServedAdapter); 0: none.
   int32_t adapter = 0;
   uint64_t adapter_digest = 0;
+  AdapterHold adapter_hold;  // keeps the adapter's slot while the request lives
   std::vector<std::vector<TokenId>> prompts;  // completions: one or more; chat: exactly one
   std::vector<std::string> prompt_texts;      // [prompts.size()] for echo
   SamplingParams sampling;

@@ -424,6 +424,11 @@ std::string openapi_json(const RequestLimits& limits, const ModelContext& model)
     s["CompletionRequest"]["allOf"][1]["properties"]["prompt"]["oneOf"][i]["maxItems"] = limits.max_prompts;
   }
   s["Sampling"]["properties"]["model"]["enum"] = json::array({model.name});
+  if (model.loras != nullptr) {  // the adapters loaded now
+    for (const std::string& a : model.loras->names()) {
+      s["Sampling"]["properties"]["model"]["enum"].push_back(a);
+    }
+  }
   // Null is "not given" (OpenAPI 3.0 wants it in the enum of a nullable field).
   s["CountTokensRequest"]["properties"]["model"]["enum"] = json::array({model.name, nullptr});
   s["MessagesRequest"]["allOf"][1]["properties"]["max_tokens"]["maximum"] = limits.max_tokens;
@@ -452,6 +457,7 @@ std::string openapi_json(const RequestLimits& limits, const ModelContext& model)
   }
   add_responses_openapi(spec, limits, model);
   add_kv_save_openapi(spec);
+  add_lora_openapi(spec);
   static const json embedding = json::parse(kEmbeddingSpec);
   spec["paths"].update(embedding["paths"]);
   s.update(embedding["schemas"]);

@@ -19,5 +19,7 @@ void add_responses_openapi(nlohmann::json& spec, const RequestLimits& limits,
 
 // POST /v1/kv/save and /v1/kv/restore, added to `spec` (openapi_kv.cc).
 void add_kv_save_openapi(nlohmann::json& spec);
+// POST /v1/load_lora_adapter and /v1/unload_lora_adapter, added to `spec` (lora_routes.cc).
+void add_lora_openapi(nlohmann::json& spec);
 
 }  // namespace pagoda::server

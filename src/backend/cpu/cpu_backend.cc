@@ -58,6 +58,9 @@ class CpuBackend final : public Backend {
   void prepare(const WeightMatrix& w) override {
     if (packed_kernel(kernels(), w) != nullptr) packed(w);
   }
+  void drop_weights(std::span<const uint64_t> ids) override {
+    for (uint64_t id : ids) packed_.erase(id);
+  }
 
   void matmul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y) override {
     matmul_many({{&w, y}}, x, num_tokens);
