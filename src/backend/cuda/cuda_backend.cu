@@ -171,6 +171,12 @@ class CudaBackend final : public Backend {
   }
   void matmul(const WeightMatrix& w, const float* x, int64_t n, float* y) override {
     const Weights& d = weights(w);
+    if (mmq_product(d.type, w.cols, n)) {
+      cuda::matmul_mmq(stream_, d.type, d.data(), d.row_bytes, w.rows, w.cols,
+                       q8_of(x, n, w.cols), n, y);
+      forget_q8_under(y, n * w.rows);
+      return;
+    }
     if (q8_product(d.type, w.cols, n)) {
       const cuda::Q8Product p{d.data(), d.row_bytes, w.rows, y};
       cuda::matmul_q8(stream_, d.type, &p, 1, w.cols, q8_of(x, n, w.cols), n);
@@ -205,7 +211,8 @@ class CudaBackend final : public Backend {
     };
     for (const Product& p : products) {
       const Weights& d = weights(*p.w);
-      if (!q8_product(d.type, p.w->cols, num_tokens)) {
+      if (mmq_product(d.type, p.w->cols, num_tokens) ||
+          !q8_product(d.type, p.w->cols, num_tokens)) {
         flush();
         matmul(*p.w, x, num_tokens, p.y);
         continue;
@@ -337,6 +344,12 @@ class CudaBackend final : public Backend {
   // Whether a product runs on q8_1 activations (else the float kernels or cuBLAS).
   bool q8_product(DType type, int64_t cols, int64_t n) const {
     return q8_products_ && cuda::has_q8_product(type) && cols % cuda::kUnit == 0 && !gemm_takes(n);
+  }
+  // Whether a product of n tokens runs on the int8 tensor cores from the stored blocks (else
+  // cuBLAS on weights decoded to F16 for it).
+  bool mmq_product(DType type, int64_t cols, int64_t n) const {
+    return q8_products_ && cuda::has_mmq_product(type) && cols % cuda::kUnit == 0 &&
+           n >= gemm_min_tokens_;
   }
   // The down projection reads a gating's result quantized: made in the same pass, for
   // decode-sized batches (n below gemm_min_tokens_ rows of a feed-forward up to kMaxFusedWidth

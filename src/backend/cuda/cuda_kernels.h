@@ -77,6 +77,12 @@ struct Q8Product {
 void matmul_q8(cudaStream_t s, DType type, const Q8Product* products, int count, int64_t cols,
                const void* q8, int64_t n);
 
+// Products of many tokens on the int8 tensor cores (cuda_mmq.cu, cuda_mmq.cuh): y[n, rows] =
+// x W^T from x's q8_1 blocks (as matmul_q8), the weights read in their stored blocks.
+bool has_mmq_product(DType type);
+void matmul_mmq(cudaStream_t s, DType type, const uint8_t* w, uint64_t row_bytes, int64_t rows,
+                int64_t cols, const void* q8, int64_t n, float* y);
+
 void rms_norm(cudaStream_t s, const float* x, const float* weight, int64_t rows, int64_t dim,
               float eps, float* y);
 void rope(cudaStream_t s, float* x, const int32_t* positions, int64_t n, int64_t heads,
