@@ -269,7 +269,10 @@ TEST(CudaBackend, PagedAttentionMatchesTheReference) {
         cuda->download(dv->data(), bytes, back.data());
         EXPECT_EQ(back, hv) << "values stored differently";
         cuda->attention(dq.data(), device, b, p, out.data());
-        EXPECT_LT(relative_error(out.read(qn), expected), 1e-5);
+        // Prompts over an F16 cache with head_dim 64 or 128 take the tensor cores (Q and P
+        // rounded to F16: test_cuda_flash.cc's bound, measured on its host emulation).
+        const bool flash = type == KvType::kF16 && head_dim <= 128;
+        EXPECT_LT(relative_error(out.read(qn), expected), flash ? 6e-4 : 1e-5);
       }
     }
   }

@@ -101,6 +101,13 @@ void attention(cudaStream_t s, const float* q, KvLayer cache, const int32_t* seq
                int32_t block_size, const int32_t* tokens, int64_t num_tokens,
                const int32_t* tiles, int64_t num_tiles, const AttentionParams& p, float* out,
                void* q8 = nullptr);
+// Prompt attention on the F16 tensor cores (cuda_flash.cu, cuda_flash.cuh) for the cases
+// flash_takes: `tiles` as cuda_flash.cuh's prompt_tiles makes them with flash_tile_tokens.
+bool flash_takes(KvType type, int32_t heads, int32_t kv_heads, int32_t head_dim);
+void flash_attention(cudaStream_t s, const float* q, KvLayer cache, const int32_t* seq_of,
+                     const int32_t* positions, const int32_t* block_table, int32_t max_blocks,
+                     int32_t block_size, const int32_t* tiles, int64_t num_tiles,
+                     const AttentionParams& p, float* out);
 void silu_mul(cudaStream_t s, const float* gate, const float* up, int64_t n, float* out);
 void gelu_mul(cudaStream_t s, const float* gate, const float* up, int64_t n, float* out);
 void add(cudaStream_t s, float* x, const float* y, int64_t n);
