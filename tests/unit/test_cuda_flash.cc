@@ -78,7 +78,6 @@ TEST(CudaFlash, TilesAndRows) {
   EXPECT_FALSE(cuda::sees(10, 0, 11));
   EXPECT_TRUE(cuda::sees(10, 5, 6));
   EXPECT_FALSE(cuda::sees(10, 5, 5));
-  EXPECT_EQ(cuda::first_chunk(70), 64);
   const cuda::SoftmaxStep nothing = cuda::softmax_step(-INFINITY, -INFINITY);
   EXPECT_EQ(nothing.correction, 0.0f);
   EXPECT_EQ(std::exp(-INFINITY - nothing.base), 0.0f);
@@ -124,8 +123,8 @@ std::vector<float> on_device(Backend& cuda, const std::vector<float>& q, const s
 }
 
 // Three prompts over shuffled blocks: 37 tokens from 0, 301 from 0 (many chunks), 50 from 100
-// (a prompt after a cached prefix: its first chunk starts before its first position; positions
-// 0 .. 99 were never written and read as zeros by both sides).
+// (a prompt after a cached prefix: positions 0 .. 99 were never written and read as zeros by
+// both sides).
 Errors flash_error(const Case& c, Backend* cuda = nullptr) {
   const int32_t bs = c.block_size, max_blocks = 400 / bs + 2, num_seqs = 3;
   const int32_t num_blocks = num_seqs * max_blocks;

@@ -48,8 +48,8 @@ struct FlashShared {
 };
 
 // Stage positions c0 .. c0 + 31: the block table read once per position, then every element
-// addressed from the staged slab and slot (no division per element). Positions outside 0 .. hi
-// are zeros (their scores are masked; zeros keep 0 * value finite).
+// addressed from the staged slab and slot (no division per element). Positions past hi are
+// zeros (their scores are masked; zeros keep 0 * value finite).
 template <int D>
 __device__ void stage_chunk(FlashShared<D>& sh, const __half* kc, const __half* vc,
                             const int32_t* table, int32_t block_size, int32_t kv_heads,
@@ -57,7 +57,7 @@ __device__ void stage_chunk(FlashShared<D>& sh, const __half* kc, const __half* 
   const int thread = static_cast<int>(threadIdx.x);
   if (thread < kFlashChunk) {
     const int32_t p = c0 + thread;
-    const bool in = p >= 0 && p <= hi;
+    const bool in = p <= hi;
     const KvSlot at = in ? kv_slot(table, block_size, kv_heads, kvh, D, p) : KvSlot{-1, 0};
     sh.slab[thread] = at.slab;
     sh.slot[thread] = at.slot;
@@ -118,7 +118,8 @@ __global__ void __launch_bounds__(kFlashWarps * 32)
 
   float o_acc[D / 8][4] = {};
   float running_max[2] = {-INFINITY, -INFINITY}, partial_sum[2] = {0.0f, 0.0f};
-  for (int32_t c0 = first_chunk(lo); c0 <= hi; c0 += kFlashChunk) {
+  // Chunks from lo (never a position before it: its block may be gone from the table).
+  for (int32_t c0 = lo; c0 <= hi; c0 += kFlashChunk) {
     stage_chunk<D>(sh, kc, vc, table, block_size, kv_heads, kvh, c0, hi);
     if (c0 <= warp_hi && c0 + kFlashChunk > warp_lo) {
       float s[kFlashChunk / 8][4];

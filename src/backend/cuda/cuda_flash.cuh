@@ -81,10 +81,6 @@ PAGODA_HD KvSlot kv_slot(const int32_t* table, int32_t block_size, int32_t kv_he
   return {(block * kv_heads + kvh) * block_size * head_dim, j % block_size};
 }
 
-// The first position of the chunk walk of a tile seeing lo .. hi: chunks start at multiples of
-// kFlashChunk.
-PAGODA_HD int32_t first_chunk(int32_t lo) { return lo - lo % kFlashChunk; }
-
 // A sequence's tokens begin .. end - 1 as tiles of at most max_tokens tokens with consecutive
 // positions (so the positions a tile's block loads are the ones its tokens see): {first token,
 // count} pairs appended to tiles.
@@ -145,10 +141,11 @@ inline void flash_attention_host(const float* q, const uint16_t* kc, const uint1
           o[r * d_max + d] = 0.0f;
         }
       }
-      for (int32_t c0 = first_chunk(lo); c0 <= hi; c0 += kFlashChunk) {
+      // Chunks from lo (never a position before it: its block may be gone from the table).
+      for (int32_t c0 = lo; c0 <= hi; c0 += kFlashChunk) {
         for (int j = 0; j < kFlashChunk; ++j) {
           const int32_t p = c0 + j;
-          const bool in = p >= 0 && p <= hi;
+          const bool in = p <= hi;
           const KvSlot at = in ? kv_slot(table, block_size, kv_heads, kvh, head_dim, p) : KvSlot{0, 0};
           for (int d = 0; d < head_dim; ++d) {
             ks[j * d_max + d] = in ? half_to_float(kc[at.slab + int64_t{d} * block_size + at.slot]) : 0.0f;
