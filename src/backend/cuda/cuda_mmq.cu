@@ -1,5 +1,5 @@
 // Products of many tokens on the int8 tensor cores (cuda_mmq.cuh has the design and every
-// piece of arithmetic): a block of four warps takes 64 weight rows x 64 tokens; per stage of
+// piece of arithmetic): a block of four warps takes 64 tokens x 64 weight rows; per stage of
 // four units (128 columns) the block unpacks the weight units to int8 and copies the q8_1
 // activation quants into shared memory, then each warp runs, per unit, one mma.sync m16n8k32
 // for its 16 rows and each of 8 fragments of 8 tokens, and adds the unit's scaled value to its
@@ -30,8 +30,8 @@ __global__ void __launch_bounds__(kMmqThreads)
   __shared__ int xq[kMmqTokens * kMmqStride];
   __shared__ UnitScale ws[kMmqRows * kMmqUnits];
   __shared__ BlockScale xs[kMmqTokens * kMmqUnits];
-  const int64_t row0 = static_cast<int64_t>(blockIdx.x) * kMmqRows;
-  const int64_t tok0 = static_cast<int64_t>(blockIdx.y) * kMmqTokens;
+  const int64_t tok0 = static_cast<int64_t>(blockIdx.x) * kMmqTokens;
+  const int64_t row0 = static_cast<int64_t>(blockIdx.y) * kMmqRows;
   const int thread = static_cast<int>(threadIdx.x), warp = thread / kWarpLanes,
             lane = thread % kWarpLanes;
   float acc[kMmqFragments][4];
@@ -87,8 +87,12 @@ bool has_mmq_product(DType type) { return has_mmq(type); }
 void matmul_mmq(cudaStream_t s, DType type, const uint8_t* w, uint64_t row_bytes, int64_t rows,
                 int64_t cols, const void* q8, int64_t n, float* y) {
   if (rows == 0 || n == 0) return;
-  const dim3 grid(static_cast<unsigned>((rows + kMmqRows - 1) / kMmqRows),
-                  static_cast<unsigned>((n + kMmqTokens - 1) / kMmqTokens));
+  // Token blocks fastest: the blocks running at once share weight rows (read from memory about
+  // once) and the whole quantized input stays in L2 (21 MB for 4,096 tokens of 4,096 columns),
+  // where rows fastest would stream the whole matrix again for every 64 tokens.
+  const dim3 grid(static_cast<unsigned>((n + kMmqTokens - 1) / kMmqTokens),
+                  static_cast<unsigned>((rows + kMmqRows - 1) / kMmqRows));
+  if (grid.y > 65535) fail("CUDA: matmul_mmq takes at most ", 65535 * kMmqRows, " rows");
   const auto* x = static_cast<const BlockQ8_1*>(q8);
   by_mmq_type(type, [&]<DType T>() {
     mmq_kernel<T><<<grid, kMmqThreads, 0, s>>>(w, row_bytes, rows, x, cols / kQ8Values, n, y);
