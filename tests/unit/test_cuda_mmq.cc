@@ -307,6 +307,33 @@ TEST(CudaMmq, DeviceEqualsTheHostEmulationBitForBit) {
   }
 }
 
+// Q, K and V of a prompt (one input, 40 tokens) through matmul_many: the tile types' products
+// are the host emulation's bits, as each product alone; a Q6_K one beside them (cuBLAS) does
+// not disturb them.
+TEST(CudaMmq, SharedInputOfManyTokens) {
+  GPU_OR_SKIP();
+  auto cuda = cuda_backend(false);
+  const int64_t n = 40, cols = 512;
+  const std::vector<float> x = activations(n * cols, 62);
+  const Product pq = make_product(DType::kQ4_0, 96, cols, n, 61),
+                pk = make_product(DType::kQ4_K, 32, cols, n, 61);
+  const std::vector<uint8_t> v6 = weights(DType::kQ6_K, 32, cols, 63);
+  auto matrix = [&](DType type, int64_t rows, const std::vector<uint8_t>& bytes) {
+    return WeightMatrix{type, rows, cols, bytes.data(), row_bytes(type, cols), new_weight_id(), false};
+  };
+  const WeightMatrix q = matrix(DType::kQ4_0, 96, pq.w), k = matrix(DType::kQ4_K, 32, pk.w),
+                     v = matrix(DType::kQ6_K, 32, v6);
+  OnDevice dx(*cuda, x), yq(*cuda, n * 96), yk(*cuda, n * 32), yv(*cuda, n * 32), alone(*cuda, n * 32);
+  cuda->matmul_many({{&q, yq.data()}, {&k, yk.data()}, {&v, yv.data()}}, dx.data(), n);
+  auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  EXPECT_TRUE(same_bits(yq.read(n * 96), tile_product(DType::kQ4_0, pq)));
+  EXPECT_TRUE(same_bits(yk.read(n * 32), tile_product(DType::kQ4_K, pk)));
+  cuda->matmul(k, dx.data(), n, alone.data());
+  EXPECT_TRUE(same_bits(alone.read(n * 32), yk.read(n * 32)));
+}
+
 // Old (cuBLAS on weights decoded to F16 per product) beside new (int8 tiles) per 8B matrix at
 // 512 and 4096 tokens, for scripts/device-check --prefill. PAGODA_TIMING_TYPES=Q4_0,Q8_0 picks.
 TEST(CudaMmq, TimingOfThePrefillProducts) {
