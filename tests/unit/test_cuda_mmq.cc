@@ -67,6 +67,7 @@ void by_mmq_type(DType type, F&& f) {
     case DType::kQ8_0: return f.template operator()<DType::kQ8_0>();
     case DType::kQ4_K: return f.template operator()<DType::kQ4_K>();
     case DType::kQ5_K: return f.template operator()<DType::kQ5_K>();
+    case DType::kQ6_K: return f.template operator()<DType::kQ6_K>();
     default: ADD_FAILURE() << "no tile product for " << dtype_traits(type).name;
   }
 }
@@ -160,7 +161,7 @@ TEST(CudaMmq, EmulatedMmaIsTheIntegerProduct) {
 // through the block's sum).
 TEST(CudaMmq, UnpackedUnitsGiveTheDecodeProductsUnitValues) {
   for (DType type : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0,
-                     DType::kQ4_K, DType::kQ5_K}) {
+                     DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     SCOPED_TRACE(std::string(dtype_traits(type).name));
     const Product p = make_product(type, 3, 512, 1, 21);
     by_mmq_type(type, [&]<DType T>() {
@@ -174,7 +175,10 @@ TEST(CudaMmq, UnpackedUnitsGiveTheDecodeProductsUnitValues) {
           int sumi = 0;
           for (int i = 0; i < 8; ++i) sumi = cuda::dp4a(words[i], cuda::x_word(x, i), sumi);
           const cuda::BlockScale xs{cuda::half_to_float(x.d), cuda::half_to_float(x.s), x.sum};
-          ASSERT_EQ(bits(cuda::unit_result<T>(s, sumi, xs)), bits(cuda::dot_unit<T>(row, u, x)))
+          int lo = 0, hi = 0;  // the halves' sums, for Q6_K
+          for (int i = 0; i < 8; ++i) (i < 4 ? lo : hi) = cuda::dp4a(words[i], cuda::x_word(x, i), i < 4 ? lo : hi);
+          const int first = cuda::split_sums(T) ? lo : sumi;
+          ASSERT_EQ(bits(cuda::unit_result<T>(s, first, hi, xs)), bits(cuda::dot_unit<T>(row, u, x)))
               << "row " << r << " unit " << u;
         }
       }
@@ -221,9 +225,9 @@ TEST(CudaMmq, LegacyTileProductsAreTheCpuBackendsBitForBit) {
 // and (K-quants, whose CPU path takes 256-value activations) near the reference float product.
 TEST(CudaMmq, TileProductsAreTheDecodeProductsBitForBit) {
   for (DType type : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0,
-                     DType::kQ4_K, DType::kQ5_K}) {
+                     DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     SCOPED_TRACE(std::string(dtype_traits(type).name));
-    const int64_t cols = type == DType::kQ4_K || type == DType::kQ5_K ? 768 : kCols;
+    const int64_t cols = dtype_traits(type).block_size == 256 ? 768 : kCols;
     const Product p = make_product(type, kRows, cols, kTokens, 41);
     const std::vector<float> y = tile_product(type, p);
     const size_t bytes = row_bytes(type, cols);
@@ -290,9 +294,9 @@ TEST(CudaMmq, DeviceEqualsTheHostEmulationBitForBit) {
   GPU_OR_SKIP();
   auto cuda = cuda_backend(false);
   for (DType type : {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ8_0,
-                     DType::kQ4_K, DType::kQ5_K}) {
+                     DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     SCOPED_TRACE(std::string(dtype_traits(type).name));
-    const int64_t cols = type == DType::kQ4_K || type == DType::kQ5_K ? 768 : kCols;
+    const int64_t cols = dtype_traits(type).block_size == 256 ? 768 : kCols;
     for (int64_t n : {16, 70, 129}) {
       const Product p = make_product(type, kRows, cols, n, 51);
       const std::vector<float> x = activations(n * cols, 52);
@@ -341,7 +345,7 @@ TEST(CudaMmq, TimingOfThePrefillProducts) {
   struct Shape { const char* name; int64_t rows, cols; };
   const Shape shapes[] = {{"attn_q", 4096, 4096}, {"ffn_up", 14336, 4096}, {"ffn_down", 4096, 14336}};
   const char* only = std::getenv("PAGODA_TIMING_TYPES");
-  for (DType type : {DType::kQ4_0, DType::kQ4_K, DType::kQ8_0}) {
+  for (DType type : {DType::kQ4_0, DType::kQ4_K, DType::kQ6_K, DType::kQ8_0}) {
     const std::string name(dtype_traits(type).name);
     if (only && std::string(only).find(name) == std::string::npos) continue;
     for (const Shape& s : shapes) {

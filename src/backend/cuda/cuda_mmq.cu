@@ -48,10 +48,18 @@ __global__ void __launch_bounds__(kMmqThreads)
       load_a(wq, warp, lane, k, a);
 #pragma unroll
       for (int f = 0; f < kMmqFragments; ++f) {
-        int b[2], c[4] = {0, 0, 0, 0};
+        int b[2], c[4] = {0, 0, 0, 0}, c_hi[4] = {0, 0, 0, 0};
         load_b(xq, f, lane, k, b);
-        mma_s8(a, b, c);
-        accumulate<T>(c, ws, xs, warp, lane, k, f, acc[f]);
+        if constexpr (split_sums(T)) {  // Q6_K: a scale per 16 weights, two sums
+          int half[4];
+          half_of_a(a, 0, half);
+          mma_s8(half, b, c);
+          half_of_a(a, 1, half);
+          mma_s8(half, b, c_hi);
+        } else {
+          mma_s8(a, b, c);
+        }
+        accumulate<T>(c, c_hi, ws, xs, warp, lane, k, f, acc[f]);
       }
     }
     __syncthreads();
@@ -76,6 +84,7 @@ void by_mmq_type(DType type, F&& f) {
     case DType::kQ8_0: return f.template operator()<DType::kQ8_0>();
     case DType::kQ4_K: return f.template operator()<DType::kQ4_K>();
     case DType::kQ5_K: return f.template operator()<DType::kQ5_K>();
+    case DType::kQ6_K: return f.template operator()<DType::kQ6_K>();
     default: fail("CUDA: no int8 tile product for weight type ", static_cast<int>(type));
   }
 }

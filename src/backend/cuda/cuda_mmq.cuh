@@ -71,14 +71,18 @@ constexpr int kMmqFragments = kMmqTokens / 8;
 // fragment loads (8 rows x 4 words apart) fall in 32 different banks.
 constexpr int kMmqStride = kMmqUnits * 8 + 4;
 
-// The types taken (Q6_K, a scale per 16 weights, would need k = 16 steps; it keeps cuBLAS).
+// The types taken. Q6_K has a scale per 16 weights: its units take two mma, one with A's
+// registers of k 0 .. 15 and one with those of k 16 .. 31 (the others zero), for the two sums.
 PAGODA_HD constexpr bool has_mmq(DType t) {
   return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1 ||
-         t == DType::kQ8_0 || t == DType::kQ4_K || t == DType::kQ5_K;
+         t == DType::kQ8_0 || t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
 }
+// Whether a unit's sum comes in two halves of 16 weights.
+PAGODA_HD constexpr bool split_sums(DType t) { return t == DType::kQ6_K; }
 
 // A weight unit's scales as its formula takes them: the legacy types' d and m (0 without a
-// minimum); the K-quants' d, dmin and the sub-block's 6-bit scale and min.
+// minimum); Q4_K / Q5_K's d, dmin and the sub-block's 6-bit scale and min; Q6_K's d and the
+// scales of its two halves (sc, mn).
 struct UnitScale {
   float d;
   float m;
@@ -140,16 +144,34 @@ PAGODA_Q8_UNROLL
     int sc, m;
     scale_min_k4(j, b + 4, &sc, &m);
     *scale = {half_to_float(half_bits(b)), half_to_float(half_bits(b + 2)), sc, m};
+  } else if constexpr (T == DType::kQ6_K) {
+    // As dot_unit<T>: in half n = j / 4, quarter k = j % 4 takes nibble k / 2 of
+    // ql[64 n + 32 (k % 2) ..] and bits 2k of qh[32 n ..], minus 32.
+    const uint8_t* b = row + (u / 8) * 210;
+    const int j = static_cast<int>(u % 8), n = j / 4, k = j % 4;
+    const uint8_t* ql = b + 64 * n + 32 * (k % 2);
+    const uint8_t* qh = b + 128 + 32 * n;
+    const int shift = k < 2 ? 0 : 4;
+PAGODA_Q8_UNROLL
+    for (int i = 0; i < 8; ++i) {
+      const int v = ((word2(ql + 4 * i) >> shift) & 0x0F0F0F0F) |
+                    (((word2(qh + 4 * i) >> (2 * k)) & 0x03030303) << 4);
+      words[i] = sub_bytes(v, 0x20202020);
+    }
+    const auto* scales = reinterpret_cast<const int8_t*>(b + 192 + 8 * n + 2 * k);
+    *scale = {half_to_float(half_bits(b + 208)), 0.0f, scales[0], scales[1]};
   } else {
     static_assert(T == DType::kQ4_0, "no int8 tile product for this type");
   }
 }
 
-// One unit's value for one (row, token) from the integer sum: dot_unit<T>'s formula, operation
-// for operation.
+// One unit's value for one (row, token) from the integer sum (Q6_K: the sums of weights 0 .. 15
+// and 16 .. 31): dot_unit<T>'s formula, operation for operation.
 template <DType T>
-PAGODA_HD float unit_result(const UnitScale& w, int sumi, const BlockScale& x) {
-  if constexpr (T == DType::kQ4_K || T == DType::kQ5_K) {
+PAGODA_HD float unit_result(const UnitScale& w, int sumi, int sumi_hi, const BlockScale& x) {
+  if constexpr (T == DType::kQ6_K) {
+    return mul_rn(mul_rn(w.d, x.d), static_cast<float>(w.sc * sumi + w.mn * sumi_hi));
+  } else if constexpr (T == DType::kQ4_K || T == DType::kQ5_K) {
     return mul_rn(x.d, add_rn(mul_rn(w.d, static_cast<float>(w.sc * sumi)),
                               -mul_rn(w.m, static_cast<float>(w.mn * x.sum))));
   } else {
@@ -211,14 +233,22 @@ PAGODA_Q8_UNROLL
   }
 }
 
-// acc[i] += unit k's value for the lane's C element i (fragment f), in unit order.
+// A registers of k 0 .. 15 (half 0) or 16 .. 31 (half 1) alone, the others zero.
+PAGODA_HD void half_of_a(const int* a, int half, int* out) {
+PAGODA_Q8_UNROLL
+  for (int r = 0; r < 4; ++r) out[r] = r / 2 == half ? a[r] : 0;
+}
+
+// acc[i] += unit k's value for the lane's C element i (fragment f), in unit order; c_hi: the
+// second half's sums where split_sums(T).
 template <DType T>
-PAGODA_HD void accumulate(const int* c, const UnitScale* ws, const BlockScale* xs, int warp,
-                          int lane, int k, int f, float* acc) {
+PAGODA_HD void accumulate(const int* c, const int* c_hi, const UnitScale* ws,
+                          const BlockScale* xs, int warp, int lane, int k, int f, float* acc) {
 PAGODA_Q8_UNROLL
   for (int i = 0; i < 4; ++i) {
     const int r = 16 * warp + mma_c_row(lane, i), t = 8 * f + mma_c_col(lane, i);
-    acc[i] = add_rn(acc[i], unit_result<T>(ws[r * kMmqUnits + k], c[i], xs[t * kMmqUnits + k]));
+    acc[i] = add_rn(acc[i], unit_result<T>(ws[r * kMmqUnits + k], c[i], c_hi[i],
+                                           xs[t * kMmqUnits + k]));
   }
 }
 
@@ -251,14 +281,23 @@ void mmq_product_host(const uint8_t* w, uint64_t row_bytes, int64_t rows, const 
         }
         for (int k = 0; k < kMmqUnits && u0 + k < units; ++k) {
           for (int warp = 0; warp < kWarps; ++warp) {
-            int a[kWarpLanes][4];
-            for (int l = 0; l < kWarpLanes; ++l) load_a(wq, warp, l, k, a[l]);
+            int a[kWarpLanes][4], lo[kWarpLanes][4], hi[kWarpLanes][4];
+            for (int l = 0; l < kWarpLanes; ++l) {
+              load_a(wq, warp, l, k, a[l]);
+              half_of_a(a[l], 0, lo[l]);
+              half_of_a(a[l], 1, hi[l]);
+            }
             for (int f = 0; f < kMmqFragments; ++f) {
-              int b[kWarpLanes][2], c[kWarpLanes][4] = {};
+              int b[kWarpLanes][2], c[kWarpLanes][4] = {}, c_hi[kWarpLanes][4] = {};
               for (int l = 0; l < kWarpLanes; ++l) load_b(xq, f, l, k, b[l]);
-              mma_s8_host(a, b, c);
+              if constexpr (split_sums(T)) {
+                mma_s8_host(lo, b, c);
+                mma_s8_host(hi, b, c_hi);
+              } else {
+                mma_s8_host(a, b, c);
+              }
               for (int l = 0; l < kWarpLanes; ++l) {
-                accumulate<T>(c[l], ws, xs, warp, l, k, f, acc[warp][l][f]);
+                accumulate<T>(c[l], c_hi[l], ws, xs, warp, l, k, f, acc[warp][l][f]);
               }
             }
           }
