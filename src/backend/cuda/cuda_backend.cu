@@ -14,6 +14,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "backend/cuda/cuda_flash.cuh"
 #include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/cuda_units.cuh"
 #include "core/error.h"
@@ -171,6 +172,12 @@ class CudaBackend final : public Backend {
   }
   void matmul(const WeightMatrix& w, const float* x, int64_t n, float* y) override {
     const Weights& d = weights(w);
+    if (mmq_product(d.type, w.cols, n)) {
+      cuda::matmul_mmq(stream_, d.type, d.data(), d.row_bytes, w.rows, w.cols,
+                       q8_of(x, n, w.cols), n, y);
+      forget_q8_under(y, n * w.rows);
+      return;
+    }
     if (q8_product(d.type, w.cols, n)) {
       const cuda::Q8Product p{d.data(), d.row_bytes, w.rows, y};
       cuda::matmul_q8(stream_, d.type, &p, 1, w.cols, q8_of(x, n, w.cols), n);
@@ -205,7 +212,8 @@ class CudaBackend final : public Backend {
     };
     for (const Product& p : products) {
       const Weights& d = weights(*p.w);
-      if (!q8_product(d.type, p.w->cols, num_tokens)) {
+      if (mmq_product(d.type, p.w->cols, num_tokens) ||
+          !q8_product(d.type, p.w->cols, num_tokens)) {
         flush();
         matmul(*p.w, x, num_tokens, p.y);
         continue;
@@ -263,7 +271,13 @@ class CudaBackend final : public Backend {
     const int32_t* table = tables_.put(stream_, b.block_table,
                                        int64_t{b.num_seqs} * b.max_blocks_per_seq);
     // Sequences with a few query tokens (decodes) go token by token; longer ones (prompts) in
-    // tiles that share each chunk of keys and values.
+    // tiles of consecutive positions (so the positions a tile's block loads are the ones its
+    // tokens see, never a block the table no longer holds): on the tensor cores where
+    // flash_takes, else tiles that share each chunk of keys and values.
+    const bool flash =
+        q8_products_ && cuda::flash_takes(cache.type, p.num_heads, p.num_kv_heads, p.head_dim);
+    const int32_t tile_tokens = flash ? cuda::flash_tile_tokens(p.num_heads / p.num_kv_heads)
+                                      : cuda::kAttentionTileTokens;
     split_host_.clear();
     tiles_host_.clear();
     for (int32_t s = 0; s < b.num_seqs; ++s) {
@@ -272,18 +286,7 @@ class CudaBackend final : public Backend {
         for (int32_t t = begin; t < end; ++t) split_host_.push_back(t);
         continue;
       }
-      // A tile's tokens have consecutive positions (as a prompt's do), so the positions its
-      // block loads are the ones its tokens see, never a block the table no longer holds.
-      for (int32_t t = begin; t < end;) {
-        int32_t count = 1;
-        while (count < cuda::kAttentionTileTokens && t + count < end &&
-               b.positions[t + count] == b.positions[t + count - 1] + 1) {
-          ++count;
-        }
-        tiles_host_.push_back(t);
-        tiles_host_.push_back(count);
-        t += count;
-      }
+      cuda::prompt_tiles(b.positions, begin, end, tile_tokens, &tiles_host_);
     }
     const auto num_split = static_cast<int64_t>(split_host_.size());
     const auto num_tiles = static_cast<int64_t>(tiles_host_.size() / 2);
@@ -294,8 +297,12 @@ class CudaBackend final : public Backend {
     const bool quantize = q8_products_ && num_tiles == 0 && num_split == b.num_tokens &&
                           p.head_dim % cuda::kUnit == 0 && !gemm_takes(b.num_tokens);
     cuda::attention(stream_, q, cache, seq_of, positions, table, b.max_blocks_per_seq,
-                    b.block_size, split, num_split, tiles, num_tiles, p, out,
+                    b.block_size, split, num_split, tiles, flash ? 0 : num_tiles, p, out,
                     quantize ? q8_space(count) : nullptr);
+    if (flash) {
+      cuda::flash_attention(stream_, q, cache, seq_of, positions, table, b.max_blocks_per_seq,
+                            b.block_size, tiles, num_tiles, p, out);
+    }
     if (quantize) q8_x_ = out, q8_count_ = count;
   }
   void silu_mul(const float* gate, const float* up, int64_t n, float* out) override {
@@ -337,6 +344,12 @@ class CudaBackend final : public Backend {
   // Whether a product runs on q8_1 activations (else the float kernels or cuBLAS).
   bool q8_product(DType type, int64_t cols, int64_t n) const {
     return q8_products_ && cuda::has_q8_product(type) && cols % cuda::kUnit == 0 && !gemm_takes(n);
+  }
+  // Whether a product of n tokens runs on the int8 tensor cores from the stored blocks (else
+  // cuBLAS on weights decoded to F16 for it).
+  bool mmq_product(DType type, int64_t cols, int64_t n) const {
+    return q8_products_ && cuda::has_mmq_product(type) && cols % cuda::kUnit == 0 &&
+           n >= gemm_min_tokens_;
   }
   // The down projection reads a gating's result quantized: made in the same pass, for
   // decode-sized batches (n below gemm_min_tokens_ rows of a feed-forward up to kMaxFusedWidth

@@ -77,6 +77,12 @@ struct Q8Product {
 void matmul_q8(cudaStream_t s, DType type, const Q8Product* products, int count, int64_t cols,
                const void* q8, int64_t n);
 
+// Products of many tokens on the int8 tensor cores (cuda_mmq.cu, cuda_mmq.cuh): y[n, rows] =
+// x W^T from x's q8_1 blocks (as matmul_q8), the weights read in their stored blocks.
+bool has_mmq_product(DType type);
+void matmul_mmq(cudaStream_t s, DType type, const uint8_t* w, uint64_t row_bytes, int64_t rows,
+                int64_t cols, const void* q8, int64_t n, float* y);
+
 void rms_norm(cudaStream_t s, const float* x, const float* weight, int64_t rows, int64_t dim,
               float eps, float* y);
 void rope(cudaStream_t s, float* x, const int32_t* positions, int64_t n, int64_t heads,
@@ -95,6 +101,13 @@ void attention(cudaStream_t s, const float* q, KvLayer cache, const int32_t* seq
                int32_t block_size, const int32_t* tokens, int64_t num_tokens,
                const int32_t* tiles, int64_t num_tiles, const AttentionParams& p, float* out,
                void* q8 = nullptr);
+// Prompt attention on the F16 tensor cores (cuda_flash.cu, cuda_flash.cuh) for the cases
+// flash_takes: `tiles` as cuda_flash.cuh's prompt_tiles makes them with flash_tile_tokens.
+bool flash_takes(KvType type, int32_t heads, int32_t kv_heads, int32_t head_dim);
+void flash_attention(cudaStream_t s, const float* q, KvLayer cache, const int32_t* seq_of,
+                     const int32_t* positions, const int32_t* block_table, int32_t max_blocks,
+                     int32_t block_size, const int32_t* tiles, int64_t num_tiles,
+                     const AttentionParams& p, float* out);
 void silu_mul(cudaStream_t s, const float* gate, const float* up, int64_t n, float* out);
 void gelu_mul(cudaStream_t s, const float* gate, const float* up, int64_t n, float* out);
 void add(cudaStream_t s, float* x, const float* y, int64_t n);
