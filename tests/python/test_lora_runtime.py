@@ -3,6 +3,7 @@
 loaded at run time answers as the same adapter given by --lora does (test_lora.py checks those
 against the merged weights), an unloaded one is gone at once but its running requests finish on
 it, a replaced one answers with its new weights, and each adapter has its series in /metrics."""
+import concurrent.futures
 import json
 import threading
 import urllib.error
@@ -72,9 +73,16 @@ def static(pagoda_bin, adapters):
     """A server given every adapter with --lora: what the loaded ones must answer."""
     base, paths = adapters
     s = Server(pagoda_bin, base, *[f"--lora={n}={p}" for n, p in paths.items()])
-    want = {m: text(s, m) for m in ["stories260K", "a", "b", "c"]}
-    s.stop()
-    assert len(set(want.values())) == 4, want
+    try:
+        want = {m: text(s, m) for m in ["stories260K", "a", "b", "c"]}
+        assert len(set(want.values())) == 4, want
+        # Batch invariance: three adapters and the base in flight at once, each request getting
+        # what it gets alone.
+        order = ["a", "c", "stories260K", "b", "c", "a", "b", "stories260K", "c", "b", "a", "a"]
+        with concurrent.futures.ThreadPoolExecutor(len(order)) as pool:
+            assert list(pool.map(lambda m: text(s, m), order)) == [want[m] for m in order]
+    finally:
+        s.stop()
     return want
 
 
