@@ -177,6 +177,28 @@ def test_truncated_and_corrupted_records_are_misses(pagoda_bin, stories, tmp_pat
     assert {f: f.stat().st_size for f in records(folder)} == sizes  # rewritten whole
 
 
+def remove_folder(path):
+    """Removes a folder the server's writer may be creating and renaming files in meanwhile: the
+    folder is renamed away first (atomic; the server's paths then name nothing, as after a
+    removal), and the renamed tree, which no path of the server names any more, is deleted."""
+    path = pathlib.Path(path)
+    gone = path.with_name(path.name + ".removed")
+    path.rename(gone)
+    shutil.rmtree(gone)
+
+
+def replace_with_file(path):
+    """Puts a file where the folder `path` is, while the server's writer may make it again."""
+    while True:
+        remove_folder(path)
+        try:
+            with open(path, "x") as f:
+                f.write("not a folder")
+            return
+        except FileExistsError:  # the writer made the folder again in between
+            continue
+
+
 def test_the_folder_removed_or_unwritable_while_serving(pagoda_bin, stories, tmp_path):
     folder = tmp_path / "kv"
     third = PROMPT.replace("Lily", "Anna")
@@ -185,14 +207,13 @@ def test_the_folder_removed_or_unwritable_while_serving(pagoda_bin, stories, tmp
     try:
         check_same(complete(s), want[0])
         assert wait_for(lambda: stats(s)["written_blocks"] >= 4, 30)
-        shutil.rmtree(folder)
+        remove_folder(folder)
         check_same(complete(s), want[0])  # the pool still holds it
         check_same(complete(s, OTHER), want[1])
         assert wait_for(lambda: len(records(folder)) > 0, 30)  # the folder is made again
         # The model's subfolder replaced by a file: every write fails, answers do not change.
         sub = next(d for d in pathlib.Path(folder).iterdir() if d.is_dir())
-        shutil.rmtree(sub)
-        sub.write_text("not a folder")
+        replace_with_file(sub)
         check_same(complete(s, third), want[2])
         assert wait_for(lambda: stats(s)["write_failures"] > 0, 30)
         check_same(complete(s), want[0])
