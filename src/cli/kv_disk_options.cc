@@ -88,6 +88,11 @@ void add_kv_disk_options(CLI::App* cmd, KvDiskOptions& o) {
                                 "recently used blocks go first)")
                     ->capture_default_str()
                     ->check(CLI::Range(0.001, 1e6));
+  cmd->add_option("--kv-offload-gb", o.offload_gb,
+                  "Keep KV blocks evicted from the KV cache in this many GiB of host memory, "
+                  "found again by the prefix cache (least recently used go first, down to "
+                  "--kv-disk when given)")
+      ->check(CLI::Range(0.0, 1e6));
 }
 
 void add_kv_save_option(CLI::App* cmd, KvDiskOptions& o) {
@@ -131,6 +136,9 @@ std::string kv_disk_identity(const ModelFile& file, KvType kv_type, int32_t bloc
 }
 
 void check_kv_disk_options(const KvDiskOptions& o, const std::string& backend) {
+  if (o.offload_gb > 0 && ranks() != nullptr) {
+    fail("--kv-offload-gb: not with tensor parallel ranks");
+  }
   if (o.folder.empty()) {
     if (o.gb_option != nullptr && o.gb_option->count() > 0) {
       throw UsageError("--kv-disk-gb goes with --kv-disk DIR");
@@ -146,6 +154,7 @@ void check_kv_disk_options(const KvDiskOptions& o, const std::string& backend) {
 
 void apply_kv_disk_options(const KvDiskOptions& o, const ModelFile& file, int32_t context,
                            EngineConfig& config, const std::string& also) {
+  config.kv_offload_bytes = static_cast<uint64_t>(o.offload_gb * double(uint64_t{1} << 30));
   if (o.folder.empty()) return;
   config.kv_disk.folder = o.folder;
   config.kv_disk.max_bytes = static_cast<uint64_t>(o.gb * double(uint64_t{1} << 30));

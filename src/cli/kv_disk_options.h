@@ -15,19 +15,21 @@ struct KvDiskOptions {
   double gb = 8.0;
   CLI::Option* gb_option = nullptr;
   std::string save_dir;  // serve --kv-save-dir: saved prefixes (empty: none)
+  double offload_gb = 0;  // --kv-offload-gb: the host-memory tier (0: none)
 };
 
-// Adds --kv-disk and --kv-disk-gb to `cmd`.
+// Adds --kv-disk, --kv-disk-gb and --kv-offload-gb to `cmd`.
 void add_kv_disk_options(CLI::App* cmd, KvDiskOptions& options);
 
 // Before the model loads: throws Error in one line when --kv-disk is given with a backend other
-// than the CPU or with several ranks, UsageError for --kv-disk-gb without --kv-disk.
+// than the CPU, or either tier with several ranks; UsageError for --kv-disk-gb without
+// --kv-disk.
 void check_kv_disk_options(const KvDiskOptions& options, const std::string& backend);
 
-// Sets config.kv_disk from the options, for the model `file` under config's K/V type and block
-// size and `context` tokens (nothing without --kv-disk). `also` names anything else that changes
-// the K/V of every request (run's --lora adapter: its digest and scale); a request's own
-// adapter is in its cache key, which the disk tier's prefix digests include.
+// Sets config.kv_offload_bytes, and config.kv_disk for the model `file` under config's K/V type
+// and block size and `context` tokens (nothing without --kv-disk). `also` names anything else
+// that changes the K/V of every request (run's --lora adapter: its digest and scale); a
+// request's own adapter is in its cache key, which the disk tier's prefix digests include.
 void apply_kv_disk_options(const KvDiskOptions& options, const ModelFile& file, int32_t context,
                            EngineConfig& config, const std::string& also = "");
 

@@ -65,10 +65,15 @@ void PromptCache::save(const std::vector<TokenId>& prompt) {
                path_.c_str());
 }
 
-std::string cache_summary(const Engine& engine, bool disk, bool prompt_cache) {
+std::string cache_summary(const Engine& engine, bool disk, bool prompt_cache, bool host) {
   const KvCacheStats kv = engine.stats().scheduler.kv;
   std::string out;
-  if (disk) out += str_cat(kv.num_lower_tier_hit_tokens, " from the disk cache");
+  if (host) out += str_cat(kv.num_host_tier_hit_tokens, " from host memory");
+  if (disk) {
+    if (!out.empty()) out += ", ";
+    out += str_cat(kv.num_lower_tier_hit_tokens - kv.num_host_tier_hit_tokens,
+                   " from the disk cache");
+  }
   if (prompt_cache) {
     if (!out.empty()) out += ", ";
     out += str_cat(kv.num_hit_tokens - kv.num_lower_tier_hit_tokens, " from the prompt cache");

@@ -39,8 +39,8 @@ class PromptCache {
   int32_t num_matching_ = 0;  // tokens of the prompt the file holds, from its start
 };
 
-// The stats line's note on where prompt tokens came from: " (N from the disk cache)",
-// " (N from the prompt cache)", both, or nothing.
-std::string cache_summary(const Engine& engine, bool disk, bool prompt_cache);
+// The stats line's note on where prompt tokens came from: " (N from host memory, N from the
+// disk cache, N from the prompt cache)", those of the three that are on, or nothing.
+std::string cache_summary(const Engine& engine, bool disk, bool prompt_cache, bool host = false);
 
 }  // namespace pagoda::cli

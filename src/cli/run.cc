@@ -138,7 +138,8 @@ Action add_run(CLI::App& app) {
         m.lora ? str_cat("lora ", m.lora->digest(), " scale ", o->gen.lora_scale) : std::string();
     apply_kv_disk_options(o->kv_disk, *m.file, context, config, lora_identity);
     // One prompt: nothing to share, unless with blocks on disk from earlier runs.
-    config.enable_prefix_caching = !config.kv_disk.folder.empty() || !o->prompt_cache.empty();
+    config.enable_prefix_caching = !config.kv_disk.folder.empty() || !o->prompt_cache.empty() ||
+                                   config.kv_offload_bytes > 0;
     DraftModel draft;
     config.speculative = speculative_config(o->speculative, *m.file, draft);
     Engine engine(*m.model, *m.backend, config);
@@ -167,7 +168,7 @@ Action add_run(CLI::App& app) {
 
     const std::string spec = speculative_summary(engine.stats().speculative);
     const std::string disk = cache_summary(engine, !config.kv_disk.folder.empty(),
-                                           !o->prompt_cache.empty());
+                                           !o->prompt_cache.empty(), config.kv_offload_bytes > 0);
     std::fprintf(
         stderr,
         "prefill: %d tokens%s at %.1f tok/s | decode: %d tokens at %.1f tok/s | weights %s | "

@@ -55,6 +55,7 @@ std::shared_ptr<server::ModelSet> serve_many(ServeOptions& o) {
   if (!o.model_name.empty()) fail("--model-name names one model; with several give -m ID=PATH");
   if (!o.chat_template_file.empty()) fail("--chat-template applies to one model (one -m)");
   if (!o.kv_disk.folder.empty()) fail("--kv-disk serves one model (one -m)");
+  if (o.kv_disk.offload_gb > 0) fail("--kv-offload-gb serves one model (one -m)");
   if (!o.kv_disk.save_dir.empty()) fail("--kv-save-dir serves one model (one -m)");
   if (!o.speculative.draft_model.empty()) fail("--draft-model applies to one model (one -m)");
   // One set of CPU threads for every model: two cores do not take two pools.

@@ -192,6 +192,7 @@ EngineConfig engine_config(const ServeOptions& o, const ModelFile& file, const M
     config.kv_cache_bytes = 0;
     config.num_kv_cache_tokens = config.block_size;
     if (!o.kv_disk.folder.empty()) fail("--kv-disk: an encoder keeps no KV cache");
+    if (o.kv_disk.offload_gb > 0) fail("--kv-offload-gb: an encoder keeps no KV cache");
   }
   apply_kv_disk_options(o.kv_disk, file, config.max_model_len, config);
   return config;

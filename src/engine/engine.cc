@@ -89,20 +89,9 @@ Engine::Engine(Model& model, Backend& backend, EngineConfig config)
   }
   speculator_ = std::make_unique<Speculator>(config_.speculative, backend_, kv_->num_blocks(),
                                              config_.block_size, config_.kv_type);
-  if (!config_.kv_disk.folder.empty()) open_kv_disk();
+  if (!config_.kv_disk.folder.empty() || config_.kv_offload_bytes > 0) open_kv_tiers();
 }
 
-void Engine::open_kv_disk() {
-  if (!config_.enable_prefix_caching) {
-    fail("--kv-disk needs the prefix cache (--no-prefix-caching is given)");
-  }
-  if (config_.speculative.draft_model != nullptr) {
-    fail("--kv-disk does not go with a draft model (the draft's K/V would not be kept)");
-  }
-  kv_disk_ = std::make_unique<KvDisk>(*kv_, model_.config(), backend_.host_visible(),
-                                      config_.kv_disk);
-  scheduler_.set_lower_tier(kv_disk_.get());
-}
 
 void Engine::check_request(const GenerationRequest& r) const {
   if (r.prompt.empty()) fail("the prompt is empty (no tokens)");
@@ -312,6 +301,7 @@ EngineStats Engine::stats() const {
   s.speculative = speculator_->stats();
   s.block_size = config_.block_size;
   s.kv_disk = kv_disk_stats();
+  s.kv_host = kv_host_stats();
   return s;
 }
 

@@ -90,6 +90,7 @@ struct EngineConfig {
   KvType kv_type = KvType::kF32;
   SpeculativeConfig speculative;  // proposals to verify per step (off by default)
   KvDiskConfig kv_disk;           // the prefix cache's disk tier (--kv-disk); off by default
+  uint64_t kv_offload_bytes = 0;  // its host-memory tier (--kv-offload-gb, kv/host_tier.h); 0: none
 };
 
 struct GenerationRequest {
@@ -189,6 +190,7 @@ class Engine {
   void set_lora(LoraBackend* lora) { lora_ = lora; }
   // The disk tier's counters (zero without one); any thread.
   KvDiskStats kv_disk_stats() const { return kv_disk_ ? kv_disk_->stats() : KvDiskStats{}; }
+  HostTierStats kv_host_stats() const { return kv_host_ ? kv_host_->stats() : HostTierStats{}; }
   const Scheduler& scheduler() const { return scheduler_; }
 
   // Explicit prefix save and restore (engine_kv_save.cc, engine/prefix_file.h), between steps on
@@ -268,7 +270,8 @@ class Engine {
   };
 
   bool has_request(RequestId id) const;
-  void open_kv_disk();  // the disk tier, under the scheduler's prefix cache
+  // The tiers under the scheduler's prefix cache: host memory (kv_host.cc), then the disk.
+  void open_kv_tiers();
   void check_prefix_transfer(const char* what) const;  // export_prefix / import_prefix
 
   // Embedding requests (engine_embed.cc): one prompt-only sequence each.
@@ -371,6 +374,8 @@ class Engine {
   int64_t num_block_copies_ = 0;
   // The disk tier below the prefix cache (kv_disk.h), or null. Last: it goes first.
   std::unique_ptr<KvDisk> kv_disk_;
+  // The host-memory tier above the disk tier (its next), or null. After it: it goes first.
+  std::unique_ptr<HostTier> kv_host_;
 };
 
 }  // namespace pagoda

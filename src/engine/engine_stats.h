@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "engine/speculator.h"
+#include "kv/host_tier.h"
 #include "sched/scheduler.h"
 
 namespace pagoda {
@@ -36,6 +37,7 @@ struct EngineStats {
   int32_t block_size = 0;
   SpeculativeStats speculative;       // proposals made and accepted
   KvDiskStats kv_disk;
+  HostTierStats kv_host;  // the host-memory tier (--kv-offload-gb); zero without one
 };
 
 }  // namespace pagoda

@@ -59,69 +59,14 @@ KvDisk::KvDisk(KvStorage& kv, const ModelConfig& model, bool host_visible,
                const KvDiskConfig& config)
     : kv_(kv),
       block_bytes_(uniform_block_bytes(kv, model)),
-      tier_(tier_options(config, host_visible)) {
+      tier_(tier_options(config, host_visible)),
+      reader_([this](const BlockLoad& l) { return load(l.block, l.hash, l.digest, l.tokens); }) {
   const DiskTier::Stats s = tier_.stats();
   corrupt_seen_ = s.corrupt;
   std::fprintf(stderr, "kv-disk: %s: %llu blocks (%.1f MiB) of this model and K/V format%s\n",
                tier_.folder().c_str(), static_cast<unsigned long long>(s.records),
                double(s.bytes) / double(1 << 20),
                s.corrupt > 0 ? ", unreadable records deleted" : "");
-  reader_ = std::thread([this] { read_loop(); });
-}
-
-KvDisk::~KvDisk() {
-  {
-    std::lock_guard lock(read_mutex_);
-    stop_reading_ = true;
-  }
-  read_work_.notify_all();
-  reader_.join();
-}
-
-uint64_t KvDisk::start_load(std::vector<BlockLoad> loads) {
-  uint64_t ticket;
-  {
-    std::lock_guard lock(read_mutex_);
-    ticket = next_ticket_++;
-    reads_.emplace_back(ticket, std::move(loads));
-  }
-  read_work_.notify_one();
-  return ticket;
-}
-
-std::optional<int32_t> KvDisk::finish_load(uint64_t ticket) {
-  std::lock_guard lock(read_mutex_);
-  auto it = landed_.find(ticket);
-  if (it == landed_.end()) return std::nullopt;
-  const int32_t n = it->second;
-  landed_.erase(it);
-  return n;
-}
-
-void KvDisk::wait_for_loads(std::chrono::milliseconds timeout) {
-  std::unique_lock lock(read_mutex_);
-  read_landed_.wait_for(lock, timeout, [this] { return !landed_.empty(); });
-}
-
-// Reads each load's blocks in order, stopping at the first that does not read; a load lands
-// whole (finish_load sees it) when its last read is done. Drains the queue before it stops.
-void KvDisk::read_loop() {
-  std::unique_lock lock(read_mutex_);
-  for (;;) {
-    read_work_.wait(lock, [this] { return stop_reading_ || !reads_.empty(); });
-    if (reads_.empty()) return;
-    auto [ticket, loads] = std::move(reads_.front());
-    reads_.pop_front();
-    lock.unlock();
-    int32_t n = 0;
-    for (const BlockLoad& l : loads) {
-      if (!load(l.block, l.hash, l.digest, l.tokens)) break;
-      ++n;
-    }
-    lock.lock();
-    landed_[ticket] = n;
-    read_landed_.notify_all();
-  }
 }
 
 PrefixDigest KvDisk::chain(const PrefixDigest& parent, uint64_t extra,
@@ -135,6 +80,12 @@ void KvDisk::store(BlockId block, BlockHash hash, const PrefixDigest& digest,
   std::vector<uint8_t> payload(block_bytes_);
   read_kv_block(kv_, block, payload.data());
   tier_.put(hash, digest, tokens, std::move(payload));
+}
+
+bool KvDisk::keep(BlockHash hash, const PrefixDigest& digest, std::span<const TokenId> tokens,
+                  std::vector<uint8_t> payload) {
+  if (payload.size() != block_bytes_) return false;
+  return tier_.put(hash, digest, tokens, std::move(payload));
 }
 
 bool KvDisk::contains(BlockHash hash, const PrefixDigest& digest) const {

@@ -15,18 +15,13 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
-#include <deque>
-#include <memory>
-#include <mutex>
 #include <string>
-#include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "engine/engine_stats.h"
 #include "kv/disk_tier.h"
+#include "kv/load_thread.h"
 #include "kv/lower_tier.h"
 #include "model/config.h"
 #include "model/kv_storage.h"
@@ -53,7 +48,7 @@ class KvDisk final : public LowerTier {
   // Throws Error when it cannot be used, is in use by another process, or `kv` is not in host
   // memory.
   KvDisk(KvStorage& kv, const ModelConfig& model, bool host_visible, const KvDiskConfig& config);
-  ~KvDisk() override;  // finishes the reads queued
+  ~KvDisk() override = default;  // finishes the reads queued (reader_ goes first)
   KvDisk(const KvDisk&) = delete;
   KvDisk& operator=(const KvDisk&) = delete;
 
@@ -65,9 +60,14 @@ class KvDisk final : public LowerTier {
   // The reader thread's (or a caller's that holds the block): one block read.
   bool load(BlockId block, BlockHash hash, const PrefixDigest& digest,
             std::span<const TokenId> tokens) override;
-  uint64_t start_load(std::vector<BlockLoad> loads) override;
-  std::optional<int32_t> finish_load(uint64_t ticket) override;
-  void wait_for_loads(std::chrono::milliseconds timeout) override;
+  // Bytes evicted from the host tier above (kv_host.h) that the disk lacks: queued for writing.
+  bool keep(BlockHash hash, const PrefixDigest& digest, std::span<const TokenId> tokens,
+            std::vector<uint8_t> payload) override;
+  uint64_t start_load(std::vector<BlockLoad> loads) override {
+    return reader_.start(std::move(loads));
+  }
+  std::optional<int32_t> finish_load(uint64_t ticket) override { return reader_.finish(ticket); }
+  void wait_for_loads(std::chrono::milliseconds timeout) override { reader_.wait(timeout); }
 
   void flush() { tier_.flush(); }
   KvDiskStats stats() const;  // any thread
@@ -75,20 +75,12 @@ class KvDisk final : public LowerTier {
  private:
   KvStorage& kv_;
   uint64_t block_bytes_;
-  void read_loop();
 
   DiskTier tier_;
   // Written by the reader thread, read by any.
   std::atomic<uint64_t> num_loads_ = 0, load_ns_ = 0, max_load_ns_ = 0;
   uint64_t corrupt_seen_ = 0;  // DiskTier's corrupt count already logged (reader thread)
-
-  std::mutex read_mutex_;  // guards what follows, up to reader_
-  std::condition_variable read_work_, read_landed_;
-  std::deque<std::pair<uint64_t, std::vector<BlockLoad>>> reads_;  // by ticket, in order
-  std::unordered_map<uint64_t, int32_t> landed_;  // ticket: blocks read
-  uint64_t next_ticket_ = 1;
-  bool stop_reading_ = false;
-  std::thread reader_;  // last: starts once everything above is built
+  LoadThread reader_;  // last: starts once everything above is built
 };
 
 }  // namespace pagoda

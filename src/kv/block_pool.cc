@@ -50,7 +50,10 @@ std::vector<BlockId> BlockPool::allocate(int32_t num_blocks) {
     const BlockId b = head_;
     unlink(b);
     at(b).ref_count = 1;
-    if (at(b).hashed) unhash(b);  // eviction
+    if (at(b).hashed) {  // eviction
+      if (evict_hook_) evict_hook_(b);
+      unhash(b);
+    }
     out.push_back(b);
   }
   return out;

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <unordered_map>
@@ -59,10 +60,16 @@ class BlockPool {
   int32_t num_cached() const { return num_cached_; }  // free but still hashed
   BlockHashFn hash_fn() const { return hash_fn_; }
 
+  // Told of each cached block allocate() evicts, before its hash is dropped (its K/V is still
+  // there): a lower tier that keeps evicted blocks copies it then.
+  using EvictHook = std::function<void(BlockId)>;
+  void set_evict_hook(EvictHook hook) { evict_hook_ = std::move(hook); }
+
   int32_t ref_count(BlockId block) const { return at(block).ref_count; }
   bool is_hashed(BlockId block) const { return at(block).hashed; }
   BlockHash hash(BlockId block) const { return at(block).key.hash; }
   PrefixId prefix_id(BlockId block) const { return at(block).prefix_id; }
+  std::span<const TokenId> tokens(BlockId block) const { return stored_tokens(block); }  // hashed
 
   // Takes `num_blocks` blocks from the LRU head (dropping their hashes: eviction), each with
   // ref_count 1. The caller checks num_free() first; asking for more is a bug.
@@ -122,6 +129,7 @@ class BlockPool {
   int32_t num_free_ = 0;
   int32_t num_cached_ = 0;
   PrefixId next_prefix_id_ = kRootPrefixId + 1;
+  EvictHook evict_hook_;
 };
 
 }  // namespace pagoda

@@ -175,12 +175,17 @@ std::string DiskTier::path_of(const Key& key) const {
   return dir_ + "/" + hex(key.hash) + "-" + hex(key.digest.lo) + ".kvb";
 }
 
-PrefixDigest DiskTier::chain(const PrefixDigest& parent, uint64_t extra,
-                             std::span<const TokenId> tokens) const {
-  const uint64_t lo = hash_bytes(secret_lo_ ^ parent.lo ^ extra, tokens.data(), tokens.size_bytes());
-  const uint64_t hi = hash_bytes(secret_hi_ ^ parent.hi, tokens.data(), tokens.size_bytes());
+PrefixDigest chain_digest(uint64_t key_lo, uint64_t key_hi, const PrefixDigest& parent,
+                          uint64_t extra, std::span<const TokenId> tokens) {
+  const uint64_t lo = hash_bytes(key_lo ^ parent.lo ^ extra, tokens.data(), tokens.size_bytes());
+  const uint64_t hi = hash_bytes(key_hi ^ parent.hi, tokens.data(), tokens.size_bytes());
   // Each half also depends on the other half of the parent and on `extra`.
   return {hash_bytes(lo, &parent.hi, 8), hash_bytes(hi ^ std::rotl(parent.lo, 17), &extra, 8)};
+}
+
+PrefixDigest DiskTier::chain(const PrefixDigest& parent, uint64_t extra,
+                             std::span<const TokenId> tokens) const {
+  return chain_digest(secret_lo_, secret_hi_, parent, extra, tokens);
 }
 
 bool DiskTier::put(BlockHash hash, const PrefixDigest& digest, std::span<const TokenId> tokens,

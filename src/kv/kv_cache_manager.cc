@@ -76,6 +76,7 @@ bool KvCacheManager::adopt(CachedPrefix& prefix, BlockId block, BlockHash hash,
   key.parent_prefix_id = prefix.prefix_ids.empty() ? kRootPrefixId : prefix.prefix_ids.back();
   const PrefixId id = pool_.cache(block, key, tokens);
   if (!pool_.is_hashed(block) || pool_.prefix_id(block) != id) return false;  // held by another
+  if (lower_ != nullptr) block_digests_[static_cast<size_t>(block)] = digest;
   prefix.blocks.push_back(block);
   prefix.hashes.push_back(hash);
   prefix.prefix_ids.push_back(id);
@@ -125,8 +126,16 @@ int32_t KvCacheManager::import_blocks(const TokenSequence& tokens, uint64_t extr
 }
 
 void KvCacheManager::set_lower_tier(LowerTier* tier) {
-  PAGODA_CHECK(tables_.empty());
+  PAGODA_CHECK(tables_.empty() && pool_.num_cached() == 0);
   lower_ = tier;
+  block_digests_.assign(lower_ != nullptr ? static_cast<size_t>(pool_.num_blocks()) : 0, {});
+  if (lower_ == nullptr) {
+    pool_.set_evict_hook(nullptr);
+    return;
+  }
+  pool_.set_evict_hook([this](BlockId b) {
+    lower_->evict(b, pool_.hash(b), block_digests_[static_cast<size_t>(b)], pool_.tokens(b));
+  });
 }
 
 std::vector<KvCacheManager::LowerKey> KvCacheManager::find_in_lower_tier(
@@ -167,7 +176,10 @@ std::optional<uint64_t> KvCacheManager::start_lower_tier_load(const CachedPrefix
   PendingLoad load{0, prefix, pool_.allocate(num_taken), std::move(found)};
   std::vector<LowerTier::BlockLoad> reads;
   for (size_t i = 0; i < load.taken.size(); ++i) {
-    const LowerKey& f = load.keys[i];
+    LowerKey& f = load.keys[i];
+    // Where it is once the allocation's evictions went down (for the accounting only: a host
+    // block dropped before it is read comes from the disk, or not at all).
+    f.in_memory = lower_->in_memory(f.key.hash, f.digest);
     reads.push_back({load.taken[i], f.key.hash, f.digest, f.tokens});
   }
   load.ticket = lower_->start_load(std::move(reads));
@@ -176,24 +188,25 @@ std::optional<uint64_t> KvCacheManager::start_lower_tier_load(const CachedPrefix
   return ticket;
 }
 
-std::vector<std::pair<uint64_t, int32_t>> KvCacheManager::finish_lower_tier_loads() {
-  std::vector<std::pair<uint64_t, int32_t>> landed;
+std::vector<KvCacheManager::LandedLoad> KvCacheManager::finish_lower_tier_loads() {
+  std::vector<LandedLoad> landed;
   for (auto it = loads_.begin(); it != loads_.end();) {
     const std::optional<int32_t> num_read = lower_->finish_load(it->ticket);
     if (!num_read) {
       ++it;
       continue;
     }
-    int32_t num_cached = 0;
+    int32_t num_cached = 0, num_host = 0;
     for (; num_cached < *num_read; ++num_cached) {
       const LowerKey& f = it->keys[static_cast<size_t>(num_cached)];
       if (!adopt(it->prefix, it->taken[static_cast<size_t>(num_cached)], f.key.hash, f.tokens,
                  f.digest)) {
         break;
       }
+      num_host += f.in_memory ? 1 : 0;
     }
     release_adopted(it->prefix, it->taken);
-    landed.emplace_back(it->ticket, num_cached * block_size());
+    landed.push_back({it->ticket, num_cached * block_size(), num_host * block_size()});
     num_lower_tier_loaded_tokens_ += num_cached * block_size();
     it = loads_.erase(it);
   }
@@ -247,6 +260,7 @@ std::optional<std::vector<BlockId>> KvCacheManager::allocate_slots(
     num_queried_tokens_ += new_computed->num_queried_tokens;
     num_hit_tokens_ += new_computed->num_tokens;
     num_lower_tier_hit_tokens_ += new_computed->num_lower_tier_tokens;
+    num_host_tier_hit_tokens_ += new_computed->num_host_tier_tokens;
   }
   std::vector<BlockId> fresh = pool_.allocate(num_alloc);
   table.blocks.insert(table.blocks.end(), fresh.begin(), fresh.end());
@@ -287,7 +301,10 @@ void KvCacheManager::cache_full_blocks(SequenceId id, const TokenSequence& token
     if (lower_ != nullptr) {
       const PrefixDigest parent = i ? table.digests[i - 1] : PrefixDigest{};
       table.digests.push_back(lower_->chain(parent, key.extra, buf));
-      if (newly_cached) lower_->store(b, key.hash, table.digests.back(), buf);
+      if (newly_cached) {
+        block_digests_[static_cast<size_t>(b)] = table.digests.back();
+        lower_->store(b, key.hash, table.digests.back(), buf);
+      }
     }
   }
 }
@@ -358,6 +375,7 @@ KvCacheStats KvCacheManager::stats() const {
   s.num_queried_tokens = num_queried_tokens_;
   s.num_hit_tokens = num_hit_tokens_;
   s.num_lower_tier_hit_tokens = num_lower_tier_hit_tokens_;
+  s.num_host_tier_hit_tokens = num_host_tier_hit_tokens_;
   s.num_lower_tier_loaded_tokens = num_lower_tier_loaded_tokens_;
   s.num_lower_tier_loads = static_cast<int32_t>(loads_.size());
   return s;
@@ -383,6 +401,8 @@ void KvCacheManager::check_invariants() const {
       if (i < table.hashes.size() && pool_.is_hashed(b)) {
         PAGODA_CHECK(pool_.hash(b) == table.hashes[i]);
         PAGODA_CHECK(pool_.prefix_id(b) == table.prefix_ids[i]);
+        PAGODA_CHECK(lower_ == nullptr ||
+                     block_digests_[static_cast<size_t>(b)] == table.digests[i]);
       }
     }
     std::vector<BlockId> sorted = table.blocks;

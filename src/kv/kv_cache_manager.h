@@ -14,14 +14,16 @@
 //   - only full blocks are shared or cached: a block held by two or more tables, or hashed in
 //     the pool, lies within the first floor(num_slots / block_size) blocks of every table
 //     holding it, so no one writes into a block another request or the cache can read;
-//   - with a lower tier, a table keeps one PrefixDigest per hashed block;
+//   - with a lower tier, a table keeps one PrefixDigest per hashed block, and a block it holds
+//     that is hashed in the pool under the table's PrefixId has that digest recorded too (what
+//     an eviction hands down);
 //   - a lower-tier load in flight holds (one reference each) the pool's hits it continues,
 //     which stay hashed under the PrefixIds it chains to, and the unhashed blocks it reads into;
 //     these count as holders above.
 //
 // A lower tier (lower_tier.h, set_lower_tier()) extends the cache below the pool: each block the
-// pool newly caches is handed to it, and start_lower_tier_load() continues a prefix lookup
-// there, reading off the caller's thread.
+// pool newly caches is handed to it (store), each cached block the pool evicts too (evict),
+// and start_lower_tier_load() continues a prefix lookup there, reading off the caller's thread.
 #pragma once
 
 #include <chrono>
@@ -58,6 +60,7 @@ struct CachedPrefix {
   std::vector<PrefixDigest> digests;  // [blocks.size()] with a lower tier, else empty
   int32_t num_tokens = 0;            // blocks.size() * block_size
   int32_t num_lower_tier_tokens = 0;  // of those, loaded from the lower tier
+  int32_t num_host_tier_tokens = 0;   // of those, from host memory (a host tier)
   int32_t num_queried_tokens = 0;    // the length of the sequence that was looked up
   uint64_t extra = 0;                // the extra key the hashes were made with
 };
@@ -70,6 +73,7 @@ struct KvCacheStats {
   int64_t num_queried_tokens = 0;  // tokens of admitted requests looked up in the prefix cache
   int64_t num_hit_tokens = 0;      // of those, found cached
   int64_t num_lower_tier_hit_tokens = 0;  // of those, loaded from the lower tier
+  int64_t num_host_tier_hit_tokens = 0;   // of those, from host memory (a host tier)
   int64_t num_lower_tier_loaded_tokens = 0;  // read from the lower tier into the pool
   int32_t num_lower_tier_loads = 0;          // loads in flight
   double utilization() const { return num_blocks ? double(num_used_blocks) / num_blocks : 0.0; }
@@ -101,7 +105,12 @@ class KvCacheManager {
   // prefix cache: its blocks read are cached after the prefix (as free cached blocks, so a
   // lookup finds them and allocate_slots() revives them), up to the first that did not read
   // or whose content another block caches already; the rest go back empty.
-  std::vector<std::pair<uint64_t, int32_t>> finish_lower_tier_loads();
+  struct LandedLoad {
+    uint64_t ticket = 0;
+    int32_t num_tokens = 0;       // added to the prefix cache
+    int32_t num_host_tokens = 0;  // of those, from host memory (LowerTier::in_memory)
+  };
+  std::vector<LandedLoad> finish_lower_tier_loads();
   int32_t num_lower_tier_loads() const { return static_cast<int32_t>(loads_.size()); }
   // Waits up to `timeout` for a load in flight to land; returns at once when none is.
   void wait_for_lower_tier_loads(std::chrono::milliseconds timeout);
@@ -178,6 +187,7 @@ class KvCacheManager {
     BlockKey key;
     PrefixDigest digest;
     std::vector<TokenId> tokens;
+    bool in_memory = false;  // in host memory when the load started
   };
   // The cached blocks of `tokens`, at most num_lookup, from its start.
   CachedPrefix lookup(const TokenSequence& tokens, uint64_t extra, int32_t num_lookup) const;
@@ -203,9 +213,11 @@ class KvCacheManager {
   int64_t num_lower_tier_loaded_tokens_ = 0;
   std::unordered_map<SequenceId, Table> tables_;
   LowerTier* lower_ = nullptr;
+  std::vector<PrefixDigest> block_digests_;  // [num_blocks] with a lower tier: of hashed blocks
   int64_t num_queried_tokens_ = 0;
   int64_t num_hit_tokens_ = 0;
   int64_t num_lower_tier_hit_tokens_ = 0;
+  int64_t num_host_tier_hit_tokens_ = 0;
 };
 
 }  // namespace pagoda

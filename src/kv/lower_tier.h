@@ -28,6 +28,11 @@ struct PrefixDigest {
   bool operator==(const PrefixDigest&) const = default;
 };
 
+// The digest of the prefix through one more block, from its parent's, keyed by a secret
+// (key_lo, key_hi) so that nobody who lacks it can make two prefixes' digests collide.
+PrefixDigest chain_digest(uint64_t key_lo, uint64_t key_hi, const PrefixDigest& parent,
+                          uint64_t extra, std::span<const TokenId> tokens);
+
 class LowerTier {
  public:
   virtual ~LowerTier() = default;
@@ -41,6 +46,26 @@ class LowerTier {
                      std::span<const TokenId> tokens) = 0;
   // Whether a block is held (an index lookup, no I/O).
   virtual bool contains(BlockHash hash, const PrefixDigest& digest) const = 0;
+  // Whether a block held is in host memory (a host tier), not only further down; for the
+  // accounting of where prefix tokens came from.
+  virtual bool in_memory(BlockHash hash, const PrefixDigest& digest) const {
+    (void)hash, (void)digest;
+    return false;
+  }
+  // Pool block `block`, cached under `hash` and `digest`, is being evicted: its K/V is still
+  // there, about to be overwritten. A tier that keeps evicted blocks copies it now (the step
+  // waits for it). Default: nothing (a tier that stores every block as it is cached has it).
+  virtual void evict(BlockId block, BlockHash hash, const PrefixDigest& digest,
+                     std::span<const TokenId> tokens) {
+    (void)block, (void)hash, (void)digest, (void)tokens;
+  }
+  // A block's K/V as bytes (kv_block_bytes' layout), evicted from a tier above: keep it if
+  // there is room. False when it is not kept. Must not wait on the disk.
+  virtual bool keep(BlockHash hash, const PrefixDigest& digest, std::span<const TokenId> tokens,
+                    std::vector<uint8_t> payload) {
+    (void)hash, (void)digest, (void)tokens, (void)payload;
+    return false;
+  }
   // Fills pool block `block` with the K/V of the record; false on a miss (nothing was read
   // into the block then, or what was is to be ignored).
   virtual bool load(BlockId block, BlockHash hash, const PrefixDigest& digest,

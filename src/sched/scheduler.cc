@@ -58,6 +58,7 @@ void Scheduler::add_sequence(Sequence request) {
   request.arrival_order = next_arrival_++;
   request.num_cached_tokens = 0;
   request.num_preemptions = 0;
+  request.num_lost_tokens = 0;
   requests_.emplace(id, std::move(request));
   waiting_.push_back(id);
 }
@@ -166,7 +167,9 @@ void Scheduler::schedule_waiting(StepPlan& plan, int32_t& budget) {
     // behind this one go on.
     if (start_lower_tier_load(r, prefix)) continue;
     if (auto loaded = loaded_.find(r.id); loaded != loaded_.end()) {
-      prefix.num_lower_tier_tokens = std::min(loaded->second, prefix.num_tokens);
+      prefix.num_lower_tier_tokens = std::min(loaded->second.num_tokens, prefix.num_tokens);
+      prefix.num_host_tier_tokens =
+          std::min(loaded->second.num_host_tokens, prefix.num_lower_tier_tokens);
     }
     const int32_t num_new = std::min(r.num_tokens() - prefix.num_tokens, budget);
     // First come, first served: a request that does not fit blocks the ones behind it.
@@ -174,6 +177,8 @@ void Scheduler::schedule_waiting(StepPlan& plan, int32_t& budget) {
     waiting_.pop_front();
     loaded_.erase(r.id);
     if (r.status == SequenceStatus::kWaiting) r.num_cached_tokens = prefix.num_tokens;
+    num_recomputed_tokens_ += std::max(0, r.num_lost_tokens - prefix.num_tokens);
+    r.num_lost_tokens = 0;
     r.num_computed_tokens = prefix.num_tokens;
     r.status = SequenceStatus::kRunning;
     running_.push_back(r.id);
@@ -208,6 +213,7 @@ void Scheduler::preempt(SequenceId id, StepPlan& plan) {
   PAGODA_CHECK(r.status == SequenceStatus::kRunning && !in_flight_.count(id));
   running_.erase(std::find(running_.begin(), running_.end(), id));
   kv_.free(id);
+  r.num_lost_tokens = r.num_computed_tokens;
   r.num_computed_tokens = 0;
   r.status = SequenceStatus::kPreempted;
   ++r.num_preemptions;
@@ -365,6 +371,7 @@ SchedulerStats Scheduler::stats() const {
   s.num_waiting = num_waiting();
   s.kv = kv_.stats();
   s.num_preemptions = num_preemptions_;
+  s.num_recomputed_tokens = num_recomputed_tokens_;
   s.num_tokens_last_step = num_tokens_last_step_;
   s.num_steps = next_step_id_;
   return s;
@@ -408,8 +415,9 @@ void Scheduler::check_invariants() const {
                  (r->status == SequenceStatus::kWaiting || r->status == SequenceStatus::kPreempted));
     PAGODA_CHECK(r->num_computed_tokens == 0 && !kv_.has(id) && !loaded_.count(id));
   }
-  for (const auto& [id, tokens] : loaded_) {
-    PAGODA_CHECK(std::find(waiting_.begin(), waiting_.end(), id) != waiting_.end() && tokens >= 0);
+  for (const auto& [id, landed] : loaded_) {
+    PAGODA_CHECK(std::find(waiting_.begin(), waiting_.end(), id) != waiting_.end() &&
+                 landed.num_tokens >= landed.num_host_tokens && landed.num_host_tokens >= 0);
   }
   for (SequenceId id : waiting_) {
     PAGODA_CHECK(seen.insert(id).second);

@@ -50,6 +50,9 @@ struct SchedulerStats {
   int32_t num_waiting = 0;
   KvCacheStats kv;  // blocks used / free / cached, utilization, prefix-cache hit rate in tokens
   int64_t num_preemptions = 0;
+  // Tokens a preemption dropped that were computed again (the prefix cache, with its tiers,
+  // gave back the rest: swapped in rather than recomputed).
+  int64_t num_recomputed_tokens = 0;
   int32_t num_tokens_last_step = 0;
   int64_t num_steps = 0;
 };
@@ -147,7 +150,7 @@ class Scheduler {
   // Waiting requests out of the queue while their blocks are read from the lower tier, by the
   // load's ticket; and those back in it after their load landed, with the tokens it added.
   std::unordered_map<uint64_t, SequenceId> loading_;
-  std::unordered_map<SequenceId, int32_t> loaded_;
+  std::unordered_map<SequenceId, KvCacheManager::LandedLoad> loaded_;
   std::vector<SequenceId> running_;                   // in admission order: newest last
   std::vector<std::pair<SequenceId, BlockCopy>> pending_copies_;  // from fork(), by child
   struct InFlight {
@@ -161,6 +164,7 @@ class Scheduler {
   int64_t next_step_id_ = 0;
   int64_t next_arrival_ = 0;
   int64_t num_preemptions_ = 0;
+  int64_t num_recomputed_tokens_ = 0;
   int32_t num_tokens_last_step_ = 0;
 };
 

@@ -23,10 +23,10 @@ bool Scheduler::start_lower_tier_load(Sequence& r, const CachedPrefix& prefix) {
 void Scheduler::land_lower_tier_loads() {
   if (kv_.num_lower_tier_loads() == 0) return;
   std::vector<SequenceId> ready;
-  for (const auto& [ticket, num_tokens] : kv_.finish_lower_tier_loads()) {
-    auto it = loading_.find(ticket);
+  for (const KvCacheManager::LandedLoad& landed : kv_.finish_lower_tier_loads()) {
+    auto it = loading_.find(landed.ticket);
     if (it == loading_.end()) continue;  // aborted while its blocks were read
-    loaded_[it->second] = num_tokens;
+    loaded_[it->second] = landed;
     ready.push_back(it->second);
     loading_.erase(it);
   }

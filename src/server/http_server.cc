@@ -54,11 +54,27 @@ bool is_poll(const AccessRecord& r) {
          (r.path == "/health" || r.path == "/metrics" || r.path == "/stats");
 }
 
+// /stats' host-memory tier figures (--kv-offload-gb); null without one.
+json kv_host_json(const EngineStats& s) {
+  const HostTierStats& h = s.kv_host;
+  if (!h.enabled) return nullptr;
+  return {{"hit_tokens", s.scheduler.kv.num_host_tier_hit_tokens},
+          {"hit_blocks", h.hit_blocks},
+          {"blocks", h.blocks},
+          {"bytes", h.bytes},
+          {"max_bytes", h.max_bytes},
+          {"stored_blocks", h.stored_blocks},
+          {"evicted_blocks", h.evicted_blocks},
+          {"handed_down_blocks", h.handed_down_blocks}};
+}
+
 // /stats' disk tier figures (--kv-disk); null without one.
 json kv_disk_json(const EngineStats& s) {
   const KvDiskStats& d = s.kv_disk;
   if (!d.enabled) return nullptr;
-  return {{"hit_tokens", s.scheduler.kv.num_lower_tier_hit_tokens},
+  const int64_t hit_tokens =
+      s.scheduler.kv.num_lower_tier_hit_tokens - s.scheduler.kv.num_host_tier_hit_tokens;
+  return {{"hit_tokens", hit_tokens},
           {"hit_blocks", d.hit_blocks},
           {"blocks", d.records},
           {"bytes", d.bytes},
@@ -174,7 +190,9 @@ json engine_stats_json(const EngineStats& s) {
           {"spec_accepted_tokens", s.speculative.num_accepted},
           {"spec_acceptance_rate", s.speculative.acceptance_rate()},
           {"spec_mean_accepted_length", s.speculative.mean_accepted_length()},
-          {"kv_disk", kv_disk_json(s)}};
+          {"kv_disk", kv_disk_json(s)},
+          {"kv_host", kv_host_json(s)},
+          {"recomputed_tokens", s.scheduler.num_recomputed_tokens}};
 }
 
 json HttpServer::stats_json() const {

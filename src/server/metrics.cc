@@ -66,6 +66,52 @@ void series(std::ostringstream& out, const char* name, const char* type, const c
   for (const auto& [id, stats] : models) out << name << model_labels(id) << ' ' << number(value(stats)) << '\n';
 }
 
+int64_t disk_hit_tokens(const EngineStats& s) {
+  return s.scheduler.kv.num_lower_tier_hit_tokens - s.scheduler.kv.num_host_tier_hit_tokens;
+}
+
+// Where prompt tokens came from (the pool, host memory, the disk, or computed again after a
+// preemption), for every model.
+void render_swap_and_recompute(std::ostringstream& out, const ModelStats& models) {
+  using S = const EngineStats&;
+  series(out, "pagoda_prefix_cache_pool_hits_total", "counter",
+         "Prompt tokens found in the KV cache's own blocks.", models, [](S s) {
+           return double(s.scheduler.kv.num_hit_tokens - s.scheduler.kv.num_lower_tier_hit_tokens);
+         });
+  series(out, "pagoda_prefix_cache_host_hits_total", "counter",
+         "Prompt tokens loaded back from the host-memory tier (--kv-offload-gb).", models,
+         [](S s) { return double(s.scheduler.kv.num_host_tier_hit_tokens); });
+  series(out, "pagoda_prefix_cache_disk_hits_total", "counter",
+         "Prompt tokens loaded back from the disk tier (--kv-disk).", models,
+         [](S s) { return double(disk_hit_tokens(s)); });
+  series(out, "pagoda_recomputed_tokens_total", "counter",
+         "Tokens a preemption dropped that were computed again (not found in a cache tier).",
+         models, [](S s) { return double(s.scheduler.num_recomputed_tokens); });
+}
+
+// The host-memory tier (--kv-offload-gb), for the models that have one.
+void render_kv_host(std::ostringstream& out, const ModelStats& all) {
+  ModelStats models;
+  for (const auto& m : all) {
+    if (m.second.kv_host.enabled) models.push_back(m);
+  }
+  if (models.empty()) return;
+  using S = const EngineStats&;
+  series(out, "pagoda_kv_host_blocks", "gauge", "KV blocks held in the host-memory tier.", models,
+         [](S s) { return double(s.kv_host.blocks); });
+  series(out, "pagoda_kv_host_bytes", "gauge", "Bytes held in the host-memory tier.", models,
+         [](S s) { return double(s.kv_host.bytes); });
+  series(out, "pagoda_kv_host_stored_blocks_total", "counter",
+         "KV blocks copied to host memory when the KV cache evicted them.", models,
+         [](S s) { return double(s.kv_host.stored_blocks); });
+  series(out, "pagoda_kv_host_hit_blocks_total", "counter",
+         "KV blocks copied back from host memory into the KV cache.", models,
+         [](S s) { return double(s.kv_host.hit_blocks); });
+  series(out, "pagoda_kv_host_evicted_blocks_total", "counter",
+         "KV blocks dropped from host memory past --kv-offload-gb.", models,
+         [](S s) { return double(s.kv_host.evicted_blocks); });
+}
+
 // The disk tier under the prefix cache (--kv-disk), for the models that have one.
 void render_kv_disk(std::ostringstream& out, const ModelStats& all) {
   ModelStats models;
@@ -76,7 +122,7 @@ void render_kv_disk(std::ostringstream& out, const ModelStats& all) {
   using S = const EngineStats&;
   series(out, "pagoda_kv_disk_hit_tokens_total", "counter",
          "Prompt tokens whose K/V was read from the disk tier.", models,
-         [](S s) { return double(s.scheduler.kv.num_lower_tier_hit_tokens); });
+         [](S s) { return double(disk_hit_tokens(s)); });
   series(out, "pagoda_kv_disk_hit_blocks_total", "counter", "KV blocks read from the disk tier.",
          models, [](S s) { return double(s.kv_disk.hit_blocks); });
   series(out, "pagoda_kv_disk_written_blocks_total", "counter",
@@ -254,6 +300,8 @@ void ServerMetrics::render_engines(std::ostringstream& out, const ModelStats& mo
          models, [](S s) { return double(s.num_computed_tokens); });
   series(out, "pagoda_kv_cache_bytes", "gauge", "Bytes of K/V memory.", models,
          [](S s) { return double(s.kv_cache_bytes); });
+  render_swap_and_recompute(out, models);
+  render_kv_host(out, models);
   render_kv_disk(out, models);
   series(out, "pagoda_spec_proposed_tokens_total", "counter",
          "Speculative tokens proposed and verified.", models,

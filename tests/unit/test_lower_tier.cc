@@ -87,7 +87,7 @@ class LowerTierTest : public ::testing::Test {
     int32_t added = 0;
     if (kv_->start_lower_tier_load(p, seq)) {
       kv_->check_invariants();
-      for (const auto& [ticket, n] : kv_->finish_lower_tier_loads()) added += n;
+      for (const auto& landed : kv_->finish_lower_tier_loads()) added += landed.num_tokens;
     }
     kv_->check_invariants();
     p = kv_->get_computed_blocks(seq, 0);

@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <random>
 #include <string>
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kv/host_tier.h"
 #include "sched/scheduler.h"
 
 namespace pagoda {
@@ -235,6 +237,30 @@ class FakeTier final : public LowerTier {
   std::map<Key, Record> records_;
 };
 
+// The fake model's slots as bytes, for a host tier (kv/host_tier.h) over them.
+PoolBlockBytes fake_pool_bytes(FakeModel& model, int32_t block_size) {
+  PoolBlockBytes p;
+  p.block_bytes = static_cast<uint64_t>(block_size) * 2 * sizeof(int32_t);  // token, position
+  p.read = [&model](BlockId b, uint8_t* out) {
+    for (const auto& [token, position] : model.read_block(b)) {
+      std::memcpy(out, &token, sizeof token);
+      std::memcpy(out + sizeof token, &position, sizeof position);
+      out += sizeof token + sizeof position;
+    }
+  };
+  p.write = [&model, block_size](BlockId b, const uint8_t* in) {
+    std::vector<std::pair<TokenId, int32_t>> slots(static_cast<size_t>(block_size));
+    for (auto& [token, position] : slots) {
+      std::memcpy(&token, in, sizeof token);
+      std::memcpy(&position, in + sizeof token, sizeof position);
+      in += sizeof token + sizeof position;
+    }
+    model.write_block(b, slots);
+  };
+  p.any_thread = false;  // loads at once: the runs stay reproducible
+  return p;
+}
+
 // Checks on a fresh plan, before the step runs.
 void check_plan(const StepPlan& plan, const Scheduler& s) {
   const SchedulerConfig& config = s.config();
@@ -281,6 +307,8 @@ struct Totals {
   int64_t num_preemptions = 0, num_hit_tokens = 0, num_chunks = 0;
   int64_t num_proposed = 0, num_accepted = 0;
   int64_t num_lower_tier_tokens = 0;
+  int64_t num_host_tier_tokens = 0;  // of those, from a host tier
+  int64_t num_recomputed_tokens = 0;  // dropped by preemptions and computed again
   int64_t num_loading_steps = 0;  // steps planned while some request's blocks were being read
   int64_t num_prompt_only = 0;  // prompt-only requests (embeddings) that finished
 };
@@ -322,7 +350,15 @@ void run_seed(uint32_t seed, int num_steps, Totals& totals) {
   Scheduler s(config);
   FakeModel model(config.kv.num_blocks, config.kv.block_size);
   FakeTier tier(model, static_cast<size_t>(uniform(1, 3 * config.kv.num_blocks)), seed);
-  if (seed % 2 == 0) s.set_lower_tier(&tier);
+  // Below the pool: the fake tier alone (seeds 0 mod 4), a host tier over it (2 mod 4), or a
+  // host tier alone (1 mod 4), the host tier holding 1 to 2 pools' worth of blocks.
+  const uint64_t host_bytes = static_cast<uint64_t>(uniform(1, 2 * config.kv.num_blocks)) *
+                              (fake_pool_bytes(model, config.kv.block_size).block_bytes +
+                               static_cast<uint64_t>(config.kv.block_size) * sizeof(TokenId));
+  HostTier host(fake_pool_bytes(model, config.kv.block_size), host_bytes,
+                seed % 4 == 2 ? &tier : nullptr);
+  if (seed % 4 == 0) s.set_lower_tier(&tier);
+  if (seed % 4 == 1 || seed % 4 == 2) s.set_lower_tier(&host);
 
   std::vector<std::vector<TokenId>> bases(3);
   for (auto& base : bases) {
@@ -435,8 +471,14 @@ void run_seed(uint32_t seed, int num_steps, Totals& totals) {
   totals.num_preemptions += stats.num_preemptions;
   totals.num_hit_tokens += stats.kv.num_hit_tokens;
   totals.num_lower_tier_tokens += stats.kv.num_lower_tier_hit_tokens;
+  totals.num_host_tier_tokens += stats.kv.num_host_tier_hit_tokens;
+  totals.num_recomputed_tokens += stats.num_recomputed_tokens;
   // A loaded block may be found in the pool later instead (its request did not fit at once).
-  EXPECT_LE(stats.kv.num_lower_tier_hit_tokens, tier.num_loads * config.kv.block_size);
+  const auto num_host_loads = static_cast<int64_t>(host.stats().hit_blocks);
+  EXPECT_LE(stats.kv.num_lower_tier_hit_tokens,
+            (tier.num_loads + num_host_loads) * config.kv.block_size);
+  EXPECT_LE(stats.kv.num_host_tier_hit_tokens, num_host_loads * config.kv.block_size);
+  EXPECT_LE(host.stats().bytes, host_bytes);
 
   for (const auto& [id, r] : done) {
     if (r.is_prompt_only()) {
@@ -474,6 +516,8 @@ TEST(SchedulerRandomTest, RandomSequencesKeepEveryInvariant) {
   EXPECT_GT(totals.num_preemptions, 10);
   EXPECT_GT(totals.num_hit_tokens, 1000);
   EXPECT_GT(totals.num_lower_tier_tokens, 200);
+  EXPECT_GT(totals.num_host_tier_tokens, 100);
+  EXPECT_GT(totals.num_recomputed_tokens, 100);
   EXPECT_GT(totals.num_loading_steps, 100);
   EXPECT_GT(totals.num_chunks, 100);
   EXPECT_GT(totals.num_proposed, 1000);
