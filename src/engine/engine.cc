@@ -92,7 +92,6 @@ Engine::Engine(Model& model, Backend& backend, EngineConfig config)
   if (!config_.kv_disk.folder.empty() || config_.kv_offload_bytes > 0) open_kv_tiers();
 }
 
-
 void Engine::check_request(const GenerationRequest& r) const {
   if (r.prompt.empty()) fail("the prompt is empty (no tokens)");
   const int32_t num_adapters = lora_ != nullptr ? lora_->num_adapters() : 0;

@@ -372,9 +372,9 @@ class Engine {
   int64_t num_computed_tokens_ = 0;
   int64_t num_generated_tokens_ = 0;
   int64_t num_block_copies_ = 0;
-  // The disk tier below the prefix cache (kv_disk.h), or null. Last: it goes first.
+  // The tiers below the prefix cache, or null, last: they go before the KV memory they copy.
+  // The disk tier (kv_disk.h); the host-memory tier above it (its next), after it: it goes first.
   std::unique_ptr<KvDisk> kv_disk_;
-  // The host-memory tier above the disk tier (its next), or null. After it: it goes first.
   std::unique_ptr<HostTier> kv_host_;
 };
 

@@ -3,7 +3,9 @@
 // chunk, a whole prompt, or the one token sampled last step); long prompts are chunked by the
 // budget; waiting requests are admitted first come, first served while budget, sequence slots
 // and blocks last; when a running request cannot get a block, the most recently admitted running
-// request is preempted and recomputed later. A waiting request whose blocks the pool lacks but
+// request is preempted: its cached blocks stay in the prefix cache (and, evicted, go down to a
+// lower tier that keeps them), so on resume what is still cached is found, the rest recomputed
+// (SchedulerStats::num_recomputed_tokens). A waiting request whose blocks the pool lacks but
 // the lower tier holds leaves the queue while they are read (off the step) and comes back to
 // its front when they land. See docs/SCHEDULER.md.
 //
