@@ -9,6 +9,7 @@ float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
 float dot(const float* a, const float* b, int64_t n) {
   float sum = 0;
+#pragma omp simd reduction(+ : sum)
   for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
   return sum;
 }
@@ -39,34 +40,36 @@ void causal_conv1d_silu(const DeltaNetShape& s, const float* in, int64_t n, cons
   }
 }
 
-void gated_delta_rule(const DeltaNetShape& s, float* qkv, int64_t n, const float* decay,
-                      const float* beta, float eps, float* state, float* out) {
-  const int64_t d = s.head_dim, channels = s.channels(), hv = s.value_heads;
+void normalize_qk(const DeltaNetShape& s, float* qkv, int64_t n, float eps) {
+  const int64_t d = s.head_dim;
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(d));
   for (int64_t t = 0; t < n; ++t) {
-    float* row = qkv + t * channels;
+    float* row = qkv + t * s.channels();
     for (int64_t h = 0; h < s.key_heads; ++h) {
       l2_normalize(row + h * d, d, eps, q_scale);
       l2_normalize(row + s.key_dim() + h * d, d, eps, 1.0f);
     }
   }
-  for (int64_t h = 0; h < hv; ++h) {
-    float* S = state + h * d * d;  // row j: value j's weights over the key dimensions
-    const int64_t kh = h % s.key_heads;
-    for (int64_t t = 0; t < n; ++t) {
-      const float* row = qkv + t * channels;
-      const float* q = row + kh * d;
-      const float* k = row + s.key_dim() + kh * d;
-      const float* v = row + 2 * s.key_dim() + h * d;
-      const float g = std::exp(decay[t * hv + h]), b = beta[t * hv + h];
-      float* o = out + t * s.value_dim() + h * d;
-      for (int64_t j = 0; j < d; ++j) {
-        float* Sj = S + j * d;
-        for (int64_t i = 0; i < d; ++i) Sj[i] *= g;
-        const float delta = (v[j] - dot(Sj, k, d)) * b;
-        for (int64_t i = 0; i < d; ++i) Sj[i] += delta * k[i];
-        o[j] = dot(Sj, q, d);
-      }
+}
+
+void gated_delta_rule_head(const DeltaNetShape& s, const float* qkv, int64_t n, int64_t h,
+                           const float* decay, const float* beta, float* state, float* out) {
+  const int64_t d = s.head_dim, hv = s.value_heads, kh = h % s.key_heads;
+  for (int64_t t = 0; t < n; ++t) {
+    const float* row = qkv + t * s.channels();
+    const float* q = row + kh * d;
+    const float* k = row + s.key_dim() + kh * d;
+    const float* v = row + 2 * s.key_dim() + h * d;
+    const float g = std::exp(decay[t * hv + h]), b = beta[t * hv + h];
+    float* o = out + t * s.value_dim() + h * d;
+    for (int64_t j = 0; j < d; ++j) {  // row j of the state: value j's weights over the keys
+      float* Sj = state + j * d;
+#pragma omp simd
+      for (int64_t i = 0; i < d; ++i) Sj[i] *= g;
+      const float delta = (v[j] - dot(Sj, k, d)) * b;
+#pragma omp simd
+      for (int64_t i = 0; i < d; ++i) Sj[i] += delta * k[i];
+      o[j] = dot(Sj, q, d);
     }
   }
 }

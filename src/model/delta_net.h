@@ -27,13 +27,16 @@ struct DeltaNetShape {
 void causal_conv1d_silu(const DeltaNetShape& s, const float* in, int64_t n, const float* w,
                         float* window, float* out);
 
-// The gated delta rule over the `n` tokens of one sequence, from its state [value heads,
-// value dim, key dim] (updated in place). qkv: [n, channels], the conv's output: each Q and K
-// head is L2-normalised (x / sqrt(|x|^2 + eps)) in place and Q scaled by 1/sqrt(head_dim); value
-// head h reads key head h % key_heads (llama.cpp's layout). decay: [n, value heads], the log of
-// each step's forget factor; beta: [n, value heads], the write strength. Per token and head:
+// L2-normalises each Q and K head of the `n` rows of qkv ([n, channels], the conv's output) in
+// place (x / sqrt(|x|^2 + eps)) and scales Q by 1/sqrt(head_dim).
+void normalize_qk(const DeltaNetShape& s, float* qkv, int64_t n, float eps);
+
+// The gated delta rule of value head `h` over the `n` tokens of one sequence, from its state
+// [value dim, key dim] (updated in place). qkv: [n, channels], normalised; value head h reads
+// key head h % key_heads (llama.cpp's layout). decay: [n, value heads], the log of each step's
+// forget factor; beta: [n, value heads], the write strength. Per token:
 //   S = exp(decay) S;  S += beta (v - S k) k^T;  out = S q.        out: [n, value_dim]
-void gated_delta_rule(const DeltaNetShape& s, float* qkv, int64_t n, const float* decay,
-                      const float* beta, float eps, float* state, float* out);
+void gated_delta_rule_head(const DeltaNetShape& s, const float* qkv, int64_t n, int64_t h,
+                           const float* decay, const float* beta, float* state, float* out);
 
 }  // namespace pagoda
