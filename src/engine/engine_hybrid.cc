@@ -4,6 +4,7 @@
 // one line: prefix-cache hits (the cache is off), the disk tier, speculative decoding (no state
 // roll-back), n > 1 and beam search (no state fork), saved prefixes.
 #include "core/error.h"
+#include "core/memory.h"
 #include "engine/engine.h"
 
 namespace pagoda {
@@ -19,6 +20,11 @@ void Engine::setup_hybrid() {
          " (its recurrent state is not stored with the blocks)");
   }
   config_.enable_prefix_caching = false;  // a hit would skip the recurrence over the prefix
+  // One slot per sequence the engine runs at once (about 20 MiB each for the 0.8B shape).
+  check_memory_available(
+      StateStorage::slot_bytes(model_.config()) * static_cast<uint64_t>(config_.max_num_seqs),
+      str_cat("the recurrent state of ", config_.max_num_seqs, " sequences"),
+      "give fewer sequences at once (serve --max-seqs)");
   kv_->set_state(std::make_unique<StateStorage>(model_.config(), config_.max_num_seqs, &backend_));
 }
 

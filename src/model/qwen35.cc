@@ -261,24 +261,21 @@ void Qwen35Model::delta_net_layer(Backend& be, const ForwardBatch& batch,
     }
   }
   const int32_t num_seqs = batch.num_seqs();
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int32_t s = 0; s < num_seqs; ++s) {
+  be.parallel_for(num_seqs, [&](int64_t s) {
     const int64_t first = batch.query_start[s], len = batch.query_start[s + 1] - first;
     causal_conv1d_silu(shape_, mix + first * channels, len, L.conv.data(),
                        state.conv(layer, slots[static_cast<size_t>(s)]), conv + first * channels);
     normalize_qk(shape_, conv + first * channels, len, c.rms_norm_eps);
-  }
+  });
   // Each (sequence, value head) runs its recurrence alone.
-#pragma omp parallel for schedule(dynamic, 1)
-  for (int64_t job = 0; job < int64_t{num_seqs} * hv; ++job) {
-    const auto s = static_cast<int32_t>(job / hv);
-    const int64_t h = job % hv, first = batch.query_start[s];
+  be.parallel_for(int64_t{num_seqs} * hv, [&](int64_t job) {
+    const int64_t s = job / hv, h = job % hv, first = batch.query_start[s];
     const int64_t len = batch.query_start[s + 1] - first;
     gated_delta_rule_head(shape_, conv + first * channels, len, h, decay + first * hv,
                           beta + first * hv,
                           state.delta(layer, slots[static_cast<size_t>(s)]) + h * d * d,
                           o + first * vd);
-  }
+  });
   be.rms_norm(o, L.ssm_norm.data(), n * hv, d, c.rms_norm_eps, o);
   be.silu_mul(scratch_.z.data(), o, n * vd, o);
   be.matmul(L.w_out, o, n, act_.h.data());
