@@ -15,7 +15,6 @@ struct ScheduledSequence {
   int32_t num_new_tokens = 0;        // tokens [start_position, start_position + num_new_tokens)
   int32_t start_position = 0;        // = the request's num_computed_tokens before the step
   std::vector<BlockId> block_table;  // after this step's allocation; covers every new token
-  int32_t state_slot = -1;           // its recurrent state slot (hybrid models); -1: none
   // The scheduled tokens reach the end of the request's known tokens: the step samples from the
   // logits of its last known position. A chunk of a longer prompt does not.
   bool needs_sample = false;
@@ -25,6 +24,7 @@ struct ScheduledSequence {
   // before the forward pass.
   int32_t num_proposed = 0;
   std::vector<TokenId> proposed;  // [num_proposed] once the engine has filled it
+  int32_t state_slot = -1;        // its recurrent state slot (hybrid models); -1: none
 
   // Logit rows this request takes: 0 for a prompt chunk, else 1 + num_proposed.
   int32_t num_logit_rows() const { return needs_sample ? 1 + num_proposed : 0; }
