@@ -1,8 +1,8 @@
 // Hybrid models (Qwen3.5's Gated DeltaNet layers beside full attention): each running sequence
 // holds a recurrent state slot (model/state_storage.h) that the scheduler hands out with its
 // blocks. The features whose K/V handling does not yet carry that state along are refused in
-// one line: prefix-cache hits (the cache is off), the disk tier, speculative decoding (no state
-// roll-back), n > 1 and beam search (no state fork), saved prefixes.
+// one line: prefix-cache hits (the cache is off), speculative decoding (no state roll-back),
+// n > 1 and beam search (no state fork), saved prefixes, the host-memory and disk tiers.
 #include "core/error.h"
 #include "core/memory.h"
 #include "engine/engine.h"
@@ -15,8 +15,9 @@ void Engine::setup_hybrid() {
     fail("speculative decoding is not supported for the hybrid model ", arch,
          " (its recurrent state is not rolled back)");
   }
-  if (!config_.kv_disk.folder.empty()) {
-    fail("--kv-disk is not supported for the hybrid model ", arch,
+  if (!config_.kv_disk.folder.empty() || config_.kv_offload_bytes > 0) {
+    fail(config_.kv_disk.folder.empty() ? "--kv-offload-gb" : "--kv-disk",
+         " is not supported for the hybrid model ", arch,
          " (its recurrent state is not stored with the blocks)");
   }
   config_.enable_prefix_caching = false;  // a hit would skip the recurrence over the prefix

@@ -173,6 +173,9 @@ TEST(Qwen35Engine, FeaturesWithoutStateHandlingAreRefused) {
   EngineConfig disk = config_with(4096, true);
   disk.kv_disk.folder = test::temp_dir() + "/qwen35-kv-disk";
   expect_refused([&] { Engine e(*m.model, *backend, disk); }, "--kv-disk is not supported");
+  EngineConfig offload = config_with(4096, true);
+  offload.kv_offload_bytes = 1 << 20;
+  expect_refused([&] { Engine e(*m.model, *backend, offload); }, "--kv-offload-gb is not supported");
   r.num_speculative_tokens = 0;
   engine.add_request(r);  // a plain request still runs
   while (engine.has_work()) engine.step();
