@@ -22,7 +22,7 @@ top 20), the yardstick for pagoda's CPU backend against exact math.
 Models: the three that scripts/setup installs (Gemma 3, Llama / SmolLM2, Qwen2 with biases) and
 synthetic files (`pagoda synth`, F32 weights, a small vocabulary) that cover Qwen3's per-head Q/K
 norm, Gemma 3's sliding window, Gemma 4's dense layer, Phi-3's fused tensors, Mixtral's and Qwen3-MoE's routed
-experts and gpt-oss (also in MXFP4, with both oracles) without a download. A test writes the same
+experts, Qwen3.5's Gated DeltaNet layers and gpt-oss (also in MXFP4, with both oracles) without a download. A test writes the same
 synthetic file again (synth is seeded and thread-count independent) and reads these vectors.
 """
 import json
@@ -104,6 +104,11 @@ MODELS = {
     "synth-gemma4-moe-tiny-f32": {"synth": {"like": "gemma4-moe-tiny", "type": "f32", "seed": 14,
                                             "vocab": "models/stories260K.gguf"},
                                   "texts": [PROSE, CODE]},
+    # Qwen3.5's hybrid layers: Gated DeltaNet (conv1d and delta-rule state), full attention with
+    # an output gate, Gated DeltaNet last; two key heads shared by four value heads.
+    "synth-qwen3.5-tiny-f32": {"synth": {"like": "qwen3.5-tiny", "type": "f32", "seed": 1,
+                                         "vocab": "models/stories260K.gguf"},
+                               "texts": [PROSE, CODE], "greedy": 32},
 }
 
 
@@ -118,6 +123,17 @@ def all_logits(llm, ids):
     llm.reset()
     llm.eval(ids)
     return np.array(llm.scores[:len(ids)], dtype=np.float32)
+
+
+def greedy_ids(llm, ids, count):
+    """llama.cpp's greedy continuation of `ids`, one token at a time."""
+    llm.reset()
+    llm.eval(ids)
+    out = []
+    for _ in range(count):
+        out.append(int(np.argmax(llm.scores[llm.n_tokens - 1])))
+        llm.eval([out[-1]])
+    return out
 
 
 def top_of(logits):
@@ -166,6 +182,10 @@ def main():
             for text in spec["texts"]:
                 ids = llm.tokenize(text.encode(), add_bos=True, special=True)[:MAX_TOKENS]
                 sequences.append({"text": text, "ids": ids, "top": top_of(all_logits(llm, ids))})
+                if "greedy" in spec:  # a prompt half as long, then its greedy continuation
+                    prompt = ids[:len(ids) // 2]
+                    sequences[-1]["greedy"] = {"prompt": prompt,
+                                               "ids": greedy_ids(llm, prompt, spec["greedy"])}
                 print(f"{name}: {len(ids)} positions", file=sys.stderr)
             del llm
             if spec.get("synth", {}).get("type", "") != "f32":  # quantized: the exact oracle too

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <span>
 #include <memory>
@@ -199,6 +200,14 @@ class Backend {
   virtual void encoder_attention(const float* q, const float* k, const float* v,
                                  const int32_t* query_start, int32_t num_seqs,
                                  const AttentionParams& params, float* out);
+
+  // Runs job(0) ... job(count - 1), each independent of the others, on the backend's host
+  // threads where it has them (the CPU backend), else in order: host-side steps of a family that
+  // have no op of their own (Qwen3.5's Gated DeltaNet recurrence), on memory the host reads.
+  // A job must not throw.
+  virtual void parallel_for(int64_t count, const std::function<void(int64_t)>& job) {
+    for (int64_t i = 0; i < count; ++i) job(i);
+  }
 };
 
 // A float array in a backend's memory that grows (at least doubling) to the largest count asked

@@ -70,6 +70,9 @@ class ForwardingBackend : public Backend {
     inner_.add_bias(x, bias, rows, dim);
   }
   void scale(float* x, float s, int64_t n) override { inner_.scale(x, s, n); }
+  void parallel_for(int64_t count, const std::function<void(int64_t)>& job) override {
+    inner_.parallel_for(count, job);
+  }
   void layer_norm(const float* x, const float* weight, const float* bias, int64_t rows,
                   int64_t dim, float eps, float* y) override {
     inner_.layer_norm(x, weight, bias, rows, dim, eps, y);

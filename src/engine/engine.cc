@@ -46,13 +46,18 @@ int32_t num_kv_blocks(const EngineConfig& config, const ModelConfig& model) {
   return num_blocks;
 }
 
-SchedulerConfig scheduler_config(const EngineConfig& config, int32_t num_blocks) {
+SchedulerConfig scheduler_config(const EngineConfig& config, const ModelConfig& model,
+                                 int32_t num_blocks) {
   SchedulerConfig s;
   s.max_num_batched_tokens = config.max_num_batched_tokens;
   s.max_num_seqs = config.max_num_seqs;
   s.kv.num_blocks = num_blocks;
   s.kv.block_size = config.block_size;
   s.kv.enable_prefix_caching = config.enable_prefix_caching;
+  if (model.hybrid()) {  // a recurrent state slot per running sequence; no cache hits
+    s.num_state_slots = config.max_num_seqs;
+    s.kv.enable_prefix_caching = false;
+  }
   return s;
 }
 
@@ -79,7 +84,7 @@ Engine::Engine(Model& model, Backend& backend, EngineConfig config)
       vocab_size_(static_cast<int32_t>(model.config().vocab_size)),
       kv_(std::make_unique<KvStorage>(model.config(), num_kv_blocks(config, model.config()),
                                       config.block_size, config.kv_type, &backend)),
-      scheduler_(scheduler_config(config, kv_->num_blocks())) {
+      scheduler_(scheduler_config(config, model.config(), kv_->num_blocks())) {
   if (config_.max_model_len < 0) fail("engine: max_model_len must not be negative");
   model_.prepare(backend_);
   const Model* draft = config_.speculative.draft_model;
@@ -87,6 +92,7 @@ Engine::Engine(Model& model, Backend& backend, EngineConfig config)
     fail("engine: the draft model's vocabulary has ", draft->config().vocab_size,
          " entries, the model's ", model_.config().vocab_size);
   }
+  if (model_.config().hybrid()) setup_hybrid();
   speculator_ = std::make_unique<Speculator>(config_.speculative, backend_, kv_->num_blocks(),
                                              config_.block_size, config_.kv_type);
   if (!config_.kv_disk.folder.empty() || config_.kv_offload_bytes > 0) open_kv_tiers();
@@ -104,6 +110,7 @@ void Engine::check_request(const GenerationRequest& r) const {
     }
   }
   if (r.embedding != PromptOnly::kNo) return check_embedding_request(r);
+  if (model_.config().hybrid()) check_hybrid_request(r);
   if (r.max_tokens < 1) fail("max_tokens must be at least 1, got ", r.max_tokens);
   if (r.n < 1 || r.n > kMaxNumSamples) {
     fail("n must be in [1, ", kMaxNumSamples, "], got ", r.n);

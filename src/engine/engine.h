@@ -273,6 +273,9 @@ class Engine {
   // The tiers under the scheduler's prefix cache: host memory (kv_host.cc), then the disk.
   void open_kv_tiers();
   void check_prefix_transfer(const char* what) const;  // export_prefix / import_prefix
+  // A hybrid model (engine_hybrid.cc): its state slots, and the features it refuses.
+  void setup_hybrid();
+  void check_hybrid_request(const GenerationRequest& request) const;
 
   // Embedding requests (engine_embed.cc): one prompt-only sequence each.
   struct EmbeddingState {

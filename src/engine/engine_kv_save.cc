@@ -9,6 +9,9 @@ void Engine::check_prefix_transfer(const char* what) const {
   if (!backend_.host_visible()) {
     fail(what, ": the KV cache is not in host memory (the CPU backend only)");
   }
+  if (model_.config().hybrid()) {
+    fail(what, ": not with a hybrid model (its recurrent state is not saved with the blocks)");
+  }
   if (!config_.enable_prefix_caching) fail(what, ": the prefix cache is off");
   if (config_.speculative.draft_model != nullptr) {
     fail(what, ": not with a draft model (the draft's K/V is not saved)");

@@ -46,6 +46,7 @@ ForwardBatch build_forward_batch(const StepPlan& plan, const FindRequest& find_r
       fail("forward batch: request ", s.seq_id, " has ", s.proposed.size(), " proposed tokens for ",
            s.num_proposed, " scheduled");
     }
+    if (s.state_slot >= 0) b.state_slots.push_back(s.state_slot);
     std::copy(s.block_table.begin(), s.block_table.end(),
               b.block_table.begin() + int64_t{seq} * max_blocks);
     const int32_t num_prompt = r->num_prompt_tokens();
@@ -74,6 +75,9 @@ ForwardBatch build_forward_batch(const StepPlan& plan, const FindRequest& find_r
       b.logit_rows.push_back(b.num_tokens() - static_cast<int32_t>(end - hidden.first_position - i));
       b.hidden_row.push_back(1);
     }
+  }
+  if (!b.state_slots.empty() && b.state_slots.size() != plan.sequences.size()) {
+    fail("forward batch: some sequences of the plan hold a state slot and some do not");
   }
   if (std::find(b.hidden_row.begin(), b.hidden_row.end(), 1) == b.hidden_row.end()) {
     b.hidden_row.clear();

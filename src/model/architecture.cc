@@ -110,6 +110,15 @@ std::vector<Architecture> make_table() {
   gpt_oss.load = load_gpt_oss;
   t.push_back(gpt_oss);
 
+  // Qwen3.5 as llama.cpp's converter writes it (model/qwen35.cc): Gated DeltaNet layers beside
+  // full-attention ones whose Q projection carries an output gate; no Hugging Face checkpoint
+  // is read (convert it with llama.cpp).
+  Architecture qwen35;
+  qwen35.name = "qwen35";
+  qwen35.qk_norm = true;
+  qwen35.load = load_qwen35;
+  t.push_back(qwen35);
+
   Architecture bert;  // sentence-transformers' encoders (all-MiniLM, bge); embeddings only
   bert.name = "bert";
   bert.hf_model_types = {"bert"};

@@ -155,6 +155,22 @@ void read_layer_layout(const GgufFile& f, const std::string& a, GgufConfigReader
 
 }  // namespace
 
+// Qwen3.5's Gated DeltaNet keys; llama.cpp's default interval is 4 when the file has none.
+void read_hybrid_layout(const GgufFile& f, const std::string& a, GgufConfigReader& r,
+                        ModelConfig& c) {
+  c.full_attention_interval = r.u32(a + "full_attention_interval");
+  if (c.full_attention_interval == 0) c.full_attention_interval = 4;
+  c.ssm_conv_kernel = r.u32(a + "ssm.conv_kernel");
+  c.ssm_state_size = r.u32(a + "ssm.state_size");
+  c.ssm_inner_size = r.u32(a + "ssm.inner_size");
+  c.ssm_group_count = r.u32(a + "ssm.group_count");
+  c.ssm_time_step_rank = r.u32(a + "ssm.time_step_rank");
+  if (f.has(a + "attention.recurrent_layers")) {
+    c.unreadable.push_back(str_cat("metadata key '", a, "attention.recurrent_layers' is not read; "
+                                   "pagoda places the layers by full_attention_interval"));
+  }
+}
+
 ModelConfig config_from_gguf(const GgufFile& f) {
   ModelConfig c;
   GgufConfigReader r(f, c);
@@ -197,6 +213,7 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   c.expert_gating_sigmoid = u32(a + "expert_gating_func") == 2;  // llama.cpp: 1 softmax, 2 sigmoid
   c.expert_weights_norm = r.flag(a + "expert_weights_norm", c.expert_weights_norm);
   c.causal_attention = r.flag(a + "attention.causal", true);
+  if (c.architecture == "qwen35") read_hybrid_layout(f, a, r, c);
   if (r.per_layer_ok) read_layer_layout(f, a, r, c);
   // GGUF has no key for a Normalize module; llama-server L2-normalises embeddings by default.
   c.normalize_embeddings = true;

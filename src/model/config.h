@@ -67,6 +67,20 @@ struct ModelConfig {
   bool expert_gating_sigmoid = false;  // scores by sigmoid, not softmax over the experts
   bool expert_weights_norm = true;     // the chosen experts' weights divided by their sum
 
+  // Hybrid linear attention (Qwen3.5, GGUF "qwen35"): Gated DeltaNet layers beside full-attention
+  // ones, every full_attention_interval-th layer (N-1, 2N-1, ...) attending fully. The DeltaNet
+  // layers' GGUF ssm.* keys: conv1d taps, key (and value) head size, value heads x head size,
+  // key heads (group_count) and value heads (time_step_rank). 0 everywhere else.
+  uint32_t full_attention_interval = 0;
+  uint32_t ssm_conv_kernel = 0;
+  uint32_t ssm_state_size = 0;
+  uint32_t ssm_inner_size = 0;
+  uint32_t ssm_group_count = 0;
+  uint32_t ssm_time_step_rank = 0;
+  // Multi-axis RoPE sections (rope.dimension_sections); text positions are equal on every axis,
+  // which makes the rotation llama.cpp's NEOX one. Written for llama.cpp, not read back.
+  std::vector<int32_t> rope_sections;
+
   // Encoders and embeddings. BERT attends both ways (GGUF attention.causal false), adds a token
   // type's row (token_type_count of them) and keeps LayerNorm's epsilon in rms_norm_eps.
   bool causal_attention = true;
@@ -77,6 +91,11 @@ struct ModelConfig {
   std::string pooling;
   bool normalize_embeddings = false;
 
+  bool hybrid() const { return full_attention_interval != 0; }
+  // A Gated DeltaNet layer (a recurrent state per sequence, no K/V).
+  bool layer_recurrent(uint32_t layer) const {
+    return hybrid() && (layer + 1) % full_attention_interval != 0;
+  }
   uint32_t expert_ffn_size() const { return expert_intermediate ? expert_intermediate : intermediate_size; }
 
   // Hyper-parameters the file sets in a form pagoda cannot use, one line each ("metadata key

@@ -19,6 +19,7 @@ void copy_kv_blocks(Backend& backend, KvStorage& kv, const ModelConfig& config,
     }
   }
   for (int32_t layer = 0; layer < kv.num_layers(); ++layer) {
+    if (kv.layer_block_bytes(layer) == 0) continue;  // a recurrent layer holds no K/V
     backend.copy_blocks(kv.layer(layer), kv.layer_block_bytes(layer), copies);
   }
 }

@@ -36,6 +36,10 @@ KvStorage::KvStorage(const ModelConfig& config, int32_t num_blocks, int32_t bloc
     slot_bytes_.push_back(slot_bytes(config, type, l));
     const uint64_t per_layer = static_cast<uint64_t>(num_blocks) * block_size * slot_bytes_.back();
     for (auto* side : {&k_, &v_}) {
+      if (per_layer == 0) {  // a recurrent layer: no K/V
+        side->push_back(nullptr);
+        continue;
+      }
       side->push_back(backend != nullptr ? backend->allocate(per_layer, "the KV cache")
                                          : allocate_host_buffer(per_layer, "the KV cache"));
     }

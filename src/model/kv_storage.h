@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "model/config.h"
+#include "model/state_storage.h"
 
 namespace pagoda {
 
@@ -27,13 +28,21 @@ class KvStorage {
   int32_t block_size() const { return block_size_; }
   int32_t num_layers() const { return static_cast<int32_t>(k_.size()); }
   KvType type() const { return type_; }
+  // A layer without K/V of its own (a hybrid model's recurrent layer) has null pointers.
   KvLayer layer(int32_t l) {
-    return {k_[static_cast<size_t>(l)]->data(), v_[static_cast<size_t>(l)]->data(), type_};
+    const auto& k = k_[static_cast<size_t>(l)];
+    const auto& v = v_[static_cast<size_t>(l)];
+    return {k ? k->data() : nullptr, v ? v->data() : nullptr, type_};
   }
   // F32 storage in host memory only (tests that look at values): throws Error otherwise.
   float* k(int32_t layer);
   float* v(int32_t layer);
   uint64_t bytes() const { return bytes_; }
+
+  // A hybrid model's recurrent state slots beside the blocks (null until set; the engine sets
+  // them with as many slots as it runs sequences).
+  void set_state(std::unique_ptr<StateStorage> state) { state_ = std::move(state); }
+  StateStorage* state() const { return state_.get(); }
 
   // Bytes of one block of layer `l`, for one of K or V.
   uint64_t layer_block_bytes(int32_t l) const {
@@ -59,6 +68,7 @@ class KvStorage {
   std::vector<std::unique_ptr<BackendBuffer>> k_;
   std::vector<std::unique_ptr<BackendBuffer>> v_;
   std::vector<uint64_t> slot_bytes_;  // [layers]
+  std::unique_ptr<StateStorage> state_;
 };
 
 }  // namespace pagoda

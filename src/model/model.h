@@ -36,6 +36,10 @@ struct ForwardBatch {
   // scheduled beside generation) instead of its logits. The output then holds the logits of the
   // other rows, [rows, vocab], followed by the hidden states, [rows, hidden], each in row order.
   std::vector<uint8_t> hidden_row;
+  // Hybrid models (Qwen3.5): each sequence's recurrent state slot in the cache's StateStorage
+  // ([num_seqs]); empty: the model keeps its own, one per sequence index (one sequence run
+  // outside an engine).
+  std::vector<int32_t> state_slots;
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   int32_t num_seqs() const { return static_cast<int32_t>(query_start.size()) - 1; }
@@ -158,6 +162,7 @@ void apply_rope_scaling(const ModelConfig& c, RopeParams& p);
 std::unique_ptr<Model> load_gemma3(const ModelFile& file, Communicator* tp);
 std::unique_ptr<Model> load_gemma4(const ModelFile& file, Communicator* tp);
 std::unique_ptr<Model> load_gpt_oss(const ModelFile& file, Communicator* tp);
+std::unique_ptr<Model> load_qwen35(const ModelFile& file, Communicator* tp);
 std::unique_ptr<Model> load_bert(const ModelFile& file, Communicator* tp);
 
 }  // namespace pagoda

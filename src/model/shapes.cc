@@ -78,6 +78,25 @@ ModelShape gemma4(const char* name, ModelConfig c, uint32_t sliding_run, uint32_
   return {name, c};
 }
 
+// Qwen3.5: Gated DeltaNet layers with `k_heads` key heads and `v_heads` value heads of
+// `state` each and a conv1d of 4 taps, every `interval`-th layer attending fully with a quarter
+// of its head rotated (multi-axis RoPE sections as llama.cpp's converter writes them).
+ModelShape qwen35(const char* name, ModelConfig c, uint32_t interval, uint32_t k_heads,
+                  uint32_t v_heads, uint32_t state) {
+  c.full_attention_interval = interval;
+  c.ssm_conv_kernel = 4;
+  c.ssm_state_size = state;
+  c.ssm_group_count = k_heads;
+  c.ssm_time_step_rank = v_heads;
+  c.ssm_inner_size = v_heads * state;
+  c.rotary_dim = c.head_dim / 4;
+  const int32_t pairs = static_cast<int32_t>(c.rotary_dim / 2);
+  const int32_t third = pairs * 10 / 32, second = (pairs - third) / 2;  // 0.8B: 11, 11, 10
+  c.rope_sections = {pairs - second - third, second, third, 0};
+  c.rms_norm_eps = 1e-6f;
+  return {name, c};
+}
+
 // Shapes from each model's published config.json.
 const std::vector<ModelShape> kShapes = {
     {"llama-3.2-1b", make_config("llama", 16, 2048, 8192, 32, 8, 64, 128256, 131072, 500000, true)},
@@ -133,6 +152,12 @@ const std::vector<ModelShape> kShapes = {
     longrope({"phi-3-tiny-longrope", make_config("phi3", 3, 256, 768, 4, 2, 64, 32064, 4096, 10000, false)}, 64),
     // Larger models, for estimates (none ties its embeddings). Qwen2's context is the instruct
     // models' max_position_embeddings (32K native; longer only with YaRN).
+    // Qwen3.5-0.8B: 24 layers of 1024 (three Gated DeltaNet layers of 16 key and 16 value heads
+    // of 128, then a full-attention one of 8 heads of 256 with 2 KV heads), feed-forward 3584.
+    qwen35("qwen3.5-0.8b", make_config("qwen35", 24, 1024, 3584, 8, 2, 256, 248320, 262144, 1e7f, true), 4, 16, 16, 128),
+    // Both layer kinds at test size: DeltaNet, full attention, DeltaNet (the last layer
+    // recurrent), 2 key heads shared by 4 value heads of 32, attention heads of 64 (16 rotated).
+    qwen35("qwen3.5-tiny", make_config("qwen35", 3, 256, 512, 4, 2, 64, 32000, 4096, 1e7f, true), 2, 2, 4, 32),
     {"llama-2-13b", make_config("llama", 40, 5120, 13824, 40, 40, 128, 32000, 4096, 1e4f, false)},
     {"llama-2-70b", make_config("llama", 80, 8192, 28672, 64, 8, 128, 32000, 4096, 1e4f, false)},
     {"llama-3-8b", make_config("llama", 32, 4096, 14336, 32, 8, 128, 128256, 8192, 5e5f, false)},

@@ -16,6 +16,19 @@ Scheduler::Scheduler(SchedulerConfig config) : config_(std::move(config)), kv_(c
   if (config_.max_num_seqs < 1) {
     fail("scheduler: max_num_seqs must be positive, got ", config_.max_num_seqs);
   }
+  if (config_.num_state_slots < 0) {
+    fail("scheduler: num_state_slots must not be negative, got ", config_.num_state_slots);
+  }
+  for (int32_t slot = config_.num_state_slots - 1; slot >= 0; --slot) {
+    free_state_slots_.push_back(slot);
+  }
+}
+
+void Scheduler::release_state_slot(Sequence& r) {
+  if (r.state_slot < 0) return;
+  free_state_slots_.push_back(r.state_slot);
+  std::sort(free_state_slots_.begin(), free_state_slots_.end(), std::greater<>());
+  r.state_slot = -1;
 }
 
 Sequence& Scheduler::get(SequenceId id) {
@@ -157,12 +170,16 @@ void Scheduler::unplan(SequenceId id, StepPlan& plan, int32_t& budget) {
 }
 
 void Scheduler::schedule_waiting(StepPlan& plan, int32_t& budget) {
+  const bool with_state = config_.num_state_slots > 0;
   while (!waiting_.empty() && budget > 0 &&
-         static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
+         static_cast<int32_t>(running_.size()) < config_.max_num_seqs &&
+         (!with_state || !free_state_slots_.empty())) {
     Sequence& r = get(waiting_.front());
-    // A prompt-only request wants the hidden states of positions a cache hit would skip.
-    CachedPrefix prefix =
-        r.is_prompt_only() ? CachedPrefix{} : kv_.get_computed_blocks(r.tokens(), r.cache_key);
+    // A prompt-only request wants the hidden states of positions a cache hit would skip; a
+    // hybrid model's recurrent state at the hit is not kept.
+    CachedPrefix prefix = r.is_prompt_only() || with_state
+                              ? CachedPrefix{}
+                              : kv_.get_computed_blocks(r.tokens(), r.cache_key);
     // What the pool lacks may be below it: read it first, off the step, while the requests
     // behind this one go on.
     if (start_lower_tier_load(r, prefix)) continue;
@@ -181,6 +198,10 @@ void Scheduler::schedule_waiting(StepPlan& plan, int32_t& budget) {
     r.num_lost_tokens = 0;
     r.num_computed_tokens = prefix.num_tokens;
     r.status = SequenceStatus::kRunning;
+    if (with_state) {
+      r.state_slot = free_state_slots_.back();
+      free_state_slots_.pop_back();
+    }
     running_.push_back(r.id);
     add_to_plan(plan, r, num_new, 0);
     budget -= num_new;
@@ -194,6 +215,7 @@ void Scheduler::add_to_plan(StepPlan& plan, Sequence& r, int32_t num_new_tokens,
   s.num_new_tokens = num_new_tokens;
   s.start_position = r.num_computed_tokens;
   s.block_table = kv_.block_table(r.id);
+  s.state_slot = r.state_slot;
   s.needs_sample = r.num_computed_tokens + num_new_tokens - num_proposed == r.num_tokens() &&
                    !r.is_prompt_only();
   s.num_proposed = num_proposed;
@@ -214,6 +236,7 @@ void Scheduler::preempt(SequenceId id, StepPlan& plan) {
   running_.erase(std::find(running_.begin(), running_.end(), id));
   kv_.free(id);
   r.num_lost_tokens = r.num_computed_tokens;
+  release_state_slot(r);
   r.num_computed_tokens = 0;
   r.status = SequenceStatus::kPreempted;
   ++r.num_preemptions;
@@ -306,6 +329,7 @@ Sequence Scheduler::finish(SequenceId id, SequenceStatus status) {
   auto it = requests_.find(id);
   PAGODA_CHECK(it != requests_.end() && is_finished(status));
   kv_.free(id);
+  release_state_slot(it->second);
   auto run = std::find(running_.begin(), running_.end(), id);
   auto wait = std::find(waiting_.begin(), waiting_.end(), id);
   if (run != running_.end()) {
@@ -337,6 +361,10 @@ void Scheduler::fork(SequenceId parent, SequenceId child, std::optional<TokenId>
   if (requests_.count(child)) fail("fork: request id ", child, " is already in use");
   const Sequence& p = it->second;
   if (p.is_prompt_only()) fail("fork: request ", parent, " is prompt-only");
+  if (config_.num_state_slots > 0) {
+    fail("fork: request ", parent, " runs a hybrid model, whose recurrent state is not forked "
+         "(n > 1 and beam search are not supported for it)");
+  }
   Sequence c;
   c.id = child;
   c.prompt = p.prompt;
@@ -431,6 +459,7 @@ void Scheduler::check_invariants() const {
     PAGODA_CHECK(r.num_output_tokens() < r.max_tokens);
   }
   for (const auto& [child, copy] : pending_copies_) PAGODA_CHECK(kv_.has(child));
+  check_state_slots();
   if (!step_in_flight()) {
     PAGODA_CHECK(in_flight_.empty());
     return;
@@ -443,6 +472,24 @@ void Scheduler::check_invariants() const {
     num_in_flight_tokens += f.num_new_tokens;
   }
   PAGODA_CHECK(num_in_flight_tokens <= in_flight_num_tokens_);
+}
+
+void Scheduler::check_state_slots() const {
+  const int32_t n = config_.num_state_slots;
+  std::vector<int> held(static_cast<size_t>(n), 0);
+  for (int32_t slot : free_state_slots_) {
+    PAGODA_CHECK(slot >= 0 && slot < n && held[static_cast<size_t>(slot)]++ == 0);
+  }
+  for (const auto& [id, r] : requests_) {
+    const bool running = r.status == SequenceStatus::kRunning;
+    if (n == 0 || !running) {
+      PAGODA_CHECK(r.state_slot == -1);
+      continue;
+    }
+    PAGODA_CHECK(r.state_slot >= 0 && r.state_slot < n &&
+                 held[static_cast<size_t>(r.state_slot)]++ == 0);
+  }
+  for (int h : held) PAGODA_CHECK(h == 1);
 }
 
 }  // namespace pagoda

@@ -22,7 +22,9 @@
 //     while a step is in flight) slots; with prefix caching, every full computed block is
 //     hashed after commit; proposals are scheduled only after all of a request's known tokens;
 //   - unfinished requests have output.size() < max_tokens;
-//   - the step in flight scheduled <= max_num_batched_tokens tokens and <= max_num_seqs requests.
+//   - the step in flight scheduled <= max_num_batched_tokens tokens and <= max_num_seqs requests;
+//   - with state slots (a hybrid model's recurrent state), every running request holds one slot
+//     of its own, no other request holds any, and the free slots are exactly the rest.
 #pragma once
 
 #include <chrono>
@@ -44,6 +46,11 @@ struct SchedulerConfig {
   int32_t max_num_batched_tokens = 2048;  // the token budget of one step
   int32_t max_num_seqs = 64;              // running requests at most
   KvCacheConfig kv;
+  // Hybrid models (Qwen3.5): the recurrent state slots (model/state_storage.h) a running
+  // request holds one of, taken at admission and given back with its blocks (preemption, end).
+  // Such a request never takes a prefix-cache hit (its state at the hit is not kept) and is
+  // not forked. 0: the model keeps no per-sequence state.
+  int32_t num_state_slots = 0;
   std::function<void(const Sequence&)> on_preempt;  // told of each preemption (e.g. to log it)
 };
 
@@ -124,6 +131,7 @@ class Scheduler {
   SchedulerStats stats() const;
 
   void check_invariants() const;
+  int32_t num_free_state_slots() const { return static_cast<int32_t>(free_state_slots_.size()); }
 
  private:
   Sequence& get(SequenceId id);
@@ -141,6 +149,9 @@ class Scheduler {
   void land_lower_tier_loads();
   void add_to_plan(StepPlan& plan, Sequence& r, int32_t num_new_tokens, int32_t num_proposed);
   void preempt(SequenceId id, StepPlan& plan);
+  void check_state_slots() const;
+  // A running request's state slot back to the free ones (none held: nothing).
+  void release_state_slot(Sequence& r);
   // Appends `token`; returns whether the request is now finished.
   bool append_and_check_stop(Sequence& r, TokenId token);
   Sequence finish(SequenceId id, SequenceStatus status);
@@ -154,6 +165,7 @@ class Scheduler {
   std::unordered_map<uint64_t, SequenceId> loading_;
   std::unordered_map<SequenceId, KvCacheManager::LandedLoad> loaded_;
   std::vector<SequenceId> running_;                   // in admission order: newest last
+  std::vector<int32_t> free_state_slots_;             // the lowest last
   std::vector<std::pair<SequenceId, BlockCopy>> pending_copies_;  // from fork(), by child
   struct InFlight {
     int32_t num_new_tokens = 0;  // scheduled this step, proposals included

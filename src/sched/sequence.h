@@ -54,6 +54,7 @@ struct Sequence {
   int32_t num_cached_tokens = 0;     // prefix-cache hit at its first admission
   int32_t num_preemptions = 0;
   int32_t num_lost_tokens = 0;  // computed tokens its last preemption dropped (until re-admitted)
+  int32_t state_slot = -1;  // a hybrid model's recurrent state slot while running; -1: none
 
   // Set by the engine between steps (speculative decoding): how many proposed tokens to verify
   // after the request's next token, when that step decodes. The scheduler schedules as many as

@@ -24,6 +24,7 @@ struct ScheduledSequence {
   // before the forward pass.
   int32_t num_proposed = 0;
   std::vector<TokenId> proposed;  // [num_proposed] once the engine has filled it
+  int32_t state_slot = -1;        // its recurrent state slot (hybrid models); -1: none
 
   // Logit rows this request takes: 0 for a prompt chunk, else 1 + num_proposed.
   int32_t num_logit_rows() const { return needs_sample ? 1 + num_proposed : 0; }

@@ -10,6 +10,7 @@
 #include "format/gguf_writer.h"
 #include "model/architecture.h"
 #include "model/gemma4_plan.h"
+#include "model/qwen35_plan.h"
 #include "model/model.h"
 #include "model/model_file.h"
 #include "model/weights.h"
@@ -241,6 +242,7 @@ void write_gguf_hyper_parameters(const ModelConfig& c, GgufWriter& w, const std:
   }
   write_rope_scaling(w, a, c, source);
   if (!c.sliding_layers.empty()) write_layer_layout(c, w, a);
+  if (c.hybrid()) write_hybrid_layout(c, w, a);
 }
 
 

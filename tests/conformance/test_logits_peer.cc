@@ -118,6 +118,12 @@ const LogitCase kCases[] = {
      {0.02, 0.005, 0.02},  // m 5.6e-3, 1.4e-3, 0.0019
      {1.0, 0.05, 0.1},     // m 0.367, 0.0116, 0.0357 (llama.cpp on this file: 0.367 from exact)
      {5e-6, 1e-6, 1e-5}},  // m 5.9e-7, 1.7e-7, none
+    // Qwen3.5's hybrid layers: Gated DeltaNet (conv1d window and delta-rule state per
+    // sequence), full attention with an output gate. Measured 2026-12-06 (same machine).
+    {"synth-qwen3.5-tiny-f32",
+     {1e-5, 1.5e-6, 1e-5},   // m 2.99e-6, 5.5e-7, none
+     {},
+     {1e-5, 1.5e-6, 1e-5}},  // m 2.39e-6, 6.2e-7, none
     // Phi-3's fused Q/K/V and gate/up tensors, read as row ranges of one matrix.
     {"synth-phi-3-tiny-f32",
      {5e-6, 2e-6, 1e-5},   // m 9.3e-7, 6.4e-7, none

@@ -170,7 +170,7 @@ TEST(ForwardBatch, RecomputedRequestsReadTheirOutputTokens) {
 TEST(ForwardBatch, RejectsUnknownRequestsAndShortTables) {
   Sequence r = make_request(7, 5, 4, 100);
   StepPlan plan;
-  plan.sequences.push_back({7, 5, 0, {3}, true, 0, {}});
+  plan.sequences.push_back({7, 5, 0, {3}, true, 0, {}, -1});
   plan.num_scheduled_tokens = 5;
   const FindRequest none = [](SequenceId) -> const Sequence* { return nullptr; };
   const FindRequest found = [&](SequenceId id) { return id == 7 ? &r : nullptr; };

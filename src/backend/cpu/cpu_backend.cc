@@ -147,6 +147,10 @@ class CpuBackend final : public Backend {
     const Kernels& k = kernels();
     for (int64_t t = 0; t < num_rows; ++t) k.add(x + t * dim, bias, dim);
   }
+  void parallel_for(int64_t count, const std::function<void(int64_t)>& job) override {
+    pool_.run(count, [&job](int64_t i, int /*thread*/) { job(i); });
+  }
+
   void scale(float* x, float s, int64_t n) override {
     const Kernels& k = kernels();
     elementwise(n, [&](int64_t i, int64_t m) { k.scale(x + i, s, m); });

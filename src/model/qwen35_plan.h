@@ -1,0 +1,22 @@
+// Qwen3.5's tensors and hyper-parameters as llama.cpp's converter writes them (architecture
+// "qwen35"): what `pagoda synth` writes and `pagoda estimate --preset` counts for a qwen35 shape.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "model/config.h"
+#include "model/recipe.h"
+
+namespace pagoda {
+
+class GgufWriter;
+
+// Every tensor of a Qwen3.5 model of shape `c`, in file order, typed by `recipe`.
+std::vector<PlannedTensor> plan_qwen35_tensors(const ModelConfig& c, const WeightRecipe& recipe);
+
+// The Gated DeltaNet keys (ssm.*, full_attention_interval) and the RoPE sections, under prefix
+// `a` ("qwen35.").
+void write_hybrid_layout(const ModelConfig& c, GgufWriter& w, const std::string& a);
+
+}  // namespace pagoda

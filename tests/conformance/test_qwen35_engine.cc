@@ -1,0 +1,185 @@
+// Qwen3.5's hybrid model (qwen3.5-tiny: Gated DeltaNet, full attention, Gated DeltaNet) through
+// the engine: every request's greedy ids are those it gives alone, whether batched, chunked by
+// a small budget (the recurrent state carried from chunk to chunk), limited to fewer sequences
+// than requests, or preempted and recomputed; prefix caching asked for is off (a hit would skip
+// the recurrence); the features that do not carry the state yet are refused in one line.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "conformance/engine_harness.h"
+#include "core/error.h"
+#include "core/mapped_file.h"
+#include "test_util.h"
+
+namespace pagoda {
+namespace {
+
+std::string tiny_model(const std::string& shared) {
+  static const std::string path = synthetic_model(shared, "qwen3.5-tiny", "f32",
+                                                  test::temp_dir() + "/qwen3.5-tiny-engine.gguf");
+  return path;
+}
+
+TEST(Qwen35Engine, BatchInvarianceThroughChunkingAndPreemption) {
+  PAGODA_SHARED_OR_SKIP(shared, "");
+  LoadedModel m = load(tiny_model(shared));
+  auto backend = make_cpu_backend(2);
+  const std::vector<GenerationRequest> requests = make_requests(m, 12, 90, 20);
+  const RunResult alone =
+      run(*m.model, *backend, config_with(4096, false), requests, Arrival::kAlone);
+  const auto expected = ids_of(alone);
+  ASSERT_NE(std::count(expected.begin(), expected.end(), expected[1]), 12);
+  int32_t longest = 0;
+  for (const GenerationRequest& r : requests) {
+    longest = std::max<int32_t>(longest, static_cast<int32_t>(r.prompt.size()) + r.max_tokens);
+  }
+  const int64_t tiny_kv = (longest + 15) / 16 * 16;
+  struct Variant {
+    const char* name;
+    EngineConfig config;
+    Arrival arrival;
+  };
+  const Variant variants[] = {
+      {"together", config_with(4096, false), Arrival::kTogether},
+      {"staggered, prefix caching asked for", config_with(4096, true), Arrival::kStaggered},
+      {"budget 32", config_with(4096, false, 32), Arrival::kTogether},
+      {"budget 7, 3 sequences", config_with(4096, true, 7, 3), Arrival::kStaggered},
+      {"tiny KV, preempted", config_with(tiny_kv, false), Arrival::kTogether},
+      {"tiny KV, preempted, budget 32", config_with(tiny_kv, false, 32), Arrival::kTogether},
+  };
+  for (const Variant& v : variants) {
+    SCOPED_TRACE(v.name);
+    const RunResult r = run(*m.model, *backend, v.config, requests, v.arrival);
+    const auto got = ids_of(r);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      EXPECT_EQ(got[i], expected[i]) << "request " << i << " (" << requests[i].prompt.size()
+                                     << " prompt tokens)";
+    }
+    EXPECT_EQ(r.stats.scheduler.kv.num_hit_tokens, 0);
+    if (v.config.num_kv_cache_tokens == tiny_kv) {
+      EXPECT_GT(r.stats.scheduler.num_preemptions, 0);
+    }
+  }
+}
+
+// Greedy decoding (a prompt in one step, then a token per step) gives llama.cpp's greedy ids
+// (tests/data/logits/synth-qwen3.5-tiny-f32.json, scripts/make_logit_vectors.py).
+TEST(Qwen35Engine, GreedyIdsAreLlamaCpps) {
+  PAGODA_SHARED_OR_SKIP(shared, "");
+  LoadedModel m = load(tiny_model(shared));
+  auto backend = make_cpu_backend(2);
+  const auto doc = nlohmann::json::parse(
+      read_file(std::string(PAGODA_SOURCE_DIR) + "/tests/data/logits/synth-qwen3.5-tiny-f32.json"));
+  std::vector<GenerationRequest> requests;
+  std::vector<std::vector<TokenId>> want;
+  for (const auto& seq : doc.at("sequences")) {
+    want.push_back(seq.at("greedy").at("ids").get<std::vector<TokenId>>());
+    requests.push_back(greedy_request(seq.at("greedy").at("prompt").get<std::vector<TokenId>>(),
+                                      static_cast<int32_t>(want.back().size())));
+  }
+  ASSERT_EQ(requests.size(), 2u);
+  const auto got = ids_of(run(*m.model, *backend, config_with(4096, false), requests, Arrival::kTogether));
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_EQ(got[i], want[i]) << "sequence " << i;
+}
+
+// Runs tokens [first, ids.size()) of one sequence in state slot `slot` (its K/V in blocks 0, 1,
+// ... of `kv`) and returns every row's logits.
+std::vector<float> forward_part(Model& model, Backend& be, KvStorage& kv,
+                                const std::vector<TokenId>& ids, int32_t first, int32_t slot) {
+  ForwardBatch b;
+  b.block_size = kv.block_size();
+  b.max_blocks_per_seq = kv.num_blocks();
+  for (int32_t p = first; p < static_cast<int32_t>(ids.size()); ++p) {
+    b.logit_rows.push_back(static_cast<int32_t>(b.token_ids.size()));
+    b.token_ids.push_back(ids[static_cast<size_t>(p)]);
+    b.positions.push_back(p);
+    b.slot_mapping.push_back(p);
+  }
+  b.query_start = {0, b.num_tokens()};
+  for (int32_t block = 0; block < kv.num_blocks(); ++block) b.block_table.push_back(block);
+  b.state_slots = {slot};
+  std::vector<float> logits;
+  model.forward(be, b, kv, logits);
+  return logits;
+}
+
+// At the model: a slot taken again at position 0 starts afresh (the logits of a short prompt
+// after another sequence used the slot are those in a fresh slot), and a prompt run in pieces
+// carries its conv window and delta state from piece to piece (the logits of the whole).
+TEST(Qwen35Engine, StateSlotsStartAfreshAndCarryAcrossChunks) {
+  PAGODA_SHARED_OR_SKIP(shared, "");
+  LoadedModel m = load(tiny_model(shared));
+  auto be = make_cpu_backend(2);
+  const std::vector<TokenId> a = encode(m, kStoryA);
+  std::vector<TokenId> b = encode(m, kStoryB);
+  b.resize(40);
+  auto fresh_kv = [&] {
+    auto kv = std::make_unique<KvStorage>(m.model->config(), 16, 16);
+    kv->set_state(std::make_unique<StateStorage>(m.model->config(), 2, be.get()));
+    return kv;
+  };
+  auto kv = fresh_kv();
+  const std::vector<float> want = forward_part(*m.model, *be, *kv, b, 0, 1);
+  auto used = fresh_kv();
+  forward_part(*m.model, *be, *used, a, 0, 0);
+  EXPECT_EQ(forward_part(*m.model, *be, *used, b, 0, 0), want);
+  auto pieces = fresh_kv();
+  const std::vector<TokenId> head(b.begin(), b.begin() + 13);
+  std::vector<float> got = forward_part(*m.model, *be, *pieces, head, 0, 1);
+  for (int32_t first : {13, 14, 31}) {  // pieces of 13, 1, 17 and 9 tokens
+    const std::vector<TokenId> upto(b.begin(), b.begin() + (first == 31 ? 40 : first == 13 ? 14 : 31));
+    const std::vector<float> part = forward_part(*m.model, *be, *pieces, upto, first, 1);
+    got.insert(got.end(), part.begin(), part.end());
+  }
+  ASSERT_EQ(got.size(), want.size());
+  float worst = 0;
+  for (size_t i = 0; i < got.size(); ++i) worst = std::max(worst, std::fabs(got[i] - want[i]));
+  EXPECT_LT(worst, 1e-5f);
+}
+
+void expect_refused(const std::function<void()>& f, const std::string& words) {
+  try {
+    f();
+    ADD_FAILURE() << "not refused: " << words;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+  }
+}
+
+TEST(Qwen35Engine, FeaturesWithoutStateHandlingAreRefused) {
+  PAGODA_SHARED_OR_SKIP(shared, "");
+  LoadedModel m = load(tiny_model(shared));
+  auto backend = make_cpu_backend(2);
+  Engine engine(*m.model, *backend, config_with(4096, true));
+  EXPECT_FALSE(engine.config().enable_prefix_caching);
+  GenerationRequest r = greedy_request(encode(m, kStoryA), 4);
+  r.n = 2;
+  expect_refused([&] { engine.add_request(r); }, "n > 1 is not supported for the hybrid model");
+  r.n = 1;
+  r.beam.width = 2;
+  expect_refused([&] { engine.add_request(r); }, "beam search is not supported");
+  r.beam.width = 0;
+  r.num_speculative_tokens = 3;
+  expect_refused([&] { engine.add_request(r); }, "speculative decoding is not supported");
+  EngineConfig spec = config_with(4096, false);
+  spec.speculative.num_tokens = 2;
+  expect_refused([&] { Engine e(*m.model, *backend, spec); }, "speculative decoding is not supported");
+  EngineConfig disk = config_with(4096, true);
+  disk.kv_disk.folder = test::temp_dir() + "/qwen35-kv-disk";
+  expect_refused([&] { Engine e(*m.model, *backend, disk); }, "--kv-disk is not supported");
+  EngineConfig offload = config_with(4096, true);
+  offload.kv_offload_bytes = 1 << 20;
+  expect_refused([&] { Engine e(*m.model, *backend, offload); }, "--kv-offload-gb is not supported");
+  r.num_speculative_tokens = 0;
+  engine.add_request(r);  // a plain request still runs
+  while (engine.has_work()) engine.step();
+}
+
+}  // namespace
+}  // namespace pagoda
