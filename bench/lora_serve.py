@@ -17,6 +17,7 @@ Speed is measured here, never asserted in tests.
 import argparse
 import concurrent.futures
 import json
+import os
 import pathlib
 import sys
 import tempfile
@@ -61,11 +62,19 @@ def complete(url, model, tokens):
         return json.loads(r.read())["usage"]["completion_tokens"]
 
 
-def run_case(url, models, tokens):
-    start = time.perf_counter()
+def cpu_seconds(pid):
+    """The process's user + system CPU time so far (Linux /proc)."""
+    fields = pathlib.Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run_case(url, pid, models, tokens):
+    """Output tok/s over wall time, and over the server's CPU time (steadier where other jobs
+    share the cores: it counts what the server spent, not what it waited for)."""
+    start, cpu = time.perf_counter(), cpu_seconds(pid)
     with concurrent.futures.ThreadPoolExecutor(len(models)) as pool:
         done = sum(pool.map(lambda m: complete(url, m, tokens), models))
-    return done / (time.perf_counter() - start)
+    return done / (time.perf_counter() - start), done / (cpu_seconds(pid) - cpu)
 
 
 def main():
@@ -97,17 +106,22 @@ def main():
             for m in [base["id"], *names]:
                 complete(server.url, m, 2)
             results = {c: [] for c in cases}
+            per_cpu = {c: [] for c in cases}
             for r in range(args.rounds):
                 for case in round_order(list(cases), r):
-                    tps = run_case(server.url, cases[case], args.tokens)
+                    tps, tpc = run_case(server.url, server.proc.pid, cases[case], args.tokens)
                     results[case].append(tps)
-                    print(f"round {r + 1}: {case}: {tps:.1f} tok/s", file=sys.stderr)
-    plain = median(results["no adapter"])
+                    per_cpu[case].append(tpc)
+                    print(f"round {r + 1}: {case}: {tps:.1f} tok/s, {tpc:.1f} tok per CPU s",
+                          file=sys.stderr)
+    plain, plain_cpu = median(results["no adapter"]), median(per_cpu["no adapter"])
     rows = [[c, f"{median(v):.1f}", f"{median(v) / plain:.2f}x",
-             " ".join(f"{x:.1f}" for x in v)] for c, v in results.items()]
+             " ".join(f"{x:.1f}" for x in v), f"{median(per_cpu[c]):.1f}",
+             f"{median(per_cpu[c]) / plain_cpu:.2f}x"] for c, v in results.items()]
     print_table(f"{args.streams} streams x {args.tokens} tokens, rank {args.rank}, "
                 f"{pathlib.Path(args.model).name}",
-                ["case", "tok/s (median)", "vs no adapter", "rounds"], rows)
+                ["case", "tok/s (median)", "vs no adapter", "rounds", "tok per CPU s (median)",
+                 "vs no adapter"], rows)
 
 
 if __name__ == "__main__":

@@ -163,6 +163,21 @@ class Backend {
   virtual void matmul_many(std::initializer_list<Product> products, const float* x, int64_t num_tokens) {
     for (const Product& p : products) matmul(*p.w, x, num_tokens, p.y);
   }
+  // A low-rank term (a LoRA adapter's pair): y[t, :] += scale * B (A x[t, :]) for each row t of
+  // `rows`. A is rank x cols (x's width), B is y's width x rank; both keep their ids' promise
+  // (a backend may keep copies of them, freed by drop_weights).
+  struct LowRankTerm {
+    const WeightMatrix* a;
+    const WeightMatrix* b;
+    float scale;
+    float* y;                       // [num_tokens, b->rows]
+    std::span<const int32_t> rows;  // distinct, each < num_tokens
+  };
+  // Adds every term, all of the same x ([num_tokens, cols]). Terms that write the same y take
+  // disjoint rows. A row's result does not depend on the other rows or terms of the call. The
+  // default (low_rank.cc) is matmul, scale and add over each term's gathered rows.
+  virtual void add_low_rank(std::span<const LowRankTerm> terms, const float* x,
+                            int64_t num_tokens);
   // y[t, :] = x[t, :] / rms(x[t, :]) * weight.           x, y: [num_rows, dim] (may alias)
   virtual void rms_norm(const float* x, const float* weight, int64_t num_rows, int64_t dim,
                         float eps, float* y) = 0;

@@ -43,6 +43,10 @@ class ForwardingBackend : public Backend {
                    int64_t num_tokens) override {
     inner_.matmul_many(products, x, num_tokens);
   }
+  void add_low_rank(std::span<const LowRankTerm> terms, const float* x,
+                    int64_t num_tokens) override {
+    inner_.add_low_rank(terms, x, num_tokens);
+  }
   void rms_norm(const float* x, const float* weight, int64_t rows, int64_t dim, float eps,
                 float* y) override {
     inner_.rms_norm(x, weight, rows, dim, eps, y);

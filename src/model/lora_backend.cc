@@ -1,8 +1,8 @@
 // make_lora_backend (model/lora.h): a ForwardingBackend whose products add scale * B (A x) for
-// the weights the adapters change, each row with its own adapter (rows grouped by adapter,
-// Punica's SGMV idea in its plainest form: one pair of products per adapter present).
+// the weights the adapters change, each row with its own adapter: the rows are grouped by
+// adapter once per pass (Punica's SGMV idea), and every adapter's term of a product, or of the
+// products of one input (Q, K and V), goes to the inner backend as one add_low_rank call.
 #include <algorithm>
-#include <cstring>
 #include <map>
 #include <tuple>
 #include <vector>
@@ -83,35 +83,64 @@ class LoraBackendImpl final : public LoraBackend {
       }
       logit_rows_.push_back(tokens_[static_cast<size_t>(row)]);
     }
+    group(tokens_, token_groups_);
+    group(logit_rows_, logit_groups_);
   }
 
   void matmul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y) override {
     inner_.matmul(w, x, num_tokens, y);
-    add_lora(w, x, num_tokens, y);
+    if (num_tokens <= 0) return;
+    terms_.clear();
+    add_terms(w, y, groups_for(num_tokens));
+    if (!terms_.empty()) inner_.add_low_rank(terms_, x, num_tokens);
   }
+  // The adapters' terms of all the products (Q, K and V; gate and up) go in one call.
   void matmul_many(std::initializer_list<Product> products, const float* x,
                    int64_t num_tokens) override {
     inner_.matmul_many(products, x, num_tokens);
-    for (const Product& p : products) add_lora(*p.w, x, num_tokens, p.y);
+    if (num_tokens <= 0) return;
+    terms_.clear();
+    const Groups& groups = groups_for(num_tokens);
+    for (const Product& p : products) add_terms(*p.w, p.y, groups);
+    if (!terms_.empty()) inner_.add_low_rank(terms_, x, num_tokens);
   }
 
  private:
-  // The adapter of each of `num_tokens` rows: the route's tokens, or its logit rows for a
-  // product over those alone; null: the default adapter for every row.
-  const std::vector<int32_t>* rows_for(int64_t num_tokens) const {
-    if (tokens_.empty()) return nullptr;
-    if (static_cast<size_t>(num_tokens) == tokens_.size()) return &tokens_;
+  // The rows of a product taken by each slot's adapter: [num_adapters_ + 1], [0] none's.
+  using Groups = std::vector<std::vector<int32_t>>;
+
+  // `groups` from the adapter of each row.
+  void group(const std::vector<int32_t>& adapters, Groups& groups) const {
+    groups.resize(static_cast<size_t>(num_adapters_) + 1);
+    for (std::vector<int32_t>& rows : groups) rows.clear();
+    for (size_t t = 0; t < adapters.size(); ++t) {
+      groups[static_cast<size_t>(adapters[t])].push_back(static_cast<int32_t>(t));
+    }
+  }
+
+  // The groups of a product over `num_tokens` rows: the route's tokens, or its logit rows for a
+  // product over those alone; without a route, the default adapter's for every row.
+  const Groups& groups_for(int64_t num_tokens) {
+    if (tokens_.empty()) {
+      default_groups_.resize(static_cast<size_t>(num_adapters_) + 1);
+      std::vector<int32_t>& rows = default_groups_[static_cast<size_t>(default_)];
+      if (static_cast<int64_t>(rows.size()) != num_tokens) {
+        rows.resize(static_cast<size_t>(num_tokens));
+        for (size_t t = 0; t < rows.size(); ++t) rows[t] = static_cast<int32_t>(t);
+      }
+      return default_groups_;
+    }
+    if (static_cast<size_t>(num_tokens) == tokens_.size()) return token_groups_;
     if (!logit_rows_.empty() && static_cast<size_t>(num_tokens) == logit_rows_.size()) {
-      return &logit_rows_;
+      return logit_groups_;
     }
     fail("LoRA: a product over ", num_tokens, " rows in a pass of ", tokens_.size(),
          " tokens and ", logit_rows_.size(), " logit rows: its adapters are unknown");
   }
 
-  // y += scale * B[rows of w] (A x) for each row's adapter, where w is (some rows of) a weight
-  // an adapter changes.
-  void add_lora(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y) {
-    if (num_tokens <= 0) return;
+  // Appends to terms_ each adapter's pair for y = w x, over that adapter's rows, where w is
+  // (some rows of) a weight an adapter changes.
+  void add_terms(const WeightMatrix& w, float* y, const Groups& groups) {
     auto it = std::upper_bound(spans_.begin(), spans_.end(), w.data,
                                [](const uint8_t* p, const Span& s) { return p < s.begin; });
     if (it == spans_.begin()) return;
@@ -121,50 +150,11 @@ class LoraBackendImpl final : public LoraBackend {
       fail("LoRA: a weight an adapter changes is used in a layout the adapter cannot follow");
     }
     const int64_t first = (w.data - span.begin) / static_cast<int64_t>(span.row_bytes);
-    const std::vector<int32_t>* rows = rows_for(num_tokens);
-    if (rows == nullptr) {
-      if (const LoraWeight* lora = span.pairs[static_cast<size_t>(default_)]) {
-        add_pair(*lora, first, w, x, num_tokens, y);
-      }
-      return;
+    for (size_t k = 1; k < groups.size(); ++k) {
+      const LoraWeight* lora = span.pairs[k];
+      if (lora == nullptr || groups[k].empty()) continue;
+      terms_.push_back({&lora->a, &rows_of(*lora, first, w.rows), lora->scale, y, groups[k]});
     }
-    const int32_t one = (*rows)[0];
-    if (std::all_of(rows->begin(), rows->end(), [one](int32_t a) { return a == one; })) {
-      if (const LoraWeight* lora = span.pairs[static_cast<size_t>(one)]) {
-        add_pair(*lora, first, w, x, num_tokens, y);
-      }
-      return;
-    }
-    for (int32_t k = 1; k <= num_adapters_; ++k) {
-      const LoraWeight* lora = span.pairs[static_cast<size_t>(k)];
-      if (lora == nullptr) continue;
-      picked_.clear();
-      for (int64_t t = 0; t < num_tokens; ++t) {
-        if ((*rows)[static_cast<size_t>(t)] == k) picked_.push_back(static_cast<int32_t>(t));
-      }
-      if (picked_.empty()) continue;
-      const auto n = static_cast<int64_t>(picked_.size());
-      x_rows_.reserve(inner_, n * w.cols, "LoRA rows");
-      y_rows_.reserve(inner_, n * w.rows, "LoRA rows");
-      inner_.gather_rows(x, picked_, w.cols, x_rows_.data());
-      std::memset(y_rows_.data(), 0, static_cast<size_t>(n * w.rows) * sizeof(float));
-      add_pair(*lora, first, w, x_rows_.data(), n, y_rows_.data());
-      for (int64_t i = 0; i < n; ++i) {  // host memory: the constructor checked
-        inner_.add(y + int64_t{picked_[static_cast<size_t>(i)]} * w.rows,
-                   y_rows_.data() + i * w.rows, w.rows);
-      }
-    }
-  }
-
-  void add_pair(const LoraWeight& lora, int64_t first, const WeightMatrix& w, const float* x,
-                int64_t num_tokens, float* y) {
-    const WeightMatrix& b = rows_of(lora, first, w.rows);
-    ax_.reserve(inner_, num_tokens * lora.a.rows, "LoRA A x");
-    bax_.reserve(inner_, num_tokens * w.rows, "LoRA B A x");
-    inner_.matmul(lora.a, x, num_tokens, ax_.data());
-    inner_.matmul(b, ax_.data(), num_tokens, bax_.data());
-    inner_.scale(bax_.data(), lora.scale, num_tokens * w.rows);
-    inner_.add(y, bax_.data(), num_tokens * w.rows);
   }
 
   // B's rows [first, first + rows) as a matrix of its own, with an id of its own (a backend
@@ -208,9 +198,9 @@ class LoraBackendImpl final : public LoraBackend {
   std::vector<const LoraAdapter*> slots_;            // [num_adapters_ + 1], [0] null: none
   std::vector<Span> spans_;
   std::vector<int32_t> tokens_, logit_rows_;  // the route: adapters of the pass's rows
-  std::vector<int32_t> picked_;
+  Groups token_groups_, logit_groups_, default_groups_;
+  std::vector<LowRankTerm> terms_;
   std::map<std::tuple<const LoraWeight*, int64_t, int64_t>, WeightMatrix> slices_;
-  BackendArray ax_, bax_, x_rows_, y_rows_;
 };
 
 }  // namespace

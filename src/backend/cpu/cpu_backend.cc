@@ -59,7 +59,10 @@ class CpuBackend final : public Backend {
     if (packed_kernel(kernels(), w) != nullptr) packed(w);
   }
   void drop_weights(std::span<const uint64_t> ids) override {
-    for (uint64_t id : ids) packed_.erase(id);
+    for (uint64_t id : ids) {
+      packed_.erase(id);
+      low_rank_.erase(id);
+    }
   }
 
   void matmul(const WeightMatrix& w, const float* x, int64_t num_tokens, float* y) override {
@@ -85,6 +88,25 @@ class CpuBackend final : public Backend {
       }
     }
     cpu::matmul_packed(k, packed_products, x, num_tokens, pool_, activations_);
+  }
+
+  // Terms whose matrices have ids run from copies packed for the low-rank kernels; any other
+  // through Backend's default.
+  void add_low_rank(std::span<const LowRankTerm> terms, const float* x,
+                    int64_t num_tokens) override {
+    std::vector<cpu::LowRankJob> jobs;
+    jobs.reserve(terms.size());
+    for (const LowRankTerm& term : terms) {
+      if (term.rows.empty()) continue;
+      if (term.a->id == 0 || term.b->id == 0) {
+        Backend::add_low_rank({&term, 1}, x, num_tokens);
+        continue;
+      }
+      jobs.push_back({low_rank_copy(*term.a), cpu::low_rank_packs_f16(*term.a),
+                      low_rank_copy(*term.b), cpu::low_rank_packs_f16(*term.b), term.a->rows,
+                      term.a->cols, term.b->rows, term.scale, term.y, term.rows});
+    }
+    cpu::low_rank(kernels(), jobs, x, pool_);
   }
 
   void rms_norm(const float* x, const float* weight, int64_t num_rows, int64_t dim, float eps,
@@ -217,6 +239,18 @@ class CpuBackend final : public Backend {
     return copy->get(0);
   }
 
+  // w packed for the low-rank kernels, made on its first product (an adapter's matrices are
+  // small: the file's pages stay).
+  const uint8_t* low_rank_copy(const WeightMatrix& w) {
+    std::unique_ptr<cpu::Scratch>& copy = low_rank_[w.id];
+    if (copy == nullptr) {
+      auto made = std::make_unique<cpu::Scratch>();
+      cpu::pack_low_rank(w, made->get(cpu::low_rank_bytes(w)));
+      copy = std::move(made);
+    }
+    return copy->get(0);
+  }
+
   // cos and sin of every (token, pair) angle. The angle is formed and reduced to [-pi, pi] in
   // double so large positions keep their precision; the float sin / cos of the reduced angle is
   // then within about 3e-7. Consecutive calls with the same positions (q, then k) share it.
@@ -257,6 +291,7 @@ class CpuBackend final : public Backend {
   cpu::Scratch activations_;         // quantized activation rows of the current matmul
   std::vector<cpu::Scratch> panels_;  // per thread: weight rows unpacked for prefill
   std::unordered_map<uint64_t, std::unique_ptr<cpu::Scratch>> packed_;  // by WeightMatrix::id
+  std::unordered_map<uint64_t, std::unique_ptr<cpu::Scratch>> low_rank_;  // by WeightMatrix::id
   RopeParams rope_key_;
   std::vector<int32_t> rope_positions_;
   std::vector<float> rope_cs_;  // [num_tokens, rotary_dim / 2, 2]

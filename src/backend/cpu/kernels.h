@@ -96,6 +96,9 @@ struct PackedKernel {
   int tile_groups = 1;          // groups one tile call may take
 };
 
+// Low-rank products (Backend::add_low_rank) take at most this many tokens per kernel call.
+constexpr int kLowRankTokens = 4;
+
 // Quantizes one row of `cols` floats (a multiple of the block) into the layout above.
 using QuantizeFn = void (*)(const float* x, int64_t cols, uint8_t* out);
 
@@ -124,6 +127,18 @@ struct Kernels {
                    int block_size, float* scores, int64_t s_stride) = nullptr;
   void (*pv_rows)(const float* p, int64_t p_stride, int num_rows, const void* const* v, KvType type,
                   int num_values, int64_t dim, float* out, int64_t out_stride) = nullptr;
+
+  // Low-rank products from a matrix packed as float groups (packed.h's F16 layout: groups of 16
+  // rows, per column the 16 rows' values, rows past the end zero), in F16 or, where `f16` is
+  // false, F32; n <= kLowRankTokens tokens given by row pointers:
+  //   low_rank_down: u[t * u_stride + r] = scale * (row r of A) . x[t]   for r < round_up(rank, 16)
+  //   low_rank_up:   y[t][r] += (row r of B) . (u[t * u_stride + j], j < rank)   for r < rows
+  // A token's values go through the same operations in the same order whatever n is.
+  void (*low_rank_down)(const uint8_t* a, bool f16, int64_t rank, int64_t cols,
+                        const float* const* x, int n, float scale, float* u,
+                        int64_t u_stride) = nullptr;
+  void (*low_rank_up)(const uint8_t* b, bool f16, int64_t rows, int64_t rank, const float* u,
+                      int64_t u_stride, int n, float* const* y) = nullptr;
 
   // F16 K/V cache rows: conversions with round-to-nearest-even (as F16C does).
   void (*f16_to_f32)(const uint16_t* x, float* y, int64_t n) = nullptr;

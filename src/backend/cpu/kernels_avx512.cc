@@ -40,6 +40,7 @@ struct Isa {
 #include "backend/cpu/x86_kquants.inc"
 #include "backend/cpu/x86_matmul.inc"
 #include "backend/cpu/x86_packed.inc"
+#include "backend/cpu/x86_low_rank.inc"
 #include "backend/cpu/x86_vector512.inc"
 
 // 16 lanes in one 512-bit register; 32 registers hold 8 rows of scores (16) with two key
@@ -96,6 +97,8 @@ void fill_avx512_kernels(Kernels& k) {
   fill_matmul<4, 4, 2, 4>(k);
   fill_packed(k);
   fill_attention(k);
+  k.low_rank_down = low_rank_down512;
+  k.low_rank_up = low_rank_up512;
 }
 
 }  // namespace pagoda::cpu

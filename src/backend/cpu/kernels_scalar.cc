@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "backend/cpu/kernels.h"
+#include "backend/cpu/ops.h"
 #include "quant/blocks.h"
 #include "quant/fp16.h"
 #include "quant/fp8.h"
@@ -558,6 +559,8 @@ void fill_scalar_kernels(Kernels& k) {
   k.add = add;
   k.scale = scale;
   k.scale_max = scale_max;
+  k.low_rank_down = low_rank_down_scalar;
+  k.low_rank_up = low_rank_up_scalar;
 }
 
 const Kernels& cpu_kernels(CpuLevel level) {

@@ -46,6 +46,33 @@ struct PackedProduct {
 void matmul_packed(const Kernels& k, std::span<const PackedProduct> products, const float* x,
                    int64_t num_tokens, ThreadPool& pool, Scratch& activations);
 
+// Low-rank products (low_rank.cc, Backend::add_low_rank). A matrix is packed once into float
+// groups of 16 rows (kernels.h's low_rank_down / low_rank_up layout): F16 weights as their
+// halves, any other type as floats.
+bool low_rank_packs_f16(const WeightMatrix& w);
+size_t low_rank_bytes(const WeightMatrix& w);
+void pack_low_rank(const WeightMatrix& w, uint8_t* out);
+// One term of a call, its A (rank x cols) and B (out_rows x rank) packed.
+struct LowRankJob {
+  const uint8_t* a = nullptr;
+  bool a_f16 = false;
+  const uint8_t* b = nullptr;
+  bool b_f16 = false;
+  int64_t rank = 0, cols = 0, out_rows = 0;
+  float scale = 1.0f;
+  float* y = nullptr;              // [tokens, out_rows]
+  std::span<const int32_t> rows;   // the rows of x and y it adds to
+};
+// y[row] += scale * B (A x[row]) for every job's rows; the tiles of all jobs one job for the
+// threads (terms writing one y take disjoint rows, Backend::add_low_rank's contract).
+void low_rank(const Kernels& k, std::span<const LowRankJob> jobs, const float* x,
+              ThreadPool& pool);
+// The portable level's kernels (kernels.h).
+void low_rank_down_scalar(const uint8_t* a, bool f16, int64_t rank, int64_t cols,
+                          const float* const* x, int n, float scale, float* u, int64_t u_stride);
+void low_rank_up_scalar(const uint8_t* b, bool f16, int64_t rows, int64_t rank, const float* u,
+                        int64_t u_stride, int n, float* const* y);
+
 // Paged causal attention (attention.cc): runs of tokens x the query heads of one KV head per
 // work item.
 void attention(const Kernels& k, const float* q, KvLayer cache,
