@@ -9,6 +9,7 @@ llama-server from --llama-server or $LLAMA_SERVER; llama-cpp-python's library fr
 or from $LLAMA_CPP_LIB_PATH (llama-cpp-python's own variable: a folder holding libllama.so).
 """
 import ctypes
+import json
 import os
 import pathlib
 import signal
@@ -287,3 +288,24 @@ class LlamaCpp:
                 print(f"  llama.cpp: {num_output} output tokens, {now - start:.0f} s", flush=True)
                 last_print = now
         return time.perf_counter() - start, num_output
+
+
+def first_token(url, prompt, max_tokens=8, ignore_eos=False):
+    """(seconds to the first streamed token, the whole text) of a greedy /v1/completions
+    request."""
+    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True}
+    if ignore_eos:
+        body["ignore_eos"] = True
+    req = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    start = time.perf_counter()
+    ttft, text = None, ""
+    with urllib.request.urlopen(req, timeout=1800) as r:
+        for raw in r:
+            if not raw.startswith(b"data: {"):
+                continue
+            chunk = json.loads(raw[6:])
+            if chunk["choices"] and chunk["choices"][0]["text"]:
+                ttft = ttft if ttft is not None else time.perf_counter() - start
+                text += chunk["choices"][0]["text"]
+    return ttft, text

@@ -19,15 +19,7 @@ import json
 import os
 import re
 
-
-def load(path):
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        try:
-            return json.load(f)
-        except json.JSONDecodeError:
-            return None
+from device_results import load, shape_and_type
 
 
 def counts(path):
@@ -38,12 +30,6 @@ def counts(path):
             if line.startswith("cuda counts: "):
                 return json.loads(line[len("cuda counts: "):])
     return None
-
-
-def shape_and_type(name):
-    like, _, dtype = name.rpartition("-")
-    shape = {"llama-3.2-1b": "1b", "llama-3.1-8b": "8b"}.get(like, like)
-    return shape, dtype
 
 
 def pagoda_run(root, name, kernels, peaks):

@@ -20,20 +20,7 @@ import json
 import os
 import re
 
-
-def load(path):
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        try:
-            return json.load(f)
-        except json.JSONDecodeError:
-            return None
-
-
-def shape_and_type(name):
-    like, _, dtype = name.rpartition("-")
-    return {"llama-3.2-1b": "1b", "llama-3.1-8b": "8b"}.get(like, like), dtype
+from device_results import load, shape_and_type
 
 
 def fraction(tok_s, params, tensor):

@@ -15,7 +15,7 @@ import tempfile
 import time
 import urllib.request
 
-from benchutil import ROOT, Server, pagoda_serve_cmd, print_table
+from benchutil import ROOT, Server, first_token, pagoda_serve_cmd, print_table
 
 
 def post(url, body):
@@ -23,24 +23,6 @@ def post(url, body):
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=1800) as r:
         return json.loads(r.read())
-
-
-def first_token(url, prompt, max_tokens=8):
-    """(seconds to the first streamed token, the whole text) of a greedy completion."""
-    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": True}
-    req = urllib.request.Request(url + "/v1/completions", data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
-    start = time.perf_counter()
-    ttft, text = None, ""
-    with urllib.request.urlopen(req, timeout=1800) as r:
-        for raw in r:
-            if not raw.startswith(b"data: {"):
-                continue
-            chunk = json.loads(raw[6:])
-            if chunk["choices"] and chunk["choices"][0]["text"]:
-                ttft = ttft if ttft is not None else time.perf_counter() - start
-                text += chunk["choices"][0]["text"]
-    return ttft, text
 
 
 def main():

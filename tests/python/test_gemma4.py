@@ -20,7 +20,6 @@ normed and added; the layer scalar; final logits soft-capped with tanh.
 import concurrent.futures
 import json
 import math
-import pathlib
 import subprocess
 import urllib.request
 
@@ -31,29 +30,14 @@ from conftest import ROOT, find_tools
 from server_util import Server
 
 gguf = pytest.importorskip("gguf")
+import synth_files  # noqa: E402  (after the gguf check)
+from synth_files import read  # noqa: E402
 
 IDS = [int(i) for i in np.random.default_rng(7).integers(3, 512, size=90)]
 
 
 def synth(pagoda_bin, vocab, out, like="gemma4-tiny", seed=1):
-    r = subprocess.run([str(pagoda_bin), "synth", "--like", like, "--type", "f32", "--seed",
-                        str(seed), "--vocab", str(vocab), "-o", str(out)],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-
-
-def read(path):
-    reader = gguf.GGUFReader(path)
-    tensors = {}
-    for t in reader.tensors:
-        shape = [int(d) for d in reversed(t.shape)]
-        tensors[t.name] = np.asarray(t.data, dtype=np.float64).reshape(shape)
-
-    def field(key):
-        f = reader.fields[key]
-        values = [f.parts[i][0].item() for i in f.data]
-        return values if len(values) > 1 or f.types[0] == gguf.GGUFValueType.ARRAY else values[0]
-    return tensors, field
+    synth_files.synth(pagoda_bin, vocab, out, like, seed)
 
 
 def rms_norm(x, w=None, eps=1e-6):

@@ -28,29 +28,14 @@ import pytest
 from conftest import find_tools
 
 gguf = pytest.importorskip("gguf")
+import synth_files  # noqa: E402  (after the gguf check)
+from synth_files import read  # noqa: E402
 
 IDS = [int(i) for i in np.random.default_rng(11).integers(3, 512, size=90)]
 
 
 def synth(pagoda_bin, vocab, out, like="qwen3.5-tiny", seed=1):
-    r = subprocess.run([str(pagoda_bin), "synth", "--like", like, "--type", "f32", "--seed",
-                        str(seed), "--vocab", str(vocab), "-o", str(out)],
-                       capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, r.stderr
-
-
-def read(path):
-    reader = gguf.GGUFReader(path)
-    tensors = {}
-    for t in reader.tensors:
-        shape = [int(d) for d in reversed(t.shape)]
-        tensors[t.name] = np.asarray(t.data, dtype=np.float64).reshape(shape)
-
-    def field(key):
-        f = reader.fields[key]
-        values = [f.parts[i][0].item() for i in f.data]
-        return values if len(values) > 1 or f.types[0] == gguf.GGUFValueType.ARRAY else values[0]
-    return tensors, field
+    synth_files.synth(pagoda_bin, vocab, out, like, seed)
 
 
 def rms_norm(x, w, eps):

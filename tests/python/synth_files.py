@@ -1,0 +1,29 @@
+"""What the numpy forward passes of the synthetic families share (test_gemma4.py,
+test_qwen35.py): a seeded `pagoda synth` file in F32, and its tensors and metadata read back."""
+import subprocess
+
+import numpy as np
+import gguf
+
+
+def synth(pagoda_bin, vocab, out, like, seed=1):
+    """Writes `pagoda synth --like LIKE --type f32 --seed SEED --vocab VOCAB` to `out`."""
+    r = subprocess.run([str(pagoda_bin), "synth", "--like", like, "--type", "f32", "--seed",
+                        str(seed), "--vocab", str(vocab), "-o", str(out)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+
+
+def read(path):
+    """(tensors by name as float64 arrays in row-major order, field(key) -> its value or list)."""
+    reader = gguf.GGUFReader(path)
+    tensors = {}
+    for t in reader.tensors:
+        shape = [int(d) for d in reversed(t.shape)]
+        tensors[t.name] = np.asarray(t.data, dtype=np.float64).reshape(shape)
+
+    def field(key):
+        f = reader.fields[key]
+        values = [f.parts[i][0].item() for i in f.data]
+        return values if len(values) > 1 or f.types[0] == gguf.GGUFValueType.ARRAY else values[0]
+    return tensors, field
