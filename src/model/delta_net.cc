@@ -7,11 +7,17 @@ namespace {
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
+// Eight independent sums (one vector register's worth), added in a fixed order at the end: a
+// compiler may keep them in one register without reassociating anything, and the result is the
+// same whatever the compiler does.
 float dot(const float* a, const float* b, int64_t n) {
-  float sum = 0;
-#pragma omp simd reduction(+ : sum)
-  for (int64_t i = 0; i < n; ++i) sum += a[i] * b[i];
-  return sum;
+  float part[8] = {};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int l = 0; l < 8; ++l) part[l] += a[i + l] * b[i + l];
+  }
+  for (int l = 0; i < n; ++i, ++l) part[l] += a[i] * b[i];
+  return ((part[0] + part[4]) + (part[1] + part[5])) + ((part[2] + part[6]) + (part[3] + part[7]));
 }
 
 void l2_normalize(float* x, int64_t n, float eps, float scale) {
@@ -64,10 +70,8 @@ void gated_delta_rule_head(const DeltaNetShape& s, const float* qkv, int64_t n, 
     float* o = out + t * s.value_dim() + h * d;
     for (int64_t j = 0; j < d; ++j) {  // row j of the state: value j's weights over the keys
       float* Sj = state + j * d;
-#pragma omp simd
       for (int64_t i = 0; i < d; ++i) Sj[i] *= g;
       const float delta = (v[j] - dot(Sj, k, d)) * b;
-#pragma omp simd
       for (int64_t i = 0; i < d; ++i) Sj[i] += delta * k[i];
       o[j] = dot(Sj, q, d);
     }
