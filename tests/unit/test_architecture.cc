@@ -23,9 +23,10 @@ TEST(Architecture, EveryNameResolvesToOneFamily) {
       EXPECT_TRUE(gguf_names.insert(alias).second) << alias << " twice";
     }
     // gpt-oss is read from GGUF files only (its checkpoints' experts are MXFP4 blocks and
-    // scales in tensors of their own), and so is gemma4 (its per-layer shapes are read from
-    // GGUF's arrays); every other family has a config.json model_type.
-    if (a.name != "gpt-oss" && a.name != "gemma4") {
+    // scales in tensors of their own), and so are gemma4 (its per-layer shapes are read from
+    // GGUF's arrays) and qwen35 (its recurrent layers' shapes are GGUF's ssm.* keys); every
+    // other family has a config.json model_type.
+    if (a.name != "gpt-oss" && a.name != "gemma4" && a.name != "qwen35") {
       EXPECT_FALSE(a.hf_model_types.empty()) << a.name << " names no config.json model_type";
     }
     for (std::string_view t : a.hf_model_types) {
@@ -41,7 +42,7 @@ TEST(Architecture, EveryNameResolvesToOneFamily) {
 
 TEST(Architecture, UnknownFamilyNamesTheSupportedOnes) {
   EXPECT_EQ(supported_architectures(),
-            "llama, mistral, qwen2, qwen3, qwen3moe, phi3, gemma3, gemma4, gpt-oss, bert");
+            "llama, mistral, qwen2, qwen3, qwen3moe, phi3, gemma3, gemma4, gpt-oss, qwen35, bert");
   ModelConfig c;
   c.architecture = "falcon";
   try {
@@ -50,7 +51,7 @@ TEST(Architecture, UnknownFamilyNamesTheSupportedOnes) {
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(),
                  "x.gguf: architecture 'falcon' is not supported (supported: llama, mistral, qwen2, "
-                 "qwen3, qwen3moe, phi3, gemma3, gemma4, gpt-oss, bert)");
+                 "qwen3, qwen3moe, phi3, gemma3, gemma4, gpt-oss, qwen35, bert)");
   }
 }
 
