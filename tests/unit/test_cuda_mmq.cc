@@ -59,17 +59,7 @@ uint32_t bits(float f) {
 
 template <class F>
 void by_mmq_type(DType type, F&& f) {
-  switch (type) {
-    case DType::kQ4_0: return f.template operator()<DType::kQ4_0>();
-    case DType::kQ4_1: return f.template operator()<DType::kQ4_1>();
-    case DType::kQ5_0: return f.template operator()<DType::kQ5_0>();
-    case DType::kQ5_1: return f.template operator()<DType::kQ5_1>();
-    case DType::kQ8_0: return f.template operator()<DType::kQ8_0>();
-    case DType::kQ4_K: return f.template operator()<DType::kQ4_K>();
-    case DType::kQ5_K: return f.template operator()<DType::kQ5_K>();
-    case DType::kQ6_K: return f.template operator()<DType::kQ6_K>();
-    default: ADD_FAILURE() << "no tile product for " << dtype_traits(type).name;
-  }
+  if (!by_q8_type(type, f)) ADD_FAILURE() << "no tile product for " << dtype_traits(type).name;
 }
 
 struct Product {

@@ -76,16 +76,8 @@ __global__ void __launch_bounds__(kMmqThreads)
 
 template <class F>
 void by_mmq_type(DType type, F&& f) {
-  switch (type) {
-    case DType::kQ4_0: return f.template operator()<DType::kQ4_0>();
-    case DType::kQ4_1: return f.template operator()<DType::kQ4_1>();
-    case DType::kQ5_0: return f.template operator()<DType::kQ5_0>();
-    case DType::kQ5_1: return f.template operator()<DType::kQ5_1>();
-    case DType::kQ8_0: return f.template operator()<DType::kQ8_0>();
-    case DType::kQ4_K: return f.template operator()<DType::kQ4_K>();
-    case DType::kQ5_K: return f.template operator()<DType::kQ5_K>();
-    case DType::kQ6_K: return f.template operator()<DType::kQ6_K>();
-    default: fail("CUDA: no int8 tile product for weight type ", static_cast<int>(type));
+  if (!by_q8_type(type, f)) {
+    fail("CUDA: no int8 tile product for weight type ", static_cast<int>(type));
   }
 }
 

@@ -73,10 +73,8 @@ constexpr int kMmqStride = kMmqUnits * 8 + 4;
 
 // The types taken. Q6_K has a scale per 16 weights: its units take two mma, one with A's
 // registers of k 0 .. 15 and one with those of k 16 .. 31 (the others zero), for the two sums.
-PAGODA_HD constexpr bool has_mmq(DType t) {
-  return t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ5_1 ||
-         t == DType::kQ8_0 || t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
-}
+// Every type of the q8_1 decode products.
+PAGODA_HD constexpr bool has_mmq(DType t) { return has_q8_dot(t); }
 // Whether a unit's sum comes in two halves of 16 weights.
 PAGODA_HD constexpr bool split_sums(DType t) { return t == DType::kQ6_K; }
 

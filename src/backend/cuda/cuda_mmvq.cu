@@ -161,17 +161,9 @@ void launch_products(cudaStream_t s, ProductSet set, unsigned blocks, const Bloc
 }
 
 template <class F>
-void by_q8_type(DType type, F&& f) {
-  switch (type) {
-    case DType::kQ4_0: return f.template operator()<DType::kQ4_0>();
-    case DType::kQ4_1: return f.template operator()<DType::kQ4_1>();
-    case DType::kQ5_0: return f.template operator()<DType::kQ5_0>();
-    case DType::kQ5_1: return f.template operator()<DType::kQ5_1>();
-    case DType::kQ8_0: return f.template operator()<DType::kQ8_0>();
-    case DType::kQ4_K: return f.template operator()<DType::kQ4_K>();
-    case DType::kQ5_K: return f.template operator()<DType::kQ5_K>();
-    case DType::kQ6_K: return f.template operator()<DType::kQ6_K>();
-    default: fail("CUDA: no q8_1 product for weight type ", static_cast<int>(type));
+void by_q8_product_type(DType type, F&& f) {
+  if (!by_q8_type(type, f)) {
+    fail("CUDA: no q8_1 product for weight type ", static_cast<int>(type));
   }
 }
 
@@ -235,7 +227,7 @@ void matmul_q8(cudaStream_t s, DType type, const Q8Product* products, int count,
     const int m = static_cast<int>(n - t0 < kMaxPassTokens ? n - t0 : kMaxPassTokens);
     ProductSet pass = set;
     for (int p = 0; p < count; ++p) pass.p[p].y += t0 * products[p].rows;
-    by_q8_type(type, [&]<DType T>() {
+    by_q8_product_type(type, [&]<DType T>() {
       launch_products<T>(s, pass, blocks, x + t0 * units, units, m, warps);
     });
     check_launch("matmul_q8");

@@ -303,6 +303,23 @@ PAGODA_HD constexpr bool has_q8_dot(DType t) {
          t == DType::kQ8_0 || t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
 }
 
+// Calls f.template operator()<T>() for `type` when has_q8_dot(type) (the one dispatch from a
+// run-time type to the q8_1 decode and tile products) and returns true; false for any other.
+template <class F>
+bool by_q8_type(DType type, F&& f) {
+  switch (type) {
+    case DType::kQ4_0: f.template operator()<DType::kQ4_0>(); return true;
+    case DType::kQ4_1: f.template operator()<DType::kQ4_1>(); return true;
+    case DType::kQ5_0: f.template operator()<DType::kQ5_0>(); return true;
+    case DType::kQ5_1: f.template operator()<DType::kQ5_1>(); return true;
+    case DType::kQ8_0: f.template operator()<DType::kQ8_0>(); return true;
+    case DType::kQ4_K: f.template operator()<DType::kQ4_K>(); return true;
+    case DType::kQ5_K: f.template operator()<DType::kQ5_K>(); return true;
+    case DType::kQ6_K: f.template operator()<DType::kQ6_K>(); return true;
+    default: return false;
+  }
+}
+
 // ---- which work a thread of the product kernel takes (cuda_mmvq.cu) ----
 
 constexpr int kProductWarps = 4;  // warps per block
