@@ -59,7 +59,7 @@ uint32_t bits(float f) {
 
 template <class F>
 void by_mmq_type(DType type, F&& f) {
-  if (!by_q8_type(type, f)) ADD_FAILURE() << "no tile product for " << dtype_traits(type).name;
+  if (!cuda::by_q8_type(type, f)) ADD_FAILURE() << "no tile product for " << dtype_traits(type).name;
 }
 
 struct Product {
