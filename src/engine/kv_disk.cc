@@ -59,6 +59,7 @@ KvDisk::KvDisk(KvStorage& kv, const ModelConfig& model, bool host_visible,
                const KvDiskConfig& config)
     : kv_(kv),
       block_bytes_(uniform_block_bytes(kv, model)),
+      max_bytes_(config.max_bytes),
       tier_(tier_options(config, host_visible)),
       reader_([this](const BlockLoad& l) { return load(l.block, l.hash, l.digest, l.tokens); }) {
   const DiskTier::Stats s = tier_.stats();
@@ -119,11 +120,30 @@ bool KvDisk::load(BlockId block, BlockHash hash, const PrefixDigest& digest,
   return true;
 }
 
+uint64_t KvDisk::start_load(std::vector<BlockLoad> loads) {
+  for (const BlockLoad& l : loads) tier_.pin(l.hash, l.digest);
+  std::vector<BlockLoad> pins = loads;
+  const uint64_t ticket = reader_.start(std::move(loads));
+  pinned_[ticket] = std::move(pins);
+  return ticket;
+}
+
+std::optional<int32_t> KvDisk::finish_load(uint64_t ticket) {
+  const std::optional<int32_t> n = reader_.finish(ticket);
+  if (!n) return n;
+  auto it = pinned_.find(ticket);
+  PAGODA_CHECK(it != pinned_.end());
+  for (const BlockLoad& l : it->second) tier_.unpin(l.hash, l.digest);
+  pinned_.erase(it);
+  return n;
+}
+
 KvDiskStats KvDisk::stats() const {
   const DiskTier::Stats s = tier_.stats();
   KvDiskStats out;
   out.enabled = true;
   out.records = s.records;
+  out.max_bytes = max_bytes_;
   out.bytes = s.bytes;
   out.hit_blocks = s.hits;
   out.corrupt_records = s.corrupt;

@@ -17,6 +17,7 @@
 #include <atomic>
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/engine_stats.h"
@@ -63,11 +64,11 @@ class KvDisk final : public LowerTier {
   // Bytes evicted from the host tier above (kv_host.h) that the disk lacks: queued for writing.
   bool keep(BlockHash hash, const PrefixDigest& digest, std::span<const TokenId> tokens,
             std::vector<uint8_t> payload) override;
-  uint64_t start_load(std::vector<BlockLoad> loads) override {
-    return reader_.start(std::move(loads));
-  }
-  std::optional<int32_t> finish_load(uint64_t ticket) override { return reader_.finish(ticket); }
+  // The records a load is to read are pinned (DiskTier::pin) until it has landed.
+  uint64_t start_load(std::vector<BlockLoad> loads) override;
+  std::optional<int32_t> finish_load(uint64_t ticket) override;
   void wait_for_loads(std::chrono::milliseconds timeout) override { reader_.wait(timeout); }
+  TierLoadStats load_stats() const override { return reader_.stats(); }
 
   void flush() { tier_.flush(); }
   KvDiskStats stats() const;  // any thread
@@ -75,11 +76,14 @@ class KvDisk final : public LowerTier {
  private:
   KvStorage& kv_;
   uint64_t block_bytes_;
+  uint64_t max_bytes_;
 
   DiskTier tier_;
   // Written by the reader thread, read by any.
   std::atomic<uint64_t> num_loads_ = 0, load_ns_ = 0, max_load_ns_ = 0;
   uint64_t corrupt_seen_ = 0;  // DiskTier's corrupt count already logged (reader thread)
+  // By load ticket, the records it pinned (the caller's thread: start_load and finish_load).
+  std::unordered_map<uint64_t, std::vector<BlockLoad>> pinned_;
   LoadThread reader_;  // last: starts once everything above is built
 };
 

@@ -244,6 +244,10 @@ std::optional<std::vector<uint8_t>> DiskTier::get(BlockHash hash, const PrefixDi
     ok = checksum_of(tokens, payload) == h.checksum;
   }
   std::lock_guard lock(mutex_);
+  if (!ok && index_.count(key) == 0) {  // dropped past the bound while it was read: a miss
+    ++stats_.misses;
+    return std::nullopt;
+  }
   if (!ok) {
     // Truncated, flipped, replaced or gone: a miss, and the record goes.
     drop_record(key, true);
@@ -342,10 +346,28 @@ void DiskTier::drop_record(const Key& key, bool delete_file) {
 }
 
 void DiskTier::evict_past_bound() {
-  while (stats_.bytes > max_bytes_ && !lru_.empty()) {
-    drop_record(lru_.back().key, true);
+  // The least recently used unpinned records go, the newest last. Pinned records were all held
+  // at once within the bound, so what is left unpinned always makes room.
+  auto it = lru_.end();
+  while (stats_.bytes > max_bytes_ && it != lru_.begin()) {
+    --it;
+    if (pins_.count(it->key) > 0) continue;
+    const Key key = (it++)->key;  // the next one toward the back stays valid
+    drop_record(key, true);
     ++stats_.evicted;
   }
+}
+
+void DiskTier::pin(BlockHash hash, const PrefixDigest& digest) {
+  std::lock_guard lock(mutex_);
+  ++pins_[Key{hash, digest}];
+}
+
+void DiskTier::unpin(BlockHash hash, const PrefixDigest& digest) {
+  std::lock_guard lock(mutex_);
+  auto it = pins_.find(Key{hash, digest});
+  if (it == pins_.end()) return;
+  if (--it->second == 0) pins_.erase(it);
 }
 
 }  // namespace pagoda

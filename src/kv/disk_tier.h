@@ -76,6 +76,11 @@ class DiskTier {
                                           std::span<const TokenId> tokens);
   // Waits until every queued block is written (or failed).
   void flush();
+  // Keeps a record from going past the bound while a load is to read it: the least recently
+  // used unpinned records go instead. Counted (pin and unpin pair up); a key not held yet may be pinned.
+  // A pinned record that does not read back still goes.
+  void pin(BlockHash hash, const PrefixDigest& digest);
+  void unpin(BlockHash hash, const PrefixDigest& digest);
 
   struct Stats {
     uint64_t records = 0, bytes = 0;  // on disk
@@ -127,6 +132,7 @@ class DiskTier {
   std::list<Record> lru_;  // most recently used first
   std::unordered_map<Key, std::list<Record>::iterator, KeyHash> index_;
   std::unordered_map<Key, int, KeyHash> queued_;  // keys in queue_
+  std::unordered_map<Key, int, KeyHash> pins_;    // pinned keys: how many times
   Stats stats_;
   std::thread writer_;
 };

@@ -89,8 +89,13 @@ void HostTier::insert(Entry entry) {
   const Key key = entry.key;
   lru_.push_front(std::move(entry));
   index_[key] = lru_.begin();
-  while (stats_.bytes > max_bytes_ && !lru_.empty()) {
-    Entry& old = lru_.back();
+  // The least recently used unpinned blocks go, the new one last. Pinned blocks were all held at
+  // once within the bound, so what is left unpinned always makes room.
+  auto it = lru_.end();
+  while (stats_.bytes > max_bytes_ && it != lru_.begin()) {
+    --it;
+    Entry& old = *it;
+    if (old.pins > 0) continue;
     stats_.bytes -= entry_bytes(old);
     ++stats_.evicted_blocks;
     // Down a tier, unless the disk has it already (written when it was cached).
@@ -99,20 +104,35 @@ void HostTier::insert(Entry entry) {
       ++stats_.handed_down_blocks;
     }
     index_.erase(old.key);
-    lru_.pop_back();
+    it = lru_.erase(it);
   }
 }
 
 bool HostTier::load_from_memory(BlockId block, const Key& key, std::span<const TokenId> tokens) {
-  std::lock_guard lock(mutex_);
-  auto it = index_.find(key);
-  if (it == index_.end()) return false;
-  const Entry& e = *it->second;
+  std::unique_lock lock(mutex_);
+  auto found = index_.find(key);
+  if (found == index_.end()) return false;
+  // The list's iterator, which stays valid while the index changes (an insert may rehash it).
+  const auto it = found->second;
+  Entry& e = *it;
   if (!std::equal(tokens.begin(), tokens.end(), e.tokens.begin(), e.tokens.end())) return false;
+  // Copied without the lock (the step's evictions go on meanwhile); pinned, so it stays.
+  ++e.pins;
+  lock.unlock();
   pool_.write(block, e.payload.data());
-  lru_.splice(lru_.begin(), lru_, it->second);
+  lock.lock();
+  --e.pins;
+  lru_.splice(lru_.begin(), lru_, it);
   ++stats_.hit_blocks;
   return true;
+}
+
+void HostTier::unpin(const std::vector<Key>& keys) {
+  for (const Key& key : keys) {
+    auto it = index_.find(key);
+    PAGODA_CHECK(it != index_.end() && it->second->pins > 0);
+    --it->second->pins;
+  }
 }
 
 bool HostTier::load(BlockId block, BlockHash hash, const PrefixDigest& digest,
@@ -122,15 +142,43 @@ bool HostTier::load(BlockId block, BlockHash hash, const PrefixDigest& digest,
 }
 
 uint64_t HostTier::start_load(std::vector<BlockLoad> loads) {
-  return loader_ ? loader_->start(std::move(loads)) : LowerTier::start_load(std::move(loads));
+  // Without a thread of its own the blocks are read at once: nothing can drop them meanwhile.
+  if (!loader_) return LowerTier::start_load(std::move(loads));
+  std::vector<Key> pins;
+  {
+    std::lock_guard lock(mutex_);
+    for (const BlockLoad& l : loads) {
+      auto it = index_.find(Key{l.hash, l.digest});
+      if (it == index_.end()) continue;  // below, or nowhere
+      ++it->second->pins;
+      pins.push_back(it->first);
+    }
+  }
+  const uint64_t ticket = loader_->start(std::move(loads));
+  std::lock_guard lock(mutex_);
+  pinned_[ticket] = std::move(pins);
+  return ticket;
 }
 
 std::optional<int32_t> HostTier::finish_load(uint64_t ticket) {
-  return loader_ ? loader_->finish(ticket) : LowerTier::finish_load(ticket);
+  if (!loader_) return LowerTier::finish_load(ticket);
+  const std::optional<int32_t> n = loader_->finish(ticket);
+  if (n) {
+    std::lock_guard lock(mutex_);
+    auto it = pinned_.find(ticket);
+    PAGODA_CHECK(it != pinned_.end());
+    unpin(it->second);
+    pinned_.erase(it);
+  }
+  return n;
 }
 
 void HostTier::wait_for_loads(std::chrono::milliseconds timeout) {
   if (loader_) loader_->wait(timeout);
+}
+
+TierLoadStats HostTier::load_stats() const {
+  return loader_ ? loader_->stats() : LowerTier::load_stats();
 }
 
 HostTierStats HostTier::stats() const {

@@ -13,7 +13,10 @@
 // copies go through its one stream).
 //
 // A block is found by its chain hash and PrefixDigest (lower_tier.h) and its own tokens, which
-// are checked exactly on every load. Any thread.
+// are checked exactly on every load. The blocks a load is to read are pinned from start_load
+// until it has landed (finish_load), and a block is pinned while it is copied out: the bound is
+// kept by dropping the least recently used unpinned blocks, so the step's evictions never take
+// a block from under a load in flight. Any thread.
 #pragma once
 
 #include <cstdint>
@@ -68,6 +71,7 @@ class HostTier final : public LowerTier {
   uint64_t start_load(std::vector<BlockLoad> loads) override;
   std::optional<int32_t> finish_load(uint64_t ticket) override;
   void wait_for_loads(std::chrono::milliseconds timeout) override;
+  TierLoadStats load_stats() const override;
 
   HostTierStats stats() const;
   // The held blocks' hashes, most recently used first (tests).
@@ -86,10 +90,12 @@ class HostTier final : public LowerTier {
     Key key;
     std::vector<TokenId> tokens;
     std::vector<uint8_t> payload;
+    int32_t pins = 0;  // loads in flight that read it, and copies under way: not dropped
   };
   uint64_t entry_bytes(const Entry& e) const;
   void insert(Entry entry);  // mutex_ held; evicts past the bound
   bool load_from_memory(BlockId block, const Key& key, std::span<const TokenId> tokens);
+  void unpin(const std::vector<Key>& keys);  // mutex_ held
 
   PoolBlockBytes pool_;
   uint64_t max_bytes_;
@@ -100,6 +106,7 @@ class HostTier final : public LowerTier {
   std::list<Entry> lru_;  // most recently used first
   std::unordered_map<Key, std::list<Entry>::iterator, KeyHash> index_;
   HostTierStats stats_;
+  std::unordered_map<uint64_t, std::vector<Key>> pinned_;  // by load ticket: what it pinned
   std::unique_ptr<LoadThread> loader_;  // with pool_.any_thread; last: goes first
 };
 

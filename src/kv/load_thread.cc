@@ -18,7 +18,7 @@ uint64_t LoadThread::start(std::vector<LowerTier::BlockLoad> loads) {
   {
     std::lock_guard lock(mutex_);
     ticket = next_ticket_++;
-    queue_.emplace_back(ticket, std::move(loads));
+    queue_.push_back({ticket, std::move(loads), std::chrono::steady_clock::now()});
   }
   work_.notify_one();
   return ticket;
@@ -38,21 +38,29 @@ void LoadThread::wait(std::chrono::milliseconds timeout) {
   landed_cv_.wait_for(lock, timeout, [this] { return !landed_.empty(); });
 }
 
+TierLoadStats LoadThread::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
 void LoadThread::loop() {
   std::unique_lock lock(mutex_);
   for (;;) {
     work_.wait(lock, [this] { return stop_ || !queue_.empty(); });
     if (queue_.empty()) return;  // stop_, and nothing left
-    auto [ticket, loads] = std::move(queue_.front());
+    Queued q = std::move(queue_.front());
     queue_.pop_front();
     lock.unlock();
     int32_t n = 0;
-    for (const LowerTier::BlockLoad& l : loads) {
+    for (const LowerTier::BlockLoad& l : q.loads) {
       if (!read_(l)) break;
       ++n;
     }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - q.started).count();
     lock.lock();
-    landed_[ticket] = n;
+    stats_.add(n, seconds);
+    landed_[q.ticket] = n;
     landed_cv_.notify_all();
   }
 }

@@ -31,14 +31,21 @@ class LoadThread {
   uint64_t start(std::vector<LowerTier::BlockLoad> loads);  // the load's ticket
   std::optional<int32_t> finish(uint64_t ticket);           // as LowerTier::finish_load
   void wait(std::chrono::milliseconds timeout);             // as LowerTier::wait_for_loads
+  TierLoadStats stats() const;                              // as LowerTier::load_stats; any thread
 
  private:
   void loop();
 
   ReadFn read_;
-  std::mutex mutex_;  // guards what follows, up to thread_
+  struct Queued {
+    uint64_t ticket = 0;
+    std::vector<LowerTier::BlockLoad> loads;
+    std::chrono::steady_clock::time_point started;
+  };
+  mutable std::mutex mutex_;  // guards what follows, up to thread_
   std::condition_variable work_, landed_cv_;
-  std::deque<std::pair<uint64_t, std::vector<LowerTier::BlockLoad>>> queue_;  // by ticket
+  std::deque<Queued> queue_;
+  TierLoadStats stats_;
   std::unordered_map<uint64_t, int32_t> landed_;  // ticket: blocks read
   uint64_t next_ticket_ = 1;
   bool stop_ = false;

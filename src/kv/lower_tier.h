@@ -33,6 +33,21 @@ struct PrefixDigest {
 PrefixDigest chain_digest(uint64_t key_lo, uint64_t key_hi, const PrefixDigest& parent,
                           uint64_t extra, std::span<const TokenId> tokens);
 
+// A tier's loads (start_load to landing: the wait in the queue and every block's read), for
+// /stats' load latency.
+struct TierLoadStats {
+  uint64_t loads = 0;   // landed
+  uint64_t blocks = 0;  // read by them
+  double seconds = 0, last_seconds = 0, max_seconds = 0;  // their time in all, the last, the longest
+  void add(int32_t num_blocks, double s) {
+    ++loads;
+    blocks += static_cast<uint64_t>(num_blocks);
+    seconds += s;
+    last_seconds = s;
+    max_seconds = s > max_seconds ? s : max_seconds;
+  }
+};
+
 class LowerTier {
  public:
   virtual ~LowerTier() = default;
@@ -80,14 +95,19 @@ class LowerTier {
     std::vector<TokenId> tokens;
   };
   // Starts loading `loads` in order (as load() would, one after the other, stopping at the
-  // first that fails); returns the load's ticket. This default loads them at once.
+  // first that fails); returns the load's ticket. This default loads them at once. A tier that
+  // reads later keeps the blocks it holds for the load until it has landed (HostTier pins
+  // them); a block gone before it is read is a miss, and the rest of the prompt is computed.
   virtual uint64_t start_load(std::vector<BlockLoad> loads) {
+    const auto start = std::chrono::steady_clock::now();
     int32_t n = 0;
     while (n < static_cast<int32_t>(loads.size())) {
       const BlockLoad& l = loads[static_cast<size_t>(n)];
       if (!load(l.block, l.hash, l.digest, l.tokens)) break;
       ++n;
     }
+    load_stats_.add(n, std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+                           .count());
     const uint64_t ticket = next_ticket_++;
     landed_.push_back({ticket, n});
     return ticket;
@@ -106,8 +126,11 @@ class LowerTier {
   // Waits up to `timeout` until some load in flight may have landed (for an engine that has
   // nothing else to do meanwhile).
   virtual void wait_for_loads(std::chrono::milliseconds timeout) { (void)timeout; }
+  // The loads that have landed so far (start_load's caller's thread, or this default's).
+  virtual TierLoadStats load_stats() const { return load_stats_; }
 
  private:
+  TierLoadStats load_stats_;
   uint64_t next_ticket_ = 1;
   std::vector<std::pair<uint64_t, int32_t>> landed_;
 };

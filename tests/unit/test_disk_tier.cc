@@ -145,6 +145,36 @@ TEST_F(DiskTierTest, TheByteBoundEvictsTheLeastRecentlyUsed) {
   EXPECT_FALSE(tier.put(9, tier.chain({}, 9, t), t, payload(1, 4 * one)));
 }
 
+// A record a load is to read (pinned) stays past the bound: the least recently used unpinned
+// records go instead, the newest last; once unpinned it goes as any other.
+TEST_F(DiskTierTest, APinnedRecordIsNotEvicted) {
+  const auto t = block_tokens(0);
+  const uint64_t one = 64 + 16 * 4 + 1000;
+  DiskTier tier(options(2 * one));
+  PrefixDigest d[5];
+  for (int i = 0; i < 5; ++i) d[i] = tier.chain({}, static_cast<uint64_t>(i), t);
+  tier.put(0, d[0], t, payload(1));
+  tier.put(1, d[1], t, payload(1));
+  tier.flush();
+  tier.pin(0, d[0]);
+  tier.pin(1, d[1]);
+  tier.put(2, d[2], t, payload(1));
+  tier.put(3, d[3], t, payload(1));
+  tier.flush();
+  EXPECT_LE(tier.stats().bytes, 2 * one);
+  EXPECT_TRUE(tier.get(0, d[0], t));
+  EXPECT_TRUE(tier.get(1, d[1], t));
+  EXPECT_FALSE(tier.contains(3, d[3]));
+  EXPECT_EQ(tier.stats().corrupt, 0u);
+  tier.unpin(0, d[0]);
+  tier.unpin(1, d[1]);
+  tier.put(4, d[4], t, payload(1));
+  tier.flush();
+  EXPECT_TRUE(tier.contains(4, d[4]));
+  EXPECT_EQ(tier.stats().records, 2u);
+  EXPECT_FALSE(tier.contains(0, d[0]));  // the least recently used of 0 and 1
+}
+
 TEST_F(DiskTierTest, TheWriteQueueIsBounded) {
   const auto t = block_tokens(0);
   DiskTierOptions o = options(1 << 30);

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <map>
 #include <numeric>
@@ -261,6 +262,90 @@ TEST_F(HostTierTest, TokensThatDoNotMatchAreAMiss) {
   EXPECT_FALSE(host_->load(0, hash, d, other));  // the same key, other tokens: never read
   EXPECT_TRUE(host_->load(0, hash, d, std::span<const TokenId>(a).subspan(0, kBs)));
   EXPECT_EQ(content_[0], expected(a)[0]);
+}
+
+// A tier below whose every load waits at a gate until the test opens it (the disk, slow), and
+// which keeps nothing handed down: a block host memory drops is gone.
+class GatedTier final : public LowerTier {
+ public:
+  PrefixDigest chain(const PrefixDigest& parent, uint64_t, std::span<const TokenId>) const override {
+    return parent;
+  }
+  void store(BlockId, BlockHash, const PrefixDigest&, std::span<const TokenId>) override {}
+  bool contains(BlockHash, const PrefixDigest&) const override { return false; }
+  bool load(BlockId, BlockHash, const PrefixDigest&, std::span<const TokenId>) override {
+    std::unique_lock lock(mutex_);
+    waiting_ = true;
+    changed_.notify_all();
+    changed_.wait(lock, [this] { return open_; });
+    return false;
+  }
+  void wait_until_a_load_waits() {
+    std::unique_lock lock(mutex_);
+    changed_.wait(lock, [this] { return waiting_; });
+  }
+  void open() {
+    std::lock_guard lock(mutex_);
+    open_ = true;
+    changed_.notify_all();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool waiting_ = false, open_ = false;
+};
+
+// The blocks a load is to read stay in host memory until it lands, however many blocks the
+// step evicts into the tier meanwhile (those go instead), and the load reads every one of them.
+TEST(HostTier, ALoadInFlightKeepsTheBlocksItReads) {
+  std::vector<uint64_t> content(8, 0);
+  GatedTier gate;
+  HostTier host(pool_bytes(content, /*any_thread=*/true), 2 * kEntryBytes, &gate);
+  const std::vector<TokenId> toks = tokens_from(1, kBs);
+  auto key = [](uint64_t n) { return PrefixDigest{n, n}; };
+  // Host memory holds blocks 10 and 11 (pool blocks 0 and 1 evicted into it).
+  content[0] = 1010;
+  content[1] = 1011;
+  host.evict(0, 10, key(10), toks);
+  host.evict(1, 11, key(11), toks);
+  // The load thread is kept busy by a block only the gated tier might have...
+  const uint64_t first = host.start_load({{2, 99, key(99), toks}});
+  gate.wait_until_a_load_waits();
+  // ...while a load of 10 and 11 into pool blocks 3 and 4 waits behind it.
+  const uint64_t second = host.start_load({{3, 10, key(10), toks}, {4, 11, key(11), toks}});
+  // The step evicts two more blocks into host memory, which holds two: they do not stay.
+  content[5] = 1020;
+  content[6] = 1021;
+  host.evict(5, 20, key(20), toks);
+  host.evict(6, 21, key(21), toks);
+  EXPECT_TRUE(host.in_memory(10, key(10)));
+  EXPECT_TRUE(host.in_memory(11, key(11)));
+  EXPECT_FALSE(host.in_memory(21, key(21)));
+  EXPECT_LE(host.stats().bytes, host.stats().max_bytes);
+  gate.open();
+  // (A landed load not yet finished ends every wait at once: each is finished when it lands.)
+  std::optional<int32_t> n, n_first;
+  for (int tries = 0; !n && tries < 2000; ++tries) {
+    host.wait_for_loads(std::chrono::milliseconds(5));
+    if (!n_first) n_first = host.finish_load(first);
+    n = host.finish_load(second);
+  }
+  EXPECT_EQ(n_first, 0);
+  EXPECT_EQ(n, 2);
+  EXPECT_EQ(content[3], 1010u);
+  EXPECT_EQ(content[4], 1011u);
+  const TierLoadStats loads = host.load_stats();
+  EXPECT_EQ(loads.loads, 2u);
+  EXPECT_EQ(loads.blocks, 2u);
+  EXPECT_GT(loads.seconds, 0.0);
+  EXPECT_LE(loads.last_seconds, loads.max_seconds);
+  // Landed: 10 and 11 are unpinned, and go as any other block does.
+  host.evict(5, 20, key(20), toks);
+  host.evict(6, 21, key(21), toks);
+  EXPECT_FALSE(host.in_memory(10, key(10)));
+  EXPECT_FALSE(host.in_memory(11, key(11)));
+  EXPECT_TRUE(host.in_memory(21, key(21)));
 }
 
 TEST(HostTier, ABoundBelowOneBlockIsRefused) {
