@@ -139,6 +139,11 @@ void check_kv_disk_options(const KvDiskOptions& o, const std::string& backend) {
   if (o.offload_gb > 0 && ranks() != nullptr) {
     fail("--kv-offload-gb: not with tensor parallel ranks");
   }
+  // Its copies go through the backend's download and upload, which have not run on a device yet.
+  if (o.offload_gb > 0 && backend == "cuda") {
+    fail("--kv-offload-gb: the cuda backend does not take a host-memory tier yet (its copies to "
+         "and from the device have not run on one; the CPU backend does)");
+  }
   if (o.folder.empty()) {
     if (o.gb_option != nullptr && o.gb_option->count() > 0) {
       throw UsageError("--kv-disk-gb goes with --kv-disk DIR");

@@ -22,7 +22,7 @@ struct KvDiskOptions {
 void add_kv_disk_options(CLI::App* cmd, KvDiskOptions& options);
 
 // Before the model loads: throws Error in one line when --kv-disk is given with a backend other
-// than the CPU, or either tier with several ranks; UsageError for --kv-disk-gb without
+// than the CPU, --kv-offload-gb with the CUDA backend, or either tier with several ranks; UsageError for --kv-disk-gb without
 // --kv-disk.
 void check_kv_disk_options(const KvDiskOptions& options, const std::string& backend);
 

@@ -308,6 +308,7 @@ EngineStats Engine::stats() const {
   s.block_size = config_.block_size;
   s.kv_disk = kv_disk_stats();
   s.kv_host = kv_host_stats();
+  s.kv_loads = kv_load_stats();
   return s;
 }
 

@@ -191,6 +191,7 @@ class Engine {
   // The disk tier's counters (zero without one); any thread.
   KvDiskStats kv_disk_stats() const { return kv_disk_ ? kv_disk_->stats() : KvDiskStats{}; }
   HostTierStats kv_host_stats() const { return kv_host_ ? kv_host_->stats() : HostTierStats{}; }
+  TierLoadStats kv_load_stats() const;  // the loads of the tier under the pool (kv_host.cc)
   const Scheduler& scheduler() const { return scheduler_; }
 
   // Explicit prefix save and restore (engine_kv_save.cc, engine/prefix_file.h), between steps on

@@ -14,6 +14,7 @@ namespace pagoda {
 struct KvDiskStats {
   bool enabled = false;
   uint64_t records = 0, bytes = 0;  // on disk now, this model's
+  uint64_t max_bytes = 0;           // the bound (--kv-disk-gb)
   uint64_t hit_blocks = 0;          // blocks read back into the KV cache
   uint64_t corrupt_records = 0;     // unreadable records found (a miss, deleted)
   uint64_t written_blocks = 0, bytes_written = 0, bytes_read = 0;
@@ -38,6 +39,7 @@ struct EngineStats {
   SpeculativeStats speculative;       // proposals made and accepted
   KvDiskStats kv_disk;
   HostTierStats kv_host;  // the host-memory tier (--kv-offload-gb); zero without one
+  TierLoadStats kv_loads;  // loads from the tiers under the pool (the top one's); zero without
 };
 
 }  // namespace pagoda

@@ -36,6 +36,12 @@ PoolBlockBytes pool_block_bytes(KvStorage& kv, Backend& backend) {
 
 }  // namespace
 
+TierLoadStats Engine::kv_load_stats() const {
+  // The top tier starts every load (the host tier reads the disk's blocks itself).
+  if (kv_host_) return kv_host_->load_stats();
+  return kv_disk_ ? kv_disk_->load_stats() : TierLoadStats{};
+}
+
 void Engine::open_kv_tiers() {
   const char* flag = config_.kv_disk.folder.empty() ? "--kv-offload-gb" : "--kv-disk";
   if (!config_.enable_prefix_caching) {

@@ -78,6 +78,7 @@ json kv_disk_json(const EngineStats& s) {
           {"hit_blocks", d.hit_blocks},
           {"blocks", d.records},
           {"bytes", d.bytes},
+          {"max_bytes", d.max_bytes},
           {"written_blocks", d.written_blocks},
           {"bytes_written", d.bytes_written},
           {"bytes_read", d.bytes_read},
@@ -89,6 +90,17 @@ json kv_disk_json(const EngineStats& s) {
           {"loads_in_flight", s.scheduler.kv.num_lower_tier_loads},
           {"load_seconds", d.load_seconds},
           {"max_load_seconds", d.max_load_seconds}};
+}
+
+// /stats' loads from the tiers under the pool (request start to landing); null without a tier.
+json kv_loads_json(const EngineStats& s) {
+  if (!s.kv_host.enabled && !s.kv_disk.enabled) return nullptr;
+  const TierLoadStats& l = s.kv_loads;
+  return {{"loads", l.loads},
+          {"blocks", l.blocks},
+          {"seconds", l.seconds},
+          {"last_seconds", l.last_seconds},
+          {"max_seconds", l.max_seconds}};
 }
 
 
@@ -182,6 +194,9 @@ json engine_stats_json(const EngineStats& s) {
           {"kv_blocks_used", s.scheduler.kv.num_used_blocks},
           {"kv_utilization", s.scheduler.kv.utilization()},
           {"prefix_cache_hit_rate", s.scheduler.kv.prefix_hit_rate()},
+          {"prefix_cache_hit_tokens", s.scheduler.kv.num_hit_tokens},
+          {"prefix_cache_pool_hit_tokens",
+           s.scheduler.kv.num_hit_tokens - s.scheduler.kv.num_lower_tier_hit_tokens},
           {"preemptions", s.scheduler.num_preemptions},
           {"generated_tokens", s.num_generated_tokens},
           {"computed_tokens", s.num_computed_tokens},
@@ -192,6 +207,7 @@ json engine_stats_json(const EngineStats& s) {
           {"spec_mean_accepted_length", s.speculative.mean_accepted_length()},
           {"kv_disk", kv_disk_json(s)},
           {"kv_host", kv_host_json(s)},
+          {"kv_loads", kv_loads_json(s)},
           {"recomputed_tokens", s.scheduler.num_recomputed_tokens}};
 }
 

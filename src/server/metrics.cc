@@ -110,6 +110,16 @@ void render_kv_host(std::ostringstream& out, const ModelStats& all) {
   series(out, "pagoda_kv_host_evicted_blocks_total", "counter",
          "KV blocks dropped from host memory past --kv-offload-gb.", models,
          [](S s) { return double(s.kv_host.evicted_blocks); });
+  series(out, "pagoda_kv_host_max_bytes", "gauge", "The host-memory tier's bound.", models,
+         [](S s) { return double(s.kv_host.max_bytes); });
+  series(out, "pagoda_kv_host_loads_total", "counter",
+         "Loads of waiting requests' blocks from the host-memory tier (and the disk under it).",
+         models, [](S s) { return double(s.kv_loads.loads); });
+  series(out, "pagoda_kv_host_load_seconds_total", "counter",
+         "Time from a load's start to its blocks landing in the KV cache, all loads.", models,
+         [](S s) { return s.kv_loads.seconds; });
+  series(out, "pagoda_kv_host_load_seconds_max", "gauge", "The longest load.", models,
+         [](S s) { return s.kv_loads.max_seconds; });
 }
 
 // The disk tier under the prefix cache (--kv-disk), for the models that have one.

@@ -86,6 +86,13 @@ def test_evicted_blocks_come_back_from_host_memory(pagoda_bin, stories):
         assert t["host"] == host["hit_tokens"] and t["disk"] == 0
         assert s.metric("pagoda_kv_host_hit_blocks_total") == host["hit_blocks"]
         assert engine(s)["kv_disk"] is None
+        # The load that brought them back: landed, timed, in /stats and /metrics alike.
+        loads = engine(s)["kv_loads"]
+        assert loads["loads"] >= 1 and loads["blocks"] == host["hit_blocks"]
+        assert 0 < loads["last_seconds"] <= loads["max_seconds"] <= loads["seconds"]
+        assert s.metric("pagoda_kv_host_loads_total") == loads["loads"]
+        assert engine(s)["prefix_cache_pool_hit_tokens"] + host["hit_tokens"] == \
+            engine(s)["prefix_cache_hit_tokens"]
     finally:
         s.stop()
 
@@ -176,3 +183,15 @@ def test_refusals(pagoda_bin, stories):
     r = subprocess.run([str(pagoda_bin), "serve", "-m", f"a={stories}", "-m", f"b={stories}",
                         "--kv-offload-gb", "1"], capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and "--kv-offload-gb serves one model" in r.stderr, r.stderr
+
+
+def test_the_cuda_backend_refuses_the_host_tier(pagoda_bin, stories):
+    """Its copies (Backend::download and upload) have not run on a device: refused in one line
+    before anything loads, with or without a CUDA build."""
+    for cmd in (["run", "-m", str(stories), "-p", "Hi", "-n", "2"], ["serve", "-m", str(stories)]):
+        r = subprocess.run([str(pagoda_bin), *cmd, "--backend", "cuda", "--kv-offload-gb", "1"],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1, r.stderr
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and "--kv-offload-gb: the cuda backend does not take" in lines[0], \
+            r.stderr

@@ -13,6 +13,7 @@ import fcntl
 import json
 import os
 import pathlib
+import re
 import select
 import shutil
 import subprocess
@@ -21,7 +22,7 @@ import time
 
 import pytest
 
-from server_util import ROOT, SMOLLM, Server, chat_model, need
+from server_util import ROOT, SMOLLM, Server, chat_model, need, post_json
 
 ARTIFACTS = pathlib.Path(os.environ.get("PAGODA_ARTIFACTS_DIR", ROOT / "build" / "test-artifacts"))
 SCREENSHOTS = pathlib.Path(os.environ.get("PAGODA_SCREENSHOTS_DIR", ARTIFACTS))
@@ -394,3 +395,67 @@ def test_a_server_of_several_models_lets_the_page_pick_one(pagoda_bin, shared_di
     finally:
         browser.close()
         server.stop()
+
+
+# test_kv_offload.py's prompts: on a KV cache of 128 tokens the second evicts the first.
+TIER_PROMPT = ("Once upon a time, there was a little girl named Lily. She loved to play outside "
+               "in the park with her friends. One day, she saw a big red ball under a tree. She "
+               "ran to the ball and picked it up. It was shiny and new.")
+TIER_OTHER = ("Tom had a small dog called Max. Every morning they walked to the river and "
+              "watched the boats go by. Max liked to bark at the ducks, and Tom liked to throw "
+              "sticks into the water. One day a big boat came by.")
+
+
+def complete_tokens(server, prompt):
+    status, body = post_json(server, "/v1/completions",
+                             {"prompt": prompt, "max_tokens": 4, "temperature": 0})
+    assert status == 200, body
+
+
+def test_the_engine_panel_shows_the_kv_tiers(pagoda_bin, shared_dir, tmp_path):
+    """Prompt tokens found in host memory (--kv-offload-gb) and on disk (--kv-disk), the tiers'
+    bytes against their bounds and the loads' latency, on a KV cache of 128 tokens."""
+    stories = need(shared_dir / "models" / "stories260K.gguf")
+    args = ("-t", "2", "--kv-tokens", "128", "--max-model-len", "256", "--kv-disk",
+            str(tmp_path / "kv"))
+    # A first run leaves the prompt's blocks on disk.
+    server = Server(pagoda_bin, stories, *args)
+    try:
+        complete_tokens(server, TIER_PROMPT)
+        assert server.terminate() == 0
+    finally:
+        server.stop()
+    server = Server(pagoda_bin, stories, *args, "--kv-offload-gb", "0.01")
+    browser = Browser()
+    try:
+        complete_tokens(server, TIER_PROMPT)  # from the disk
+        complete_tokens(server, TIER_OTHER)   # evicts it into host memory
+        complete_tokens(server, TIER_PROMPT)  # from host memory
+        browser.open(server.url + "/")
+
+        def text(figure):
+            return browser.eval(f"document.getElementById('{figure}').textContent")
+
+        for tier in ("host", "disk"):
+            assert wait_until(lambda: re.fullmatch(r"[1-9]\d* tokens", text("hits-" + tier) or ""),
+                              timeout=10), (tier, text("hits-" + tier))
+            assert re.fullmatch(r"[\d.]+ [KMG]?i?B / [\d.]+ [KMG]iB", text(tier)), text(tier)
+            assert browser.eval(f"document.querySelector('tr.tier-{tier}').hidden") is False
+        assert re.fullmatch(r"mean [\d.]+ ms, last [\d.]+ ms \([1-9]\d*\)", text("loads")), \
+            text("loads")
+        assert text("recomputed") == "0 tokens"
+        assert re.fullmatch(r"\d+ tokens", text("hits-pool")), text("hits-pool")
+        browser.eval("document.querySelector('aside').scrollTop = 1e6")
+        screenshot(browser, "web-kv-tiers.png")
+    finally:
+        browser.close()
+        server.stop()
+
+
+def test_the_engine_panel_without_tiers(page):
+    browser, _ = page
+    assert wait_until(lambda: browser.eval("document.getElementById('host').textContent") == "off",
+                      timeout=10)
+    assert browser.eval("document.getElementById('disk').textContent") == "off"
+    for row in ("host", "disk", "any"):
+        assert browser.eval(f"document.querySelector('tr.tier-{row}').hidden") is True, row

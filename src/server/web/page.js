@@ -446,6 +446,31 @@ function drawChart() {
   line.setAttribute("points", pts.join(" "));
   $("chart-max").textContent = "max " + max.toFixed(1);
 }
+// The KV tiers under the cache (--kv-offload-gb, --kv-disk): prompt tokens found per tier,
+// bytes held against the bound, and the loads' latency; a tier not configured shows "off" and
+// its hit row is hidden.
+function bytes(n) {
+  const units = [[2 ** 30, " GiB"], [2 ** 20, " MiB"], [2 ** 10, " KiB"]];
+  for (const [size, unit] of units) if (n >= size) return (n / size).toFixed(1) + unit;
+  return n + " B";
+}
+function showTiers(s) {
+  const tokens = (n) => n + " tokens";
+  const pool = s.prefix_cache_pool_hit_tokens;
+  $("hits-pool").textContent = pool === undefined ? "-" : tokens(pool);
+  for (const [name, tier] of [["host", s.kv_host], ["disk", s.kv_disk]]) {
+    document.querySelector("tr.tier-" + name).hidden = !tier;
+    $("hits-" + name).textContent = tier ? tokens(tier.hit_tokens) : "off";
+    $(name).textContent = tier ? bytes(tier.bytes) + " / " + bytes(tier.max_bytes) : "off";
+  }
+  const l = s.kv_loads;
+  document.querySelector("tr.tier-any").hidden = !l;
+  $("loads").textContent = !l ? "off" : l.loads === 0 ? "none yet"
+      : "mean " + (1000 * l.seconds / l.loads).toFixed(1) + " ms, last " +
+        (1000 * l.last_seconds).toFixed(1) + " ms (" + l.loads + ")";
+  $("recomputed").textContent = s.recomputed_tokens === undefined ? "-"
+      : tokens(s.recomputed_tokens);
+}
 async function poll() {
   try {
     const res = await fetch("/stats", { headers: headers() });
@@ -481,9 +506,7 @@ async function poll() {
     $("blocks").textContent = s.kv_blocks_used + " / " + s.kv_blocks_total;
     $("hits").textContent = (100 * s.prefix_cache_hit_rate).toFixed(1) + "%";
     $("preempt").textContent = s.preemptions;
-    $("disk").textContent = s.kv_disk
-        ? s.kv_disk.hit_tokens + " tokens read, " + s.kv_disk.blocks + " blocks kept"
-        : "off";
+    showTiers(s);
     $("spec").textContent = s.spec_proposed_tokens > 0
         ? (100 * s.spec_acceptance_rate).toFixed(1) + "% (" +
           s.spec_mean_accepted_length.toFixed(2) + " tok/step)"
