@@ -8,9 +8,16 @@ Greedy outputs are checked equal across the three.
 
     python3 bench/kv_tiers.py --model models/smollm2-135m-instruct-q4_1.gguf
 
-Every server runs with the same threads, KV memory and step budget; one request at a time.
+Every server runs with the same threads, KV memory and step budget; one request at a time, or
+--concurrency conversations at once (each still one turn after the other), where the table
+adds TTFT p50 / p99 over every turn and the total throughput.
+
+--preempt instead runs a preemption-heavy load: --preempt requests at once whose outputs
+outgrow the pool, with the pool alone (a preempted request recomputes what it dropped) and with
+the host-memory tier (its blocks swapped out and back), from /metrics' counters.
 """
 import argparse
+import concurrent.futures
 import json
 import statistics
 import tempfile
@@ -47,19 +54,64 @@ def messages(source, conversations, turns, chunk):
     return out
 
 
-def run(url, msgs, max_tokens):
-    """Turns round-robin over the conversations: TTFT per turn (a list per turn) and texts."""
+def run(url, msgs, max_tokens, concurrency=1):
+    """Turns round-robin over the conversations, `concurrency` conversations' turns at once:
+    TTFT per turn (a list per turn) and the texts, by conversation and turn."""
     history = ["" for _ in msgs]
     ttfts = [[] for _ in msgs[0]]
-    texts = []
-    for turn in range(len(msgs[0])):
-        for c, conv in enumerate(msgs):
-            history[c] += "\nUser: " + conv[turn] + "\nAssistant:"
-            ttft, text = first_token(url, history[c], max_tokens, ignore_eos=True)
-            history[c] += text
-            ttfts[turn].append(ttft)
-            texts.append(text)
+    texts = {}
+
+    def one(c, turn):
+        history[c] += "\nUser: " + msgs[c][turn] + "\nAssistant:"
+        ttft, text = first_token(url, history[c], max_tokens, ignore_eos=True)
+        history[c] += text
+        return ttft, text
+
+    with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
+        for turn in range(len(msgs[0])):
+            for c, (ttft, text) in enumerate(pool.map(lambda c: one(c, turn), range(len(msgs)))):
+                ttfts[turn].append(ttft)
+                texts[(c, turn)] = text
     return ttfts, texts
+
+
+def percentile(values, q):
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+def preempt_load(args):
+    """--preempt requests at once with long outputs on a small pool: preemptions, tokens
+    recomputed, tokens swapped back from host memory, wall time; pool alone vs host tier."""
+    prompts = [f"Request {i}: " + open(args.source, encoding="utf-8").read()[i * 300:i * 300 + 600]
+               for i in range(args.preempt)]
+    rows, outputs = [], []
+    for name, extra in (("pool alone (recompute)", []),
+                        ("pool + host memory (swap)", ["--kv-offload-gb", "1"])):
+        cmd = pagoda_serve_cmd(args.pagoda, args.model, args.threads, args.kv_tokens, 512,
+                               max_seqs=args.preempt,
+                               extra=["--max-model-len", str(args.kv_tokens), *extra])
+        with Server(name, cmd) as s:
+            start = time.perf_counter()
+            with concurrent.futures.ThreadPoolExecutor(args.preempt) as pool:
+                outs = list(pool.map(lambda p: first_token(s.url, p, args.max_tokens,
+                                                           ignore_eos=True)[1], prompts))
+            wall = time.perf_counter() - start
+            m = {n: metric(s.url, "pagoda_" + n) for n in (
+                "num_preemptions_total", "recomputed_tokens_total",
+                "prefix_cache_host_hits_total", "computed_tokens_total")}
+        outputs.append(outs)
+        rows.append([name, f"{m['num_preemptions_total']:.0f}",
+                     f"{m['recomputed_tokens_total']:.0f}",
+                     f"{m['prefix_cache_host_hits_total']:.0f}",
+                     f"{m['computed_tokens_total']:.0f}", f"{wall:.1f} s",
+                     f"{args.preempt * args.max_tokens / wall:.1f}"])
+    assert outputs[0] == outputs[1], "the outputs differ between recompute and swap"
+    print(f"{args.preempt} requests at once, 600-byte prompts, {args.max_tokens}-token answers, "
+          f"a {args.kv_tokens}-token pool")
+    print_table(None, ["configuration", "preemptions", "tokens recomputed",
+                       "tokens swapped back (host hits)", "token rows computed", "wall",
+                       "output tok/s"], rows)
 
 
 def main():
@@ -73,22 +125,30 @@ def main():
     p.add_argument("--max-tokens", type=int, default=16, help="an answer's length")
     p.add_argument("--kv-tokens", type=int, default=1536, help="the pool: about one conversation")
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--concurrency", type=int, default=1, help="conversations at once")
+    p.add_argument("--tiers", default="pool,host,disk", help="the configurations to run")
+    p.add_argument("--preempt", type=int, default=0,
+                   help="run the preemption load instead: this many requests at once")
     args = p.parse_args()
+    if args.preempt:
+        preempt_load(args)
+        return
     source = open(args.source, encoding="utf-8").read()
     msgs = messages(source, args.conversations, args.turns, args.chunk_bytes)
 
     results = {}
     with tempfile.TemporaryDirectory() as tmp:
-        configs = [("pool alone (recomputed)", []),
-                   ("pool + host memory (--kv-offload-gb 1)", ["--kv-offload-gb", "1"]),
-                   ("pool + disk (--kv-disk)", ["--kv-disk", f"{tmp}/disk"])]
-        for name, extra in configs:
+        configs = {"pool": ("pool alone (recomputed)", []),
+                   "host": ("pool + host memory (--kv-offload-gb 1)", ["--kv-offload-gb", "1"]),
+                   "disk": ("pool + disk (--kv-disk)", ["--kv-disk", f"{tmp}/disk"])}
+        for key in args.tiers.split(","):
+            name, extra = configs[key]
             cmd = pagoda_serve_cmd(args.pagoda, args.model, args.threads, args.kv_tokens, 512,
-                                   max_seqs=1, extra=["--max-model-len", str(args.kv_tokens),
-                                                      *extra])
+                                   max_seqs=args.concurrency,
+                                   extra=["--max-model-len", str(args.kv_tokens), *extra])
             with Server(name, cmd) as s:
                 start = time.perf_counter()
-                ttfts, texts = run(s.url, msgs, args.max_tokens)
+                ttfts, texts = run(s.url, msgs, args.max_tokens, args.concurrency)
                 wall = time.perf_counter() - start
                 hits = {t: metric(s.url, f"pagoda_prefix_cache_{t}_hits_total")
                         for t in ("pool", "host", "disk")}
@@ -99,15 +159,20 @@ def main():
         assert texts == base[1], f"{name}: outputs differ from the pool alone's"
 
     columns = ["configuration"] + [f"turn {t + 1} TTFT p50" for t in range(args.turns)] + [
-        "all turns", "prompt tokens from pool / host / disk"]
+        "TTFT p50 / p99", "all turns", "output tok/s", "prompt tokens from pool / host / disk"]
     rows = []
+    num_turns = args.conversations * args.turns
     for name, (ttfts, _, wall, hits, queried) in results.items():
         per_turn = [f"{statistics.median(t):.2f} s" for t in ttfts]
-        rows.append([name, *per_turn, f"{wall:.1f} s",
+        every = [x for t in ttfts for x in t]
+        rows.append([name, *per_turn,
+                     f"{percentile(every, 0.5):.2f} / {percentile(every, 0.99):.2f} s",
+                     f"{wall:.1f} s", f"{num_turns * args.max_tokens / wall:.1f}",
                      f"{hits['pool']:.0f} / {hits['host']:.0f} / {hits['disk']:.0f} "
                      f"of {queried:.0f}"])
-    print(f"{args.conversations} conversations x {args.turns} turns, {args.chunk_bytes}-byte "
-          f"messages, {args.max_tokens}-token answers, a {args.kv_tokens}-token pool")
+    print(f"{args.conversations} conversations x {args.turns} turns, {args.concurrency} at once, "
+          f"{args.chunk_bytes}-byte messages, {args.max_tokens}-token answers, a "
+          f"{args.kv_tokens}-token pool")
     print_table(None, columns, rows)
 
 
