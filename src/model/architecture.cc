@@ -33,6 +33,7 @@ std::vector<Architecture> make_table() {
   llama.hf_model_types = {"llama", "mistral"};
   llama.gguf_rope_adjacent_pairs = true;
   llama.load = load_llama;
+  llama.longrope = true;
   t.push_back(llama);
 
   Architecture qwen2;
@@ -40,6 +41,7 @@ std::vector<Architecture> make_table() {
   qwen2.hf_model_types = {"qwen2"};
   qwen2.qkv_bias = true;
   qwen2.load = load_llama;
+  qwen2.longrope = true;
   t.push_back(qwen2);
 
   Architecture qwen3;
@@ -47,6 +49,7 @@ std::vector<Architecture> make_table() {
   qwen3.hf_model_types = {"qwen3"};
   qwen3.qk_norm = true;
   qwen3.load = load_llama;
+  qwen3.longrope = true;
   t.push_back(qwen3);
 
   Architecture qwen3moe;
@@ -54,6 +57,7 @@ std::vector<Architecture> make_table() {
   qwen3moe.hf_model_types = {"qwen3_moe"};
   qwen3moe.qk_norm = true;
   qwen3moe.load = load_llama;
+  qwen3moe.longrope = true;
   t.push_back(qwen3moe);
 
   Architecture phi3;
@@ -63,6 +67,7 @@ std::vector<Architecture> make_table() {
   phi3.fused_gate_up = true;
   phi3.uses_sliding_window = false;
   phi3.load = load_llama;
+  phi3.longrope = true;
   t.push_back(phi3);
 
   Architecture gemma3;

@@ -43,6 +43,8 @@ struct Architecture {
   // GGUF converters permute this family's Q/K rows so that rotated pairs are adjacent; other
   // families, and every Hugging Face checkpoint, rotate the two halves of each head.
   bool gguf_rope_adjacent_pairs = false;
+  // Its forward applies LongRoPE's per-pair factors (from GGUF tensors or a config.json).
+  bool longrope = false;
   // Interleaved attention: every Nth layer (N-1, 2N-1, ...) attends globally with the model's
   // RoPE base, the others within attention.sliding_window with `local_rope_base`. 0: every
   // layer alike. Fixed by the family (llama.cpp reads neither from GGUF), so a config.json that

@@ -37,8 +37,9 @@ std::string rope_scaling_problem(const ModelConfig& c) {
   if (type.empty() || type == "none" || type == "linear" || type == "yarn" || type == "llama3") {
     return "";
   }
+  if (type == "longrope" && !c.rope_long_factors.empty()) return "";
   return str_cat("RoPE scaling '", type,
-                 "' is not supported (pagoda computes linear, llama3 and yarn)");
+                 "' is not supported (pagoda computes linear, llama3, yarn and longrope)");
 }
 
 namespace {

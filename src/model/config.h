@@ -26,7 +26,8 @@ struct ModelConfig {
   float rms_norm_eps = 1e-5f;
   float rope_theta = 10000.0f;
   float rope_scaling_factor = 0.0f;  // 0: none
-  // "", "none", "linear", "yarn", "llama3" are computed; rope_scaling_problem() refuses others.
+  // "", "none", "linear", "yarn", "llama3" are computed, and "longrope" with its factors;
+  // rope_scaling_problem() refuses others.
   std::string rope_scaling_type;
   // Llama 3 scaling (HF rope_scaling; GGUF files carry the result as rope_freqs.weight instead).
   float rope_low_freq_factor = 1.0f;
@@ -40,6 +41,10 @@ struct ModelConfig {
   float rope_yarn_attn_factor = 0.0f;
   // Multiplies cos and sin of every rotation (GGUF rope.scaling.attn_factor), YaRN or not.
   float rope_attn_factor = 1.0f;
+  // LongRoPE from a config.json (rope_scaling "longrope"): per-pair divisors of the frequencies
+  // for a context past rope_original_context and for one within it. A GGUF file carries them as
+  // the rope_factors_long / rope_factors_short tensors instead.
+  std::vector<float> rope_long_factors, rope_short_factors;
   uint32_t sliding_window = 0;       // 0: every layer attends globally
   // Layers that differ from each other (Gemma 4; empty or 0 elsewhere): 1 for each layer that
   // attends within sliding_window (GGUF attention.sliding_window_pattern), those layers' head

@@ -62,6 +62,17 @@ class Reader {
     if (!v->is_string()) wrong(key, *v, "a string");
     return v->get<std::string>();
   }
+  std::optional<std::vector<float>> numbers(const char* key) const {
+    const json* v = get(key);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_array()) wrong(key, *v, "an array of numbers");
+    std::vector<float> out;
+    for (const json& x : *v) {
+      if (!x.is_number()) wrong(key, *v, "an array of numbers");
+      out.push_back(x.get<float>());
+    }
+    return out;
+  }
   // nullopt when absent; an Error when present and not an object.
   std::optional<Reader> obj(const char* key) const {
     const json* v = get(key);
@@ -106,6 +117,34 @@ void read_yarn(const Reader& rs, ModelConfig& c) {
   }
 }
 
+// LongRoPE (Phi-3's 128K models; "su" in older files), as transformers'
+// _compute_longrope_parameters: divisors per pair for contexts past the original one and within
+// it, and an attention factor from how far the context was stretched (max_position_embeddings
+// over a top-level original_max_position_embeddings, else rope_scaling's factor).
+void read_longrope(const Reader& r, const Reader& rs, ModelConfig& c) {
+  c.rope_scaling_type = "longrope";
+  auto long_factors = rs.numbers("long_factor"), short_factors = rs.numbers("short_factor");
+  if (!long_factors || !short_factors) {
+    fail(rs.source(), ": LongRoPE needs '", rs.path("long_factor"), "' and '",
+         rs.path("short_factor"), "'");
+  }
+  c.rope_long_factors = std::move(*long_factors);
+  c.rope_short_factors = std::move(*short_factors);
+  double factor = rs.number("factor").value_or(1.0);
+  c.rope_original_context = c.context_length;
+  if (auto original = r.u32("original_max_position_embeddings"); original && *original > 0) {
+    c.rope_original_context = *original;
+    factor = static_cast<double>(c.context_length) / *original;
+  }
+  double attention = 1.0;
+  if (auto v = rs.number("attention_factor")) {
+    attention = *v;
+  } else if (factor > 1 && c.rope_original_context > 1) {
+    attention = std::sqrt(1 + std::log(factor) / std::log(double(c.rope_original_context)));
+  }
+  c.rope_attn_factor = static_cast<float>(attention);
+}
+
 void read_rope_scaling(const Reader& r, ModelConfig& c) {
   // Newer transformers write rope_parameters (theta inside); older ones rope_scaling.
   for (const char* key : {"rope_scaling", "rope_parameters"}) {
@@ -127,6 +166,7 @@ void read_rope_scaling(const Reader& r, ModelConfig& c) {
       c.rope_original_context = c.context_length;
     }
     if (type == "yarn") read_yarn(*rs, c);
+    if (type == "longrope" || type == "su") read_longrope(r, *rs, c);
   }
 }
 
@@ -139,6 +179,10 @@ void check_fixed_choices(const Reader& r, const Architecture* arch, const ModelC
   if (auto scalar = r.number("query_pre_attn_scalar"); scalar && *scalar != c.head_dim) {
     fail(source, ": query_pre_attn_scalar ", *scalar, " differs from head_dim ", c.head_dim,
          "; pagoda scales attention by 1/sqrt(head_dim)");
+  }
+  if (arch != nullptr && !c.rope_long_factors.empty() && !arch->longrope) {
+    fail(source, ": RoPE scaling 'longrope' is not supported for ", arch->name,
+         " (pagoda applies it to the Llama-like families and Phi-3)");
   }
   if (arch == nullptr || arch->global_attention_every == 0) return;
   const uint32_t every = arch->global_attention_every;

@@ -157,6 +157,14 @@ LlamaModel::LlamaModel(const ModelFile& file, Communicator* tp) {
     }
     rope_long_ = w.vector("rope_factors_long.weight", rope_.rotary_dim / 2);
     rope_short_ = w.vector("rope_factors_short.weight", rope_.rotary_dim / 2);
+  } else if (!c.rope_long_factors.empty()) {  // a config.json's rope_scaling
+    const size_t pairs = static_cast<size_t>(rope_.rotary_dim / 2);
+    if (c.rope_long_factors.size() != pairs || c.rope_short_factors.size() != pairs) {
+      fail(file.path(), ": LongRoPE has ", c.rope_long_factors.size(), " long and ",
+           c.rope_short_factors.size(), " short factors for ", pairs, " rotary pairs");
+    }
+    rope_long_ = c.rope_long_factors;
+    rope_short_ = c.rope_short_factors;
   }
   apply_rope_scaling(c, rope_);
   // Llama 3 style scaling ships its per-frequency divisors as a tensor.

@@ -165,8 +165,9 @@ std::string folder_name(const std::string& path) {
 void write_rope_scaling(GgufWriter& w, const std::string& a, const ModelConfig& c,
                         const std::string& source) {
   const std::string& type = c.rope_scaling_type;
-  // A synthetic LongRoPE shape (model/shapes.cc), written as llama.cpp's Phi-3 converter writes
-  // the 128K models: no type, the factors as tensors (model/recipe.cc).
+  // LongRoPE (a synthetic shape of model/shapes.cc, or a folder's config.json), written as
+  // llama.cpp's Phi-3 converter writes the 128K models: no type, the factors as tensors
+  // (model/recipe.cc for synth, convert's rope tensors for a folder).
   if (type == "longrope") {
     w.add_f32(a + "rope.scaling.attn_factor", c.rope_attn_factor);
     w.add_u32(a + "rope.scaling.original_context_length", c.rope_original_context);
@@ -335,12 +336,17 @@ ConvertSummary convert_hf_model(const ConvertOptions& o,
   s.tokenizer_model = vocab.model;
   s.num_tokens = static_cast<size_t>(embd->shape[1]);
 
-  // Llama 3 scaling: the per-frequency divisors pagoda computes from config.json for a folder,
-  // written as the tensor llama.cpp's files carry them in.
-  std::vector<float> rope_freqs;
+  // RoPE divisors a folder's config.json gives or implies, written as the tensors llama.cpp's
+  // files carry them in: Llama 3 scaling's (computed), LongRoPE's two lists.
+  std::vector<std::pair<std::string, std::vector<float>>> rope_tensors;
   if (c.rope_scaling_type == "llama3") {
-    rope_freqs = llama3_rope_freq_factors(
-        c, static_cast<int32_t>(c.rotary_dim ? c.rotary_dim : c.head_dim));
+    rope_tensors.emplace_back("rope_freqs.weight",
+                              llama3_rope_freq_factors(
+                                  c, static_cast<int32_t>(c.rotary_dim ? c.rotary_dim : c.head_dim)));
+  }
+  if (!c.rope_long_factors.empty()) {
+    rope_tensors.emplace_back("rope_factors_long.weight", c.rope_long_factors);
+    rope_tensors.emplace_back("rope_factors_short.weight", c.rope_short_factors);
   }
 
   struct Job {
@@ -371,7 +377,7 @@ ConvertSummary convert_hf_model(const ConvertOptions& o,
     s.bytes_in += t.num_bytes;
     jobs.push_back(std::move(j));
   }
-  s.num_tensors = jobs.size() + (rope_freqs.empty() ? 0 : 1);
+  s.num_tensors = jobs.size() + rope_tensors.size();
   s.bytes_out = total;
 
   uint64_t done = 0;
@@ -417,11 +423,11 @@ ConvertSummary convert_hf_model(const ConvertOptions& o,
       }
     });
   }
-  if (!rope_freqs.empty()) {
-    std::vector<uint8_t> bytes(rope_freqs.size() * sizeof(float));
-    std::memcpy(bytes.data(), rope_freqs.data(), bytes.size());
-    w.add_tensor("rope_freqs.weight", DType::kF32, {rope_freqs.size()}, std::move(bytes));
-    s.bytes_out += rope_freqs.size() * sizeof(float);
+  for (const auto& [name, values] : rope_tensors) {
+    std::vector<uint8_t> bytes(values.size() * sizeof(float));
+    std::memcpy(bytes.data(), values.data(), bytes.size());
+    w.add_tensor(name, DType::kF32, {values.size()}, std::move(bytes));
+    s.bytes_out += values.size() * sizeof(float);
   }
   w.write(o.output_path);
   return s;

@@ -110,8 +110,73 @@ def test_yarn_matches_transformers_past_the_original_context(pagoda_bin, shared_
         assert diff < BOUND, (name, backend, str(model), diff)
 
 
-@pytest.mark.parametrize("scaling", [{"rope_type": "longrope", "factor": 4.0},
-                                     {"type": "dynamic", "factor": 2.0}])
+def longrope_rope(factors, attention_factor):
+    """transformers' _compute_longrope_parameters' rotation: inv_freq = 1 / (factor_i *
+    base^(2i / dim)), cos and sin times the attention factor."""
+    def rope(x, base):
+        half = x.shape[-1] // 2
+        inv = 1.0 / (np.array(factors) * base ** (np.arange(0, x.shape[-1], 2) / x.shape[-1]))
+        ang = np.arange(x.shape[0])[:, None] * inv[None, :]
+        cos = (np.cos(ang) * attention_factor)[:, None, :]
+        sin = (np.sin(ang) * attention_factor)[:, None, :]
+        x1, x2 = x[..., :half], x[..., half:]
+        return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+    return rope
+
+
+LONG = [1.0, 1.3, 1.9, 2.8, 4.1, 6.0, 9.5, 14.0]
+SHORT = [1.0, 1.05, 1.1, 1.2, 1.4, 1.6, 1.9, 2.3]
+
+
+# Phi-3 128K's config: max_position_embeddings (256 here) over a top-level
+# original_max_position_embeddings (16) sets the attention factor, sqrt(1 + ln 16 / ln 16); 40
+# tokens run past the original context (the long factors, where the KV cache holds more than 16
+# positions, as llama.cpp chooses by its context), 12 within it (the short ones).
+@pytest.mark.parametrize("tokens,factors", [(40, LONG), (12, SHORT)])
+@pytest.mark.parametrize("backend", ["reference", "cpu"])
+def test_longrope_matches_transformers(pagoda_bin, shared_dir, tmp_path, tokens, factors,
+                                       backend):
+    folder = tmp_path / "longrope"
+    f, w, ntok, config = yarn_folder(folder, shared_dir, {"rope_type": "longrope",
+                                                          "long_factor": LONG,
+                                                          "short_factor": SHORT})
+    config["original_max_position_embeddings"] = 16
+    (folder / "config.json").write_text(json.dumps(config))
+    gguf_path = tmp_path / "longrope.gguf"
+    r = pagoda(pagoda_bin, "convert", folder, "-o", gguf_path, "--type", "f32")
+    assert r.returncode == 0, r.stderr
+    vocab = w["model.embed_tokens.weight"].shape[0]
+    ids = np.random.default_rng(12).integers(0, ntok, tokens).tolist()
+    want = reference_logits(f, w, ids, longrope_rope(factors, math.sqrt(2.0)))
+    plain = reference_logits(f, w, ids)
+    assert np.abs(want - plain).max() > 100 * BOUND
+    for model in (folder, gguf_path):
+        got = prompt_logits(model, ids, backend, vocab)
+        diff = np.abs(got - want).max()
+        print(f"longrope {tokens} {backend} {model.name}: largest difference {diff:.3g}")
+        assert diff < BOUND, (tokens, backend, str(model), diff)
+
+
+def test_longrope_without_its_factors_or_on_another_family_is_refused(pagoda_bin, shared_dir,
+                                                                      tmp_path):
+    folder = tmp_path / "scaled"
+    yarn_folder(folder, shared_dir, {"rope_type": "longrope", "factor": 4.0})
+    line = one_line_error(pagoda(pagoda_bin, "run", "-m", folder, "-p", "x", "-n", "1"))
+    assert "LongRoPE needs 'rope_scaling.long_factor'" in line, line
+    folder = tmp_path / "short_lists"
+    yarn_folder(folder, shared_dir, {"rope_type": "longrope", "long_factor": LONG[:7],
+                                     "short_factor": SHORT[:7]})
+    line = one_line_error(pagoda(pagoda_bin, "run", "-m", folder, "-p", "x", "-n", "1"))
+    assert "LongRoPE has 7 long and 7 short factors for 8 rotary pairs" in line, line
+    f, _, _ = make_folder(tmp_path / "gemma", "gemma3", shared_dir)
+    config = json.loads((tmp_path / "gemma" / "config.json").read_text())
+    config["rope_scaling"] = {"rope_type": "longrope", "long_factor": LONG, "short_factor": SHORT}
+    (tmp_path / "gemma" / "config.json").write_text(json.dumps(config))
+    line = one_line_error(pagoda(pagoda_bin, "run", "-m", tmp_path / "gemma", "-p", "x", "-n", "1"))
+    assert "RoPE scaling 'longrope' is not supported for gemma3" in line, line
+
+
+@pytest.mark.parametrize("scaling", [{"type": "dynamic", "factor": 2.0}])
 def test_scaling_pagoda_does_not_compute_is_refused(pagoda_bin, shared_dir, tmp_path, scaling):
     folder = tmp_path / "scaled"
     yarn_folder(folder, shared_dir, scaling)

@@ -1,6 +1,7 @@
 // Hugging Face model folders: config.json, tokenizer.json, and ModelFile over every format.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -161,15 +162,40 @@ TEST(HfConfig, YarnRopeScalingGivesCorrectionRangeAndAttentionFactor) {
 TEST(HfConfig, UnknownRopeScalingIsRefusedByName) {
   const ModelConfig c = config_from_hf_json(R"({"model_type": "llama", "num_hidden_layers": 1,
     "hidden_size": 64, "num_attention_heads": 4, "max_position_embeddings": 128,
-    "rope_scaling": {"type": "longrope", "factor": 4.0}})",
+    "rope_scaling": {"type": "dynamic", "factor": 4.0}})",
                                             "c");
   EXPECT_EQ(rope_scaling_problem(c),
-            "RoPE scaling 'longrope' is not supported (pagoda computes linear, llama3 and yarn)");
+            "RoPE scaling 'dynamic' is not supported (pagoda computes linear, llama3, yarn and "
+            "longrope)");
   try {
     c.validate("m");
-    FAIL() << "validate accepted longrope";
+    FAIL() << "validate accepted dynamic";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("RoPE scaling 'longrope'"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("RoPE scaling 'dynamic'"), std::string::npos);
+  }
+}
+
+// LongRoPE is computed from its two lists of factors; without them it is refused by name.
+TEST(HfConfig, LongRopeReadsItsFactorsOrIsRefused) {
+  const std::string head = R"({"model_type": "phi3", "num_hidden_layers": 1, "hidden_size": 64,
+    "num_attention_heads": 4, "max_position_embeddings": 4096,
+    "original_max_position_embeddings": 64, "rope_scaling": )";
+  const ModelConfig c = config_from_hf_json(
+      head + R"({"type": "longrope", "long_factor": [1, 2, 3, 4, 5, 6, 7, 8],
+                 "short_factor": [1, 1, 1, 1, 1, 1, 1, 2]}})", "c");
+  EXPECT_EQ(rope_scaling_problem(c), "");
+  EXPECT_EQ(c.rope_long_factors.size(), 8u);
+  EXPECT_EQ(c.rope_short_factors.back(), 2.0f);
+  EXPECT_EQ(c.rope_original_context, 64u);
+  // transformers' attention factor: sqrt(1 + ln(4096 / 64) / ln 64) = sqrt(2).
+  EXPECT_NEAR(c.rope_attn_factor, std::sqrt(2.0f), 1e-6);
+  try {
+    config_from_hf_json(head + R"({"type": "longrope", "factor": 4.0}})", "c");
+    FAIL() << "longrope without its factors was read";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("LongRoPE needs 'rope_scaling.long_factor'"),
+              std::string::npos)
+        << e.what();
   }
 }
 
