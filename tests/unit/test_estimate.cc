@@ -60,6 +60,36 @@ TEST(Estimate, ParameterCountsMatchPublishedModels) {
   EXPECT_EQ(estimate_weights(preset("qwen2-7b"), "f16").num_parameters, 7615616512u);
 }
 
+// The 2026 shapes against their makers' published sizes (Google's Gemma 4 model card: E2B 2.3B
+// effective parameters, 5.1B with the per-layer embeddings and its vision and audio encoders,
+// which pagoda does not load; 26B-A4B 25.2B in all, 3.8B active; OpenAI's gpt-oss-20b: 20.9B
+// in all, 3.6B active). Active: the parameters a token multiplies, all but the routed experts
+// it does not use and a token table it only looks up (an untied one); the per-layer input
+// table is looked up too, so "effective" leaves it out.
+TEST(Estimate, NewShapesMatchTheirPublishedSizes) {
+  auto billions = [](double n) { return n / 1e9; };
+  auto active = [&](const ModelConfig& c) {
+    const WeightEstimate w = estimate_weights(c, "f16");
+    const double experts = static_cast<double>(c.num_layers) * c.num_experts * 3.0 * c.hidden_size *
+                           c.expert_ffn_size();
+    return billions(double(w.num_parameters) - (w.tied ? 0.0 : double(w.embedding_parameters)) -
+                    experts * (1.0 - static_cast<double>(c.num_experts_used) / c.num_experts));
+  };
+  const ModelConfig& e2b = preset("gemma4-e2b");
+  const double e2b_total = billions(double(estimate_weights(e2b, "f16").num_parameters));
+  const double per_layer_table = billions(static_cast<double>(e2b.num_layers) * e2b.per_layer_input_dim *
+                                          e2b.vocab_size);
+  EXPECT_NEAR(e2b_total - per_layer_table, 2.3, 0.05);
+  EXPECT_GT(e2b_total, 4.5);
+  EXPECT_LT(e2b_total, 5.1);
+  const ModelConfig& moe = preset("gemma4-26b-a4b");
+  EXPECT_NEAR(billions(double(estimate_weights(moe, "f16").num_parameters)), 25.2, 0.1);
+  EXPECT_NEAR(active(moe), 3.8, 0.1);
+  const ModelConfig& oss = preset("gpt-oss-20b");
+  EXPECT_NEAR(billions(double(estimate_weights(oss, "f16").num_parameters)), 20.9, 0.1);
+  EXPECT_NEAR(active(oss), 3.6, 0.1);
+}
+
 TEST(Estimate, WeightBytesPerType) {
   const ModelConfig& llama3 = preset("llama-3-8b");
   // Norms (2 per layer + the final one) stay F32: 65 x 4096 parameters.
