@@ -106,6 +106,12 @@ struct Vec16 {
     }
   }
 };
+// Low-rank products: two accumulator chains a token and one group of 16 rows a pass (each
+// Vec16 is two registers of the 16).
+constexpr int kLowRankChains = 2;
+constexpr int kLowRankGroups = 1;
+#include "backend/cpu/x86_low_rank.inc"
+
 constexpr int kQkRows = 3;
 constexpr int kQkRowsQuantized = 2;  // three Vec16 chains a row: 2 rows fill the 16 registers
 constexpr int kPvRows = 2;
@@ -123,6 +129,8 @@ void fill_avx2_kernels(Kernels& k) {
   // measured").
   fill_matmul<4, 2, 2, 4>(k);
   fill_attention(k);
+  k.low_rank_down = low_rank_down_x86;
+  k.low_rank_up = low_rank_up_x86;
 }
 
 }  // namespace pagoda::cpu

@@ -40,7 +40,6 @@ struct Isa {
 #include "backend/cpu/x86_kquants.inc"
 #include "backend/cpu/x86_matmul.inc"
 #include "backend/cpu/x86_packed.inc"
-#include "backend/cpu/x86_low_rank.inc"
 #include "backend/cpu/x86_vector512.inc"
 
 // 16 lanes in one 512-bit register; 32 registers hold 8 rows of scores (16) with two key
@@ -78,6 +77,11 @@ struct Vec16 {
     }
   }
 };
+// Low-rank products: four accumulator chains a token, four groups of 16 rows a pass.
+constexpr int kLowRankChains = 4;
+constexpr int kLowRankGroups = 4;
+#include "backend/cpu/x86_low_rank.inc"
+
 constexpr int kQkRows = 8;
 constexpr int kQkRowsQuantized = 8;
 constexpr int kPvRows = 4;
@@ -97,8 +101,8 @@ void fill_avx512_kernels(Kernels& k) {
   fill_matmul<4, 4, 2, 4>(k);
   fill_packed(k);
   fill_attention(k);
-  k.low_rank_down = low_rank_down512;
-  k.low_rank_up = low_rank_up512;
+  k.low_rank_down = low_rank_down_x86;
+  k.low_rank_up = low_rank_up_x86;
 }
 
 }  // namespace pagoda::cpu
