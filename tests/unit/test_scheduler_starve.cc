@@ -2,7 +2,8 @@
 // bench/kv_tiers.py --conversations 16 --turns 4 --concurrency 4 --kv-tokens 1024): each turn
 // sends the whole conversation so far plus a new message, four turns in flight, the next turn
 // of the sixteen conversations only after all of the previous one's. Running requests grow and
-// preempt one another; no request may wait for its first token far longer than the rest.
+// preempt one another; no request may wait for its first token longer than the work ahead of
+// it (docs/SCHEDULER.md, "How long a request can wait").
 #include <gtest/gtest.h>
 
 #include <algorithm>
