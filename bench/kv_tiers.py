@@ -10,7 +10,10 @@ Greedy outputs are checked equal across the three.
 
 Every server runs with the same threads, KV memory and step budget; one request at a time, or
 --concurrency conversations at once (each still one turn after the other), where the table
-adds TTFT p50 / p99 over every turn and the total throughput.
+adds TTFT p50 / p99 over every turn and the total throughput. Under the table, for each
+server: its slowest turn, and what the engine did while that turn waited (steps, tokens
+computed, preemptions, from /metrics sampled twice a second), and the longest time without a
+step: a scheduler that starves a request keeps stepping; a process that gets no CPU does not.
 
 --preempt instead runs a preemption-heavy load: --preempt requests at once whose outputs
 outgrow the pool, with the pool alone (a preempted request recomputes what it dropped) and with
@@ -21,6 +24,7 @@ import concurrent.futures
 import json
 import statistics
 import tempfile
+import threading
 import time
 import urllib.request
 
@@ -42,6 +46,60 @@ def metric(url, name):
     return 0.0
 
 
+def metrics(url, names):
+    """The values of the /metrics series `names` (0 for one that is absent), one request."""
+    values = dict.fromkeys(names, 0.0)
+    with urllib.request.urlopen(url + "/metrics", timeout=30) as r:
+        for line in r.read().decode().splitlines():
+            name, _, value = line.partition(" ")
+            if name in values:
+                values[name] = float(value)
+    return values
+
+
+class Progress:
+    """The engine's counters sampled every `period` seconds in a thread while the block runs:
+    (time, engine steps, tokens computed, preemptions)."""
+    NAMES = ("pagoda_engine_steps_total", "pagoda_computed_tokens_total",
+             "pagoda_num_preemptions_total")
+
+    def __init__(self, url, period=0.5):
+        self.url, self.period, self.samples = url, period, []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self.sample)
+
+    def sample(self):
+        while True:
+            values = metrics(self.url, self.NAMES)
+            self.samples.append((time.perf_counter(), *(values[n] for n in self.NAMES)))
+            if self.done.wait(self.period):
+                return
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.done.set()
+        self.thread.join()
+
+    def during(self, start, end):
+        """(steps, tokens computed, preemptions) between the last sample before `start` and
+        the first after `end`."""
+        before = [s for s in self.samples if s[0] <= start] or self.samples[:1]
+        after = [s for s in self.samples if s[0] >= end] or self.samples[-1:]
+        return tuple(int(a - b) for a, b in zip(after[0][1:], before[-1][1:]))
+
+    def longest_stall(self):
+        """The longest time between two samples with no engine step between them."""
+        longest, since = 0.0, self.samples[0]
+        for s in self.samples[1:]:
+            if s[1] != since[1]:
+                since = s
+            longest = max(longest, s[0] - since[0])
+        return longest
+
+
 def messages(source, conversations, turns, chunk):
     """[conversation][turn] new text: consecutive pieces of `source`, `chunk` bytes each."""
     out, at = [], 0
@@ -59,20 +117,23 @@ def run(url, msgs, max_tokens, concurrency=1):
     TTFT per turn (a list per turn) and the texts, by conversation and turn."""
     history = ["" for _ in msgs]
     ttfts = [[] for _ in msgs[0]]
-    texts = {}
+    texts, starts = {}, {}
 
     def one(c, turn):
         history[c] += "\nUser: " + msgs[c][turn] + "\nAssistant:"
+        start = time.perf_counter()
         ttft, text = first_token(url, history[c], max_tokens, ignore_eos=True)
         history[c] += text
-        return ttft, text
+        return start, ttft, text
 
     with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
         for turn in range(len(msgs[0])):
-            for c, (ttft, text) in enumerate(pool.map(lambda c: one(c, turn), range(len(msgs)))):
+            for c, (start, ttft, text) in enumerate(pool.map(lambda c: one(c, turn),
+                                                             range(len(msgs)))):
                 ttfts[turn].append(ttft)
                 texts[(c, turn)] = text
-    return ttfts, texts
+                starts[(c, turn)] = start
+    return ttfts, texts, starts
 
 
 def percentile(values, q):
@@ -136,7 +197,7 @@ def main():
     source = open(args.source, encoding="utf-8").read()
     msgs = messages(source, args.conversations, args.turns, args.chunk_bytes)
 
-    results = {}
+    results, notes = {}, []
     with tempfile.TemporaryDirectory() as tmp:
         configs = {"pool": ("pool alone (recomputed)", []),
                    "host": ("pool + host memory (--kv-offload-gb 1)", ["--kv-offload-gb", "1"]),
@@ -146,14 +207,21 @@ def main():
             cmd = pagoda_serve_cmd(args.pagoda, args.model, args.threads, args.kv_tokens, 512,
                                    max_seqs=args.concurrency,
                                    extra=["--max-model-len", str(args.kv_tokens), *extra])
-            with Server(name, cmd) as s:
+            with Server(name, cmd) as s, Progress(s.url) as progress:
                 start = time.perf_counter()
-                ttfts, texts = run(s.url, msgs, args.max_tokens, args.concurrency)
+                ttfts, texts, starts = run(s.url, msgs, args.max_tokens, args.concurrency)
                 wall = time.perf_counter() - start
                 hits = {t: metric(s.url, f"pagoda_prefix_cache_{t}_hits_total")
                         for t in ("pool", "host", "disk")}
                 queried = metric(s.url, "pagoda_prefix_cache_queries_total")
             results[name] = (ttfts, texts, wall, hits, queried)
+            (c, t), begin = max(starts.items(), key=lambda kv: ttfts[kv[0][1]][kv[0][0]])
+            slowest = ttfts[t][c]
+            steps, computed, preempted = progress.during(begin, begin + slowest)
+            notes.append(f"{name}: slowest turn conversation {c + 1} turn {t + 1}, TTFT "
+                         f"{slowest:.2f} s, while it waited {steps} engine steps, {computed} "
+                         f"tokens computed, {preempted} preemptions; longest time without a "
+                         f"step {progress.longest_stall():.2f} s")
     base = next(iter(results.values()))
     for name, (_, texts, _, _, _) in results.items():
         assert texts == base[1], f"{name}: outputs differ from the pool alone's"
@@ -174,6 +242,8 @@ def main():
           f"{args.chunk_bytes}-byte messages, {args.max_tokens}-token answers, a "
           f"{args.kv_tokens}-token pool")
     print_table(None, columns, rows)
+    for note in notes:
+        print(note)
 
 
 if __name__ == "__main__":
