@@ -81,6 +81,23 @@ def yarn_folder(path, shared_dir, scaling):
     return f, w, ntok, config
 
 
+def expect_scaled_logits(pagoda_bin, folder, gguf_path, f, w, ids, backend, rope, label):
+    """The folder, and the GGUF file `convert` makes of it, give the numpy pass's logits with
+    `rope` at every position of `ids` on `backend`."""
+    r = pagoda(pagoda_bin, "convert", folder, "-o", gguf_path, "--type", "f32")
+    assert r.returncode == 0, r.stderr
+    vocab = w["model.embed_tokens.weight"].shape[0]
+    want = reference_logits(f, w, ids, rope)
+    plain = reference_logits(f, w, ids)
+    # The scaling must matter at these positions, or the test could not fail.
+    assert np.abs(want - plain).max() > 100 * BOUND
+    for model in (folder, gguf_path):
+        got = prompt_logits(model, ids, backend, vocab)
+        diff = np.abs(got - want).max()
+        print(f"{label} {backend} {model.name}: largest difference {diff:.3g}")
+        assert diff < BOUND, (label, backend, str(model), diff)
+
+
 def test_yarn_correction_range_is_inside_the_head():
     for scaling in SCALINGS.values():
         _, _, (low, high) = yarn_parameters(100.0, 16, scaling, 256)
@@ -94,20 +111,9 @@ def test_yarn_matches_transformers_past_the_original_context(pagoda_bin, shared_
     scaling = SCALINGS[name]
     folder = tmp_path / "yarn"
     f, w, ntok, config = yarn_folder(folder, shared_dir, scaling)
-    gguf_path = tmp_path / "yarn.gguf"
-    r = pagoda(pagoda_bin, "convert", folder, "-o", gguf_path, "--type", "f32")
-    assert r.returncode == 0, r.stderr
-    vocab = w["model.embed_tokens.weight"].shape[0]
     ids = np.random.default_rng(11).integers(0, ntok, 40).tolist()
-    want = reference_logits(f, w, ids, yarn_rope(scaling, config["max_position_embeddings"]))
-    plain = reference_logits(f, w, ids)
-    # The scaling must matter at these positions, or the test could not fail.
-    assert np.abs(want - plain).max() > 100 * BOUND
-    for model in (folder, gguf_path):
-        got = prompt_logits(model, ids, backend, vocab)
-        diff = np.abs(got - want).max()
-        print(f"yarn {name} {backend} {model.name}: largest difference {diff:.3g}")
-        assert diff < BOUND, (name, backend, str(model), diff)
+    expect_scaled_logits(pagoda_bin, folder, tmp_path / "yarn.gguf", f, w, ids, backend,
+                         yarn_rope(scaling, config["max_position_embeddings"]), f"yarn {name}")
 
 
 def longrope_rope(factors, attention_factor):
@@ -142,19 +148,9 @@ def test_longrope_matches_transformers(pagoda_bin, shared_dir, tmp_path, tokens,
                                                           "short_factor": SHORT})
     config["original_max_position_embeddings"] = 16
     (folder / "config.json").write_text(json.dumps(config))
-    gguf_path = tmp_path / "longrope.gguf"
-    r = pagoda(pagoda_bin, "convert", folder, "-o", gguf_path, "--type", "f32")
-    assert r.returncode == 0, r.stderr
-    vocab = w["model.embed_tokens.weight"].shape[0]
     ids = np.random.default_rng(12).integers(0, ntok, tokens).tolist()
-    want = reference_logits(f, w, ids, longrope_rope(factors, math.sqrt(2.0)))
-    plain = reference_logits(f, w, ids)
-    assert np.abs(want - plain).max() > 100 * BOUND
-    for model in (folder, gguf_path):
-        got = prompt_logits(model, ids, backend, vocab)
-        diff = np.abs(got - want).max()
-        print(f"longrope {tokens} {backend} {model.name}: largest difference {diff:.3g}")
-        assert diff < BOUND, (tokens, backend, str(model), diff)
+    expect_scaled_logits(pagoda_bin, folder, tmp_path / "longrope.gguf", f, w, ids, backend,
+                         longrope_rope(factors, math.sqrt(2.0)), f"longrope {tokens}")
 
 
 def test_longrope_without_its_factors_or_on_another_family_is_refused(pagoda_bin, shared_dir,
