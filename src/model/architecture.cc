@@ -123,6 +123,10 @@ std::vector<Architecture> make_table() {
   qwen35.qk_norm = true;
   qwen35.load = load_qwen35;
   t.push_back(qwen35);
+  // Its mixture of experts: routed experts and a shared expert with a sigmoid gate.
+  Architecture qwen35moe = qwen35;
+  qwen35moe.name = "qwen35moe";
+  t.push_back(qwen35moe);
 
   Architecture bert;  // sentence-transformers' encoders (all-MiniLM, bge); embeddings only
   bert.name = "bert";

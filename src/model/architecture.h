@@ -87,7 +87,8 @@ const Architecture* find_hf_architecture(std::string_view model_type);
 // The family of `config`; throws Error naming `source` and the supported families.
 const Architecture& architecture_of(const ModelConfig& config, const std::string& source);
 
-// "llama, mistral, qwen2, qwen3, qwen3moe, phi3, gemma3, gemma4, gpt-oss, bert": every GGUF name
+// "llama, mistral, qwen2, qwen3, qwen3moe, phi3, gemma3, gemma4, gpt-oss, qwen35, qwen35moe,
+// bert": every GGUF name
 // the table runs.
 std::string supported_architectures();
 

@@ -213,8 +213,9 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   c.expert_intermediate = u32(a + "expert_feed_forward_length");
   c.expert_gating_sigmoid = u32(a + "expert_gating_func") == 2;  // llama.cpp: 1 softmax, 2 sigmoid
   c.expert_weights_norm = r.flag(a + "expert_weights_norm", c.expert_weights_norm);
+  c.shared_expert_intermediate = u32(a + "expert_shared_feed_forward_length");
   c.causal_attention = r.flag(a + "attention.causal", true);
-  if (c.architecture == "qwen35") read_hybrid_layout(f, a, r, c);
+  if (c.architecture == "qwen35" || c.architecture == "qwen35moe") read_hybrid_layout(f, a, r, c);
   if (r.per_layer_ok) read_layer_layout(f, a, r, c);
   // GGUF has no key for a Normalize module; llama-server L2-normalises embeddings by default.
   c.normalize_embeddings = true;

@@ -71,8 +71,11 @@ struct ModelConfig {
   uint32_t expert_intermediate = 0;   // each expert's FFN size (0: intermediate_size)
   bool expert_gating_sigmoid = false;  // scores by sigmoid, not softmax over the experts
   bool expert_weights_norm = true;     // the chosen experts' weights divided by their sum
+  // Qwen3.5-MoE's shared expert beside the routed ones (expert_shared_feed_forward_length; 0:
+  // intermediate_size, llama.cpp's default).
+  uint32_t shared_expert_intermediate = 0;
 
-  // Hybrid linear attention (Qwen3.5, GGUF "qwen35"): Gated DeltaNet layers beside full-attention
+  // Hybrid linear attention (Qwen3.5, GGUF "qwen35" and "qwen35moe"): Gated DeltaNet layers beside full-attention
   // ones, every full_attention_interval-th layer (N-1, 2N-1, ...) attending fully. The DeltaNet
   // layers' GGUF ssm.* keys: conv1d taps, key (and value) head size, value heads x head size,
   // key heads (group_count) and value heads (time_step_rank). 0 everywhere else.
@@ -114,7 +117,9 @@ struct ModelConfig {
   uint32_t layer_head_dim(uint32_t layer) const {
     return layer_sliding(layer) && head_dim_sliding != 0 ? head_dim_sliding : head_dim;
   }
+  // 0 for a hybrid model's recurrent layers, which hold no K/V.
   uint32_t layer_kv_heads(uint32_t layer) const {
+    if (layer_recurrent(layer)) return 0;
     return layer < num_kv_heads_per_layer.size() ? num_kv_heads_per_layer[layer] : num_kv_heads;
   }
   uint32_t layer_ffn_size(uint32_t layer) const {

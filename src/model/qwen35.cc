@@ -12,6 +12,9 @@
 //     (attn_gate), then ssm_out. The conv window and state live in a slot per sequence
 //     (model/state_storage.h), chosen by the batch's state_slots; a sequence whose first token
 //     of the step sits at position 0 starts from zeros.
+// Qwen3.5-MoE (GGUF "qwen35moe") has the same layers with a mixture-of-experts block instead of
+// the SwiGLU one: routed experts (softmax over the router, top-k weights normalized; model/moe.h)
+// plus a shared expert whose SwiGLU output is scaled by sigmoid(ffn_gate_inp_shexp · input).
 #include <algorithm>
 #include <cmath>
 #include <span>
@@ -22,6 +25,7 @@
 #include "model/kv_storage.h"
 #include "model/model.h"
 #include "model/model_file.h"
+#include "model/moe.h"
 #include "model/state_storage.h"
 #include "model/weights.h"
 
@@ -38,11 +42,16 @@ struct Qwen35Layer {
   WeightMatrix w_qkv, w_z, w_beta, w_alpha, w_out;
   std::vector<float> conv, dt_bias, a, ssm_norm;  // conv: [channels, taps]
   WeightMatrix ffn_gate, ffn_up, ffn_down;
+  // Qwen3.5-MoE: routed experts, the shared expert and its gate vector [hidden].
+  MoeWeights moe;
+  WeightMatrix shared_gate, shared_up, shared_down;
+  std::vector<float> shared_router;
 };
 
 // Buffers of the hybrid layers beside Activations, host memory (the CPU backend's).
 struct HybridScratch {
   BackendArray q_gate, gate, mix, conv, z, o, beta, decay;
+  BackendArray shared_gate, shared_up, shared_out;  // the shared expert's
 };
 
 class Qwen35Model final : public Model {
@@ -57,6 +66,13 @@ class Qwen35Model final : public Model {
   void delta_net_layer(Backend& be, const ForwardBatch& batch, std::span<const int32_t> slots,
                        StateStorage& state, const Qwen35Layer& L, uint32_t layer);
   void feed_forward(Backend& be, const Qwen35Layer& L, int64_t n);
+  // The MoE block's output added to act_.x, from act_.h (the normed input).
+  void experts(Backend& be, const Qwen35Layer& L, int64_t n);
+  void load_experts(const TensorLookup& w, const std::string& p, Qwen35Layer& L) const;
+  int64_t shared_ffn_size() const {
+    return config_.shared_expert_intermediate ? config_.shared_expert_intermediate
+                                              : config_.intermediate_size;
+  }
   // The state slots the batch names, or this model's own (slot = the sequence's index) for
   // callers that run one sequence outside an engine (Generator); sequences at position 0 are
   // cleared.
@@ -72,6 +88,7 @@ class Qwen35Model final : public Model {
 
   Activations act_;
   HybridScratch scratch_;
+  MoeScratch moe_scratch_;
   std::unique_ptr<StateStorage> own_state_;
 };
 
@@ -82,14 +99,16 @@ Qwen35Model::Qwen35Model(const ModelFile& file) {
   shape_ = {c.ssm_group_count, c.ssm_time_step_rank, c.ssm_state_size, c.ssm_conv_kernel};
   if (c.vocab_size == 0 || shape_.key_heads == 0 || shape_.head_dim == 0 ||
       shape_.value_heads % shape_.key_heads != 0 || c.ssm_inner_size != shape_.value_dim() ||
-      shape_.conv_kernel < 1 || shape_.conv_kernel > 17 || c.num_experts != 0) {
-    fail(file.path(), ": qwen35 metadata pagoda does not run (ssm.group_count ",
+      shape_.conv_kernel < 1 || shape_.conv_kernel > 17 ||
+      (c.num_experts != 0) != (c.architecture == "qwen35moe")) {
+    fail(file.path(), ": ", c.architecture, " metadata pagoda does not run (ssm.group_count ",
          c.ssm_group_count, ", ssm.time_step_rank ", c.ssm_time_step_rank, ", ssm.state_size ",
          c.ssm_state_size, ", ssm.inner_size ", c.ssm_inner_size, ", ssm.conv_kernel ",
          c.ssm_conv_kernel, ", expert_count ", c.num_experts, ")");
   }
   if (!c.rope_scaling_type.empty() && c.rope_scaling_type != "none") {
-    fail(file.path(), ": RoPE scaling '", c.rope_scaling_type, "' is not supported for qwen35");
+    fail(file.path(), ": RoPE scaling '", c.rope_scaling_type, "' is not supported for ",
+         c.architecture);
   }
   TensorLookup w(file);
   const int64_t hidden = c.hidden_size, hd = c.head_dim, ff = c.intermediate_size;
@@ -120,9 +139,13 @@ Qwen35Model::Qwen35Model(const ModelFile& file) {
       L.q_norm = w.vector(p + "attn_q_norm.weight", hd);
       L.k_norm = w.vector(p + "attn_k_norm.weight", hd);
     }
-    L.ffn_gate = w.matrix(p + "ffn_gate.weight", ff, hidden);
-    L.ffn_up = w.matrix(p + "ffn_up.weight", ff, hidden);
-    L.ffn_down = w.matrix(p + "ffn_down.weight", hidden, ff);
+    if (c.num_experts != 0) {
+      load_experts(w, p, L);
+    } else {
+      L.ffn_gate = w.matrix(p + "ffn_gate.weight", ff, hidden);
+      L.ffn_up = w.matrix(p + "ffn_up.weight", ff, hidden);
+      L.ffn_down = w.matrix(p + "ffn_down.weight", hidden, ff);
+    }
     layers_.push_back(std::move(L));
     // Only the full-attention layers hold K/V (KvStorage sizes each layer by its KV heads).
     c.num_kv_heads_per_layer.push_back(c.layer_recurrent(l) ? 0 : c.num_kv_heads);
@@ -135,6 +158,16 @@ Qwen35Model::Qwen35Model(const ModelFile& file) {
   rope_.rotary_dim = static_cast<int32_t>(c.rotary_dim ? c.rotary_dim : c.head_dim);
   rope_.theta = c.rope_theta;
   rope_.split_half = true;  // NEOX pairs (i, i + rotary_dim / 2)
+}
+
+void Qwen35Model::load_experts(const TensorLookup& w, const std::string& p,
+                               Qwen35Layer& L) const {
+  const int64_t hidden = config_.hidden_size, sff = shared_ffn_size();
+  L.moe = load_moe(w, p, config_);
+  L.shared_gate = w.matrix(p + "ffn_gate_shexp.weight", sff, hidden);
+  L.shared_up = w.matrix(p + "ffn_up_shexp.weight", sff, hidden);
+  L.shared_down = w.matrix(p + "ffn_down_shexp.weight", hidden, sff);
+  L.shared_router = w.vector(p + "ffn_gate_inp_shexp.weight", hidden);
 }
 
 StateStorage& Qwen35Model::state_for(Backend& be, const ForwardBatch& batch, KvStorage& kv,
@@ -285,17 +318,43 @@ void Qwen35Model::feed_forward(Backend& be, const Qwen35Layer& L, int64_t n) {
   const ModelConfig& c = config_;
   const int64_t hidden = c.hidden_size, ff = c.intermediate_size;
   be.rms_norm(act_.x.data(), L.post_norm.data(), n, hidden, c.rms_norm_eps, act_.h.data());
+  if (c.num_experts != 0) return experts(be, L, n);
   be.matmul_many({{&L.ffn_gate, act_.gate.data()}, {&L.ffn_up, act_.up.data()}}, act_.h.data(), n);
   be.silu_mul(act_.gate.data(), act_.up.data(), n * ff, act_.gate.data());
   be.matmul(L.ffn_down, act_.gate.data(), n, act_.h.data());
   be.add(act_.x.data(), act_.h.data(), n * hidden);
 }
 
+void Qwen35Model::experts(Backend& be, const Qwen35Layer& L, int64_t n) {
+  const ModelConfig& c = config_;
+  const int64_t hidden = c.hidden_size, sff = shared_ffn_size();
+  const char* what = "the shared expert's activations";
+  scratch_.shared_gate.reserve(be, n * sff, what);
+  scratch_.shared_up.reserve(be, n * sff, what);
+  scratch_.shared_out.reserve(be, n * hidden, what);
+  const float* h = act_.h.data();
+  float* gate = scratch_.shared_gate.data();
+  float* out = scratch_.shared_out.data();
+  be.matmul_many({{&L.shared_gate, gate}, {&L.shared_up, scratch_.shared_up.data()}}, h, n);
+  be.silu_mul(gate, scratch_.shared_up.data(), n * sff, gate);
+  be.matmul(L.shared_down, gate, n, out);
+  be.parallel_for(n, [&](int64_t t) {
+    const float* x = h + t * hidden;
+    float dot = 0;
+    for (int64_t i = 0; i < hidden; ++i) dot += L.shared_router[static_cast<size_t>(i)] * x[i];
+    const float scale = 1.0f / (1.0f + std::exp(-dot));
+    for (int64_t i = 0; i < hidden; ++i) out[t * hidden + i] *= scale;
+  });
+  moe_ffn(be, L.moe, c, h, n, moe_scratch_, act_.x.data());
+  be.add(act_.x.data(), out, n * hidden);
+}
+
 }  // namespace
 
 std::unique_ptr<Model> load_qwen35(const ModelFile& file, Communicator* tp) {
   if (tp != nullptr) {
-    fail(file.path(), ": tensor parallelism is not built for qwen35; run it as one process");
+    fail(file.path(), ": tensor parallelism is not built for ", file.config().architecture,
+         "; run it as one process");
   }
   return std::make_unique<Qwen35Model>(file);
 }

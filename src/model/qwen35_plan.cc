@@ -14,6 +14,28 @@ void write_hybrid_layout(const ModelConfig& c, GgufWriter& w, const std::string&
   if (!c.rope_sections.empty()) w.add_i32_array(a + "rope.dimension_sections", c.rope_sections);
 }
 
+namespace {
+
+// Qwen3.5-MoE's feed-forward block of layer prefix `p`: the router (F32, as llama.cpp leaves
+// it), the stacked routed experts, and the shared expert with its gate vector.
+template <typename Matrix>
+void plan_experts(const ModelConfig& c, const std::string& p, Matrix& matrix,
+                  std::vector<PlannedTensor>& plan) {
+  const uint64_t hidden = c.hidden_size, eff = c.expert_ffn_size(), experts = c.num_experts;
+  const uint64_t sff = c.shared_expert_intermediate ? c.shared_expert_intermediate
+                                                    : c.intermediate_size;
+  plan.push_back({p + "ffn_gate_inp.weight", DType::kF32, {hidden, experts}, false, false});
+  matrix(p + "ffn_gate_exps.weight", eff, hidden, experts);
+  matrix(p + "ffn_up_exps.weight", eff, hidden, experts);
+  matrix(p + "ffn_down_exps.weight", hidden, eff, experts);
+  plan.push_back({p + "ffn_gate_inp_shexp.weight", DType::kF32, {hidden}, false, false});
+  matrix(p + "ffn_gate_shexp.weight", sff, hidden);
+  matrix(p + "ffn_up_shexp.weight", sff, hidden);
+  matrix(p + "ffn_down_shexp.weight", hidden, sff);
+}
+
+}  // namespace
+
 std::vector<PlannedTensor> plan_qwen35_tensors(const ModelConfig& c, const WeightRecipe& recipe) {
   const uint64_t hidden = c.hidden_size, ff = c.intermediate_size, vocab = c.vocab_size;
   const uint64_t q_dim = uint64_t{c.num_heads} * c.head_dim, kv_dim = uint64_t{c.num_kv_heads} * c.head_dim;
@@ -21,9 +43,11 @@ std::vector<PlannedTensor> plan_qwen35_tensors(const ModelConfig& c, const Weigh
   const uint64_t value_dim = c.ssm_inner_size, v_heads = c.ssm_time_step_rank;
   const bool has_output = !c.tie_embeddings;
   std::vector<PlannedTensor> plan;
-  auto matrix = [&](std::string name, uint64_t rows, uint64_t cols) {
+  auto matrix = [&](std::string name, uint64_t rows, uint64_t cols, uint64_t experts = 0) {
     const DType type = recipe_type(recipe, name, cols, has_output, c.num_layers);
-    plan.push_back({std::move(name), type, {cols, rows}, false, true});
+    std::vector<uint64_t> shape = {cols, rows};
+    if (experts) shape.push_back(experts);
+    plan.push_back({std::move(name), type, std::move(shape), false, true});
   };
   auto vec = [&](std::string name, uint64_t n, bool norm, float std = 0, float mean = 0) {
     plan.push_back({std::move(name), DType::kF32, {n}, norm, false, std, mean});
@@ -55,9 +79,13 @@ std::vector<PlannedTensor> plan_qwen35_tensors(const ModelConfig& c, const Weigh
       vec(p + "attn_k_norm.weight", c.head_dim, true);
     }
     vec(p + "post_attention_norm.weight", hidden, true);
-    matrix(p + "ffn_gate.weight", ff, hidden);
-    matrix(p + "ffn_up.weight", ff, hidden);
-    matrix(p + "ffn_down.weight", hidden, ff);
+    if (c.num_experts != 0) {
+      plan_experts(c, p, matrix, plan);
+    } else {
+      matrix(p + "ffn_gate.weight", ff, hidden);
+      matrix(p + "ffn_up.weight", ff, hidden);
+      matrix(p + "ffn_down.weight", hidden, ff);
+    }
   }
   vec("output_norm.weight", hidden, true);
   if (has_output) matrix("output.weight", vocab, hidden);

@@ -1,5 +1,6 @@
-// Qwen3.5's tensors and hyper-parameters as llama.cpp's converter writes them (architecture
-// "qwen35"): what `pagoda synth` writes and `pagoda estimate --preset` counts for a qwen35 shape.
+// Qwen3.5's tensors and hyper-parameters as llama.cpp's converter writes them (architectures
+// "qwen35" and, with experts, "qwen35moe"): what `pagoda synth` writes and `pagoda estimate
+// --preset` counts for a qwen35 shape.
 #pragma once
 
 #include <string>
@@ -12,7 +13,8 @@ namespace pagoda {
 
 class GgufWriter;
 
-// Every tensor of a Qwen3.5 model of shape `c`, in file order, typed by `recipe`.
+// Every tensor of a Qwen3.5 model of shape `c` (qwen35moe's experts where c has them), in file
+// order, typed by `recipe`.
 std::vector<PlannedTensor> plan_qwen35_tensors(const ModelConfig& c, const WeightRecipe& recipe);
 
 // The Gated DeltaNet keys (ssm.*, full_attention_interval) and the RoPE sections, under prefix

@@ -117,7 +117,7 @@ DType recipe_type(const WeightRecipe& recipe, std::string_view name, uint64_t co
 std::vector<PlannedTensor> plan_model_tensors(const ModelConfig& c, const WeightRecipe& recipe) {
   const Architecture& arch = architecture_of(c, "a model of architecture " + c.architecture);
   if (arch.name == "gemma4") return plan_gemma4_tensors(c, recipe);
-  if (arch.name == "qwen35") return plan_qwen35_tensors(c, recipe);
+  if (arch.name == "qwen35" || arch.name == "qwen35moe") return plan_qwen35_tensors(c, recipe);
   const uint64_t hidden = c.hidden_size, ff = c.intermediate_size, vocab = c.vocab_size;
   const uint64_t q_dim = uint64_t{c.num_heads} * c.head_dim, kv_dim = uint64_t{c.num_kv_heads} * c.head_dim;
   const bool has_output = !c.tie_embeddings;

@@ -33,6 +33,12 @@ ModelShape moe_config(const char* name, ModelConfig c, uint32_t experts, uint32_
   return {name, c};
 }
 
+// A shared expert of `ff` beside the routed ones (Qwen3.5-MoE).
+ModelShape shared_expert(ModelShape s, uint32_t ff) {
+  s.config.shared_expert_intermediate = ff;
+  return s;
+}
+
 // YaRN RoPE scaling by `factor` from an original context of `original` tokens.
 ModelShape yarn(ModelShape s, float factor, uint32_t original) {
   s.config.rope_scaling_type = "yarn";
@@ -158,6 +164,13 @@ const std::vector<ModelShape> kShapes = {
     // Both layer kinds at test size: DeltaNet, full attention, DeltaNet (the last layer
     // recurrent), 2 key heads shared by 4 value heads of 32, attention heads of 64 (16 rotated).
     qwen35("qwen3.5-tiny", make_config("qwen35", 3, 256, 512, 4, 2, 64, 32000, 4096, 1e7f, true), 2, 2, 4, 32),
+    // Qwen3.5-35B-A3B (llama.cpp's 40-layer qwen35moe type): 40 layers of 2048 (three Gated
+    // DeltaNet layers of 16 key and 32 value heads of 128, then a full-attention one of 16 heads
+    // of 256 with 2 KV heads), 256 experts of 512 with 8 used, a shared expert of 512.
+    shared_expert(moe_config("qwen3.5-moe", qwen35("", make_config("qwen35moe", 40, 2048, 512, 16, 2, 256, 248320, 262144, 1e7f, false), 4, 16, 32, 128).config, 256, 8, 512), 512),
+    // Its mixture of experts at qwen3.5-tiny's size: 8 experts of 128 with 2 used, and a shared
+    // expert of another width (192) so that the two cannot be confused.
+    shared_expert(moe_config("qwen3.5-moe-tiny", qwen35("", make_config("qwen35moe", 3, 256, 512, 4, 2, 64, 32000, 4096, 1e7f, true), 2, 2, 4, 32).config, 8, 2, 128), 192),
     {"llama-2-13b", make_config("llama", 40, 5120, 13824, 40, 40, 128, 32000, 4096, 1e4f, false)},
     {"llama-2-70b", make_config("llama", 80, 8192, 28672, 64, 8, 128, 32000, 4096, 1e4f, false)},
     {"llama-3-8b", make_config("llama", 32, 4096, 14336, 32, 8, 128, 128256, 8192, 5e5f, false)},

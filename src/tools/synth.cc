@@ -64,6 +64,9 @@ void write_synthetic_model(const SynthOptions& o,
     w.add_u32(a + "expert_count", c.num_experts);
     w.add_u32(a + "expert_used_count", c.num_experts_used);
     w.add_u32(a + "expert_feed_forward_length", c.expert_ffn_size());
+    if (c.shared_expert_intermediate) {
+      w.add_u32(a + "expert_shared_feed_forward_length", c.shared_expert_intermediate);
+    }
   }
   copy_vocab(*vocab, w);
 
