@@ -41,6 +41,22 @@ std::string element_size_text(const std::string& type_name) {
   return std::to_string(t.type_size) + "/" + std::to_string(t.block_size) + " bytes";
 }
 
+// A hybrid model's recurrent state: a fixed slot per sequence, whatever its length.
+void print_state(const Estimate& e, const ModelConfig& c, uint32_t kv_layers) {
+  const uint64_t channels = 2ull * c.ssm_group_count * c.ssm_state_size + c.ssm_inner_size;
+  char note[256];
+  std::snprintf(note, sizeof note,
+                "F32: %u recurrent layers x (conv %llu channels x %u taps + delta %u heads x "
+                "%u x %u) x 4 bytes",
+                c.num_layers - kv_layers, static_cast<unsigned long long>(channels),
+                c.ssm_conv_kernel - 1, c.ssm_time_step_rank, c.ssm_state_size,
+                c.ssm_state_size);
+  std::printf("%-17s %11s  %s\n", "state per seq:", human_bytes(e.state_bytes_per_sequence).c_str(),
+              note);
+  std::printf("%-17s %11s  %s\n", "state total:", human_bytes(e.state_bytes_total).c_str(),
+              ("batch " + std::to_string(e.batch) + " x state per sequence").c_str());
+}
+
 void print_table(const Estimate& e, const std::string& model_name, bool is_preset,
                  bool per_device) {
   const ModelConfig& c = e.config;
@@ -58,12 +74,15 @@ void print_table(const Estimate& e, const std::string& model_name, bool is_prese
       e.weights.num_parameters ? 8.0 * e.weights.num_bytes / e.weights.num_parameters : 0);
   row("weights:", human_bytes(e.weights.num_bytes), note);
   const std::string size = element_size_text(e.kv_type);
+  uint32_t kv_layers = 0;  // a hybrid model's recurrent layers hold no K/V
+  for (uint32_t l = 0; l < c.num_layers; ++l) kv_layers += c.layer_recurrent(l) ? 0 : 1;
+  const std::string attention = kv_layers == c.num_layers ? " layers x " : " attention layers x ";
   row("KV per token:", human_bytes(e.kv_bytes_per_token),
-      e.kv_type + ": 2 x " + std::to_string(c.num_layers) + " layers x " +
+      e.kv_type + ": 2 x " + std::to_string(kv_layers) + attention +
           std::to_string(c.num_kv_heads) + " KV heads x " + std::to_string(c.head_dim) + " x " +
           size + " = " + std::to_string(e.kv_bytes_per_token) + " bytes");
-  std::snprintf(note, sizeof note, "2 x %u layers x %u hidden x %s = %llu bytes (%.1fx)",
-                c.num_layers, c.hidden_size, size.c_str(),
+  std::snprintf(note, sizeof note, "2 x %u%s%u hidden x %s = %llu bytes (%.1fx)", kv_layers,
+                attention.c_str(), c.hidden_size, size.c_str(),
                 static_cast<unsigned long long>(e.kv_bytes_per_token_without_gqa),
                 static_cast<double>(e.kv_bytes_per_token_without_gqa) / e.kv_bytes_per_token);
   row("  without GQA:", human_bytes(e.kv_bytes_per_token_without_gqa), note);
@@ -76,11 +95,13 @@ void print_table(const Estimate& e, const std::string& model_name, bool is_prese
       std::to_string(e.context) + " tokens" + window_note);
   row("KV total:", human_bytes(e.kv_bytes_total),
       "batch " + std::to_string(e.batch) + " x " + std::to_string(e.context) + " tokens");
+  if (e.state_bytes_per_sequence != 0) print_state(e, c, kv_layers);
   row("overhead:", human_bytes(e.overhead_bytes),
       "F32 activations of a " + std::to_string(kStepTokens) + "-token step + logits of " +
           std::to_string(kLogitRows) + " sequences");
   row("total:", human_bytes(e.total_bytes),
-      "weights + KV total + overhead = " + std::to_string(e.total_bytes) + " bytes");
+      std::string("weights + KV total + ") + (e.state_bytes_total ? "state total + " : "") +
+          "overhead = " + std::to_string(e.total_bytes) + " bytes");
   if (e.memory_bytes && !per_device) {
     row("memory:", human_bytes(*e.memory_bytes),
         std::string(*e.fits ? "fits" : "does NOT fit") + "; largest batch of " +
@@ -102,7 +123,7 @@ RankShare rank_share(const Estimate& e, int ranks) {
   const auto n = static_cast<uint64_t>(ranks);
   r.weights = (e.weights.num_bytes + n - 1) / n;
   r.kv = (e.kv_bytes_total + n - 1) / n;
-  r.overhead = e.overhead_bytes;
+  r.overhead = e.overhead_bytes + e.state_bytes_total;  // tensor parallelism refuses hybrids
   r.total = r.weights + r.kv + r.overhead;
   return r;
 }
@@ -173,6 +194,8 @@ EstimateJson to_json(const Estimate& e, const std::string& model_name, bool is_p
       {"kv_bytes_per_token_without_gqa", e.kv_bytes_per_token_without_gqa},
       {"kv_bytes_per_sequence", e.kv_bytes_per_sequence},
       {"kv_bytes_total", e.kv_bytes_total},
+      {"state_bytes_per_sequence", e.state_bytes_per_sequence},
+      {"state_bytes_total", e.state_bytes_total},
       {"overhead_bytes", e.overhead_bytes},
       {"total_bytes", e.total_bytes},
       {"memory_bytes", optional(e.memory_bytes)},

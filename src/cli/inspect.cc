@@ -11,6 +11,7 @@
 #include "model/config.h"
 #include "model/model_check.h"
 #include "model/model_file.h"
+#include "model/state_storage.h"
 #include "tokenizer/vocab.h"
 
 namespace pagoda::cli {
@@ -129,11 +130,13 @@ void print_tensors(const std::vector<TensorRef>& tensors, const ModelConfig& c) 
             << params << " parameters, " << (params ? 8.0 * total / params : 0) << " bits each)\n";
   if (c.num_layers == 0) return;
   uint64_t per_token = c.kv_bytes_per_token(2);
-  uint64_t mha = 2ull * c.num_layers * c.num_heads * c.head_dim * 2;
+  uint32_t kv_layers = 0;  // a hybrid model's recurrent layers hold no K/V
+  for (uint32_t l = 0; l < c.num_layers; ++l) kv_layers += c.layer_recurrent(l) ? 0 : 1;
+  uint64_t mha = 2ull * kv_layers * c.num_heads * c.head_dim * 2;
   std::cout << "KV cache (F16):  " << per_token << " bytes per token = 2 x ";
   if (c.sliding_layers.empty()) {
-    std::cout << c.num_layers << " layers x " << c.num_kv_heads << " KV heads x " << c.head_dim
-              << " x 2 bytes";
+    std::cout << kv_layers << (c.hybrid() ? " attention layers x " : " layers x ")
+              << c.num_kv_heads << " KV heads x " << c.head_dim << " x 2 bytes";
   } else {
     std::cout << "2 bytes x the KV heads x head size of each of the " << c.kv_layer_count()
               << " layers that hold K/V";
@@ -145,6 +148,11 @@ void print_tensors(const std::vector<TensorRef>& tensors, const ModelConfig& c) 
   if (c.context_length) {
     std::cout << "                 " << human_bytes(per_token * c.context_length)
               << " for one sequence of the full " << c.context_length << "-token context\n";
+  }
+  if (c.hybrid()) {
+    std::cout << "recurrent state: " << StateStorage::slot_bytes(c) << " bytes per sequence (F32, "
+              << c.num_layers - kv_layers << " Gated DeltaNet layers' conv window and delta-rule "
+              << "state), whatever its length\n";
   }
 }
 

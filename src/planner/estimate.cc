@@ -11,6 +11,7 @@
 #include "model/model_file.h"
 #include "model/recipe.h"
 #include "model/shapes.h"
+#include "model/state_storage.h"
 
 namespace pagoda {
 namespace {
@@ -277,8 +278,16 @@ uint64_t kv_bytes_per_token(const ModelConfig& c, const std::string& kv_type) {
   return bytes;
 }
 
+namespace {
+uint64_t attention_layers(const ModelConfig& c) {
+  uint64_t n = 0;
+  for (uint32_t l = 0; l < c.num_layers; ++l) n += c.layer_recurrent(l) ? 0 : 1;
+  return n;
+}
+}  // namespace
+
 uint64_t kv_bytes_per_token_without_gqa(const ModelConfig& c, const std::string& kv_type) {
-  return mul(2 * uint64_t{c.num_layers}, kv_row_bytes(kv_type, c.hidden_size, "hidden"));
+  return mul(2 * attention_layers(c), kv_row_bytes(kv_type, c.hidden_size, "hidden"));
 }
 
 uint64_t kv_bytes_per_token(const ModelConfig& c, DType kv_type) {
@@ -290,7 +299,11 @@ uint64_t kv_bytes_per_token(const ModelConfig& c, DType kv_type) {
 }
 
 uint64_t kv_bytes_per_token_without_gqa(const ModelConfig& c, DType kv_type) {
-  return mul(2 * uint64_t{c.num_layers}, rows_bytes(kv_type, 1, c.hidden_size, "hidden"));
+  return mul(2 * attention_layers(c), rows_bytes(kv_type, 1, c.hidden_size, "hidden"));
+}
+
+uint64_t state_bytes_per_sequence(const ModelConfig& c) {
+  return c.hybrid() ? StateStorage::slot_bytes(c) : 0;
 }
 
 uint64_t default_overhead_bytes(const ModelConfig& c) {
@@ -302,10 +315,11 @@ uint64_t default_overhead_bytes(const ModelConfig& c) {
 }
 
 uint64_t max_batch_that_fits(uint64_t memory_bytes, uint64_t weight_bytes, uint64_t overhead_bytes,
-                             uint64_t kv_bytes_per_token, uint64_t context) {
+                             uint64_t kv_bytes_per_token, uint64_t context,
+                             uint64_t state_bytes) {
   const uint64_t fixed = add(weight_bytes, overhead_bytes);
   if (memory_bytes <= fixed) return 0;
-  const uint64_t per_sequence = mul(kv_bytes_per_token, context);
+  const uint64_t per_sequence = add(mul(kv_bytes_per_token, context), state_bytes);
   if (per_sequence == 0) fail("estimate: a sequence needs no KV cache (0 layers or context 0)");
   return (memory_bytes - fixed) / per_sequence;
 }
@@ -327,13 +341,16 @@ Estimate estimate_memory(const ModelConfig& config, const WeightEstimate& weight
   e.kv_bytes_per_token_without_gqa = kv_bytes_per_token_without_gqa(config, o.kv_type);
   e.kv_bytes_per_sequence = mul(e.kv_bytes_per_token, e.context);
   e.kv_bytes_total = mul(e.kv_bytes_per_sequence, e.batch);
+  e.state_bytes_per_sequence = state_bytes_per_sequence(config);
+  e.state_bytes_total = mul(e.state_bytes_per_sequence, e.batch);
   e.overhead_bytes = o.overhead_bytes ? *o.overhead_bytes : default_overhead_bytes(config);
-  e.total_bytes = add(add(weights.num_bytes, e.kv_bytes_total), e.overhead_bytes);
+  e.total_bytes =
+      add(add(add(weights.num_bytes, e.kv_bytes_total), e.state_bytes_total), e.overhead_bytes);
   if (o.memory_bytes) {
     e.memory_bytes = o.memory_bytes;
     e.fits = e.total_bytes <= *o.memory_bytes;
     e.max_batch = max_batch_that_fits(*o.memory_bytes, weights.num_bytes, e.overhead_bytes,
-                                      e.kv_bytes_per_token, e.context);
+                                      e.kv_bytes_per_token, e.context, e.state_bytes_per_sequence);
   }
   return e;
 }

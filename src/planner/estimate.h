@@ -62,10 +62,11 @@ WeightEstimate file_weights(const ModelFile& file);
 
 DType parse_estimate_kv_type(const std::string& name);  // throws Error listing the known types (not fp8)
 std::string kv_type_label(const std::string& name);  // "f16" -> "F16", "fp8" -> "FP8"
-// 2 (K and V) x layers x KV heads x head_dim elements, at the type's block size.
+// 2 (K and V) x layers x KV heads x head_dim elements, at the type's block size; a hybrid
+// model's recurrent layers hold none.
 uint64_t kv_bytes_per_token(const ModelConfig& config, DType kv_type);
 // The same with hidden_size in place of KV heads x head_dim: what the cache would cost without
-// grouped-query attention (the formula many calculators use).
+// grouped-query attention (the formula many calculators use), over the attention layers.
 uint64_t kv_bytes_per_token_without_gqa(const ModelConfig& config, DType kv_type);
 // The same at a type name of estimate_kv_types() (fp8 included); throws for another name.
 uint64_t kv_bytes_per_token(const ModelConfig& config, const std::string& kv_type);
@@ -79,9 +80,15 @@ inline constexpr uint64_t kStepTokens = 2048;  // the engine's default max_num_b
 inline constexpr uint64_t kLogitRows = 256;  // sequences sampled in one step (vLLM's max_num_seqs)
 uint64_t default_overhead_bytes(const ModelConfig& config);
 
-// floor((memory - weights - overhead) / (kv_per_token x context)); 0 when nothing fits.
+// A hybrid model's recurrent state per sequence, in the F32 the engine keeps it in: for each
+// Gated DeltaNet layer its conv window (conv channels x (conv_kernel - 1)) and its delta-rule
+// state (value heads x value dim x key dim). 0 for other models.
+uint64_t state_bytes_per_sequence(const ModelConfig& config);
+
+// floor((memory - weights - overhead) / (kv_per_token x context + state)); 0 when nothing fits.
 uint64_t max_batch_that_fits(uint64_t memory_bytes, uint64_t weight_bytes, uint64_t overhead_bytes,
-                             uint64_t kv_bytes_per_token, uint64_t context);
+                             uint64_t kv_bytes_per_token, uint64_t context,
+                             uint64_t state_bytes_per_sequence = 0);
 
 struct EstimateOptions {
   std::string kv_type = "f16";
@@ -101,8 +108,10 @@ struct Estimate {
   uint64_t kv_bytes_per_token_without_gqa = 0;
   uint64_t kv_bytes_per_sequence = 0;  // kv_bytes_per_token x context
   uint64_t kv_bytes_total = 0;         // x batch
+  uint64_t state_bytes_per_sequence = 0;  // a hybrid model's recurrent state
+  uint64_t state_bytes_total = 0;         // x batch
   uint64_t overhead_bytes = 0;
-  uint64_t total_bytes = 0;  // weights + KV total + overhead
+  uint64_t total_bytes = 0;  // weights + KV total + state total + overhead
   std::optional<uint64_t> memory_bytes;
   std::optional<bool> fits;           // set when memory_bytes is
   std::optional<uint64_t> max_batch;  // set when memory_bytes is
