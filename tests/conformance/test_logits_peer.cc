@@ -124,6 +124,12 @@ const LogitCase kCases[] = {
      {1e-5, 1.5e-6, 1e-5},   // m 2.99e-6, 5.5e-7, none
      {},
      {1e-5, 1.5e-6, 1e-5}},  // m 2.39e-6, 6.2e-7, none
+    // Its mixture of experts: 8 routed experts (2 used) and a shared expert behind a sigmoid
+    // gate, seed 4 (no routing choice within 4e-4). Measured 2026-12-07 (same machine).
+    {"synth-qwen3.5-moe-tiny-f32",
+     {1e-5, 1.5e-6, 1e-5},   // m MOE_CPU
+     {},
+     {1e-5, 1.5e-6, 1e-5}},  // m MOE_REF
     // Phi-3's fused Q/K/V and gate/up tensors, read as row ranges of one matrix.
     {"synth-phi-3-tiny-f32",
      {5e-6, 2e-6, 1e-5},   // m 9.3e-7, 6.4e-7, none

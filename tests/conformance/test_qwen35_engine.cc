@@ -1,5 +1,5 @@
-// Qwen3.5's hybrid model (qwen3.5-tiny: Gated DeltaNet, full attention, Gated DeltaNet) through
-// the engine: every request's greedy ids are those it gives alone, whether batched, chunked by
+// Qwen3.5's hybrid models (qwen3.5-tiny: Gated DeltaNet, full attention, Gated DeltaNet; and
+// qwen3.5-moe-tiny, the same layers with routed and shared experts) through the engine: every request's greedy ids are those it gives alone, whether batched, chunked by
 // a small budget (the recurrent state carried from chunk to chunk), limited to fewer sequences
 // than requests, or preempted and recomputed; prefix caching asked for is off (a hit would skip
 // the recurrence); the features that do not carry the state yet are refused in one line.
@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <set>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -16,17 +17,43 @@
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "test_util.h"
+#include "tools/synth.h"
 
 namespace pagoda {
 namespace {
 
-std::string tiny_model(const std::string& shared) {
-  static const std::string path = synthetic_model(shared, "qwen3.5-tiny", "f32",
-                                                  test::temp_dir() + "/qwen3.5-tiny-engine.gguf");
-  return path;
-}
+// Each shape with the seed of its llama.cpp vectors (scripts/make_logit_vectors.py).
+struct HybridShape {
+  const char* preset;
+  uint64_t seed;
+};
+const HybridShape kShapes[] = {{"qwen3.5-tiny", 1}, {"qwen3.5-moe-tiny", 4}};
 
-TEST(Qwen35Engine, BatchInvarianceThroughChunkingAndPreemption) {
+class Qwen35Engine : public ::testing::TestWithParam<HybridShape> {
+ protected:
+  // The F32 synthetic file of this shape, written once per test binary run.
+  std::string tiny_model(const std::string& shared) const {
+    const HybridShape& s = GetParam();
+    const std::string path = test::temp_dir() + "/" + s.preset + "-engine.gguf";
+    static std::set<std::string> written;
+    if (written.insert(path).second) {
+      SynthOptions o;
+      o.preset = s.preset;
+      o.type = "f32";
+      o.seed = s.seed;
+      o.vocab_path = stories260k(shared);
+      o.output_path = path;
+      write_synthetic_model(o, {});
+    }
+    return path;
+  }
+  std::string vectors() const {
+    return std::string(PAGODA_SOURCE_DIR) + "/tests/data/logits/synth-" + GetParam().preset +
+           "-f32.json";
+  }
+};
+
+TEST_P(Qwen35Engine, BatchInvarianceThroughChunkingAndPreemption) {
   PAGODA_SHARED_OR_SKIP(shared, "");
   LoadedModel m = load(tiny_model(shared));
   auto backend = make_cpu_backend(2);
@@ -69,13 +96,13 @@ TEST(Qwen35Engine, BatchInvarianceThroughChunkingAndPreemption) {
 }
 
 // Greedy decoding (a prompt in one step, then a token per step) gives llama.cpp's greedy ids
-// (tests/data/logits/synth-qwen3.5-tiny-f32.json, scripts/make_logit_vectors.py).
-TEST(Qwen35Engine, GreedyIdsAreLlamaCpps) {
+// (tests/data/logits/synth-<shape>-f32.json, scripts/make_logit_vectors.py).
+TEST_P(Qwen35Engine, GreedyIdsAreLlamaCpps) {
   PAGODA_SHARED_OR_SKIP(shared, "");
   LoadedModel m = load(tiny_model(shared));
   auto backend = make_cpu_backend(2);
-  const auto doc = nlohmann::json::parse(
-      read_file(std::string(PAGODA_SOURCE_DIR) + "/tests/data/logits/synth-qwen3.5-tiny-f32.json"));
+  const auto doc = nlohmann::json::parse(read_file(vectors()));
+  ASSERT_EQ(doc.at("synth").at("seed").get<uint64_t>(), GetParam().seed);
   std::vector<GenerationRequest> requests;
   std::vector<std::vector<TokenId>> want;
   for (const auto& seq : doc.at("sequences")) {
@@ -112,7 +139,7 @@ std::vector<float> forward_part(Model& model, Backend& be, KvStorage& kv,
 // At the model: a slot taken again at position 0 starts afresh (the logits of a short prompt
 // after another sequence used the slot are those in a fresh slot), and a prompt run in pieces
 // carries its conv window and delta state from piece to piece (the logits of the whole).
-TEST(Qwen35Engine, StateSlotsStartAfreshAndCarryAcrossChunks) {
+TEST_P(Qwen35Engine, StateSlotsStartAfreshAndCarryAcrossChunks) {
   PAGODA_SHARED_OR_SKIP(shared, "");
   LoadedModel m = load(tiny_model(shared));
   auto be = make_cpu_backend(2);
@@ -152,7 +179,7 @@ void expect_refused(const std::function<void()>& f, const std::string& words) {
   }
 }
 
-TEST(Qwen35Engine, FeaturesWithoutStateHandlingAreRefused) {
+TEST_P(Qwen35Engine, FeaturesWithoutStateHandlingAreRefused) {
   PAGODA_SHARED_OR_SKIP(shared, "");
   LoadedModel m = load(tiny_model(shared));
   auto backend = make_cpu_backend(2);
@@ -180,6 +207,15 @@ TEST(Qwen35Engine, FeaturesWithoutStateHandlingAreRefused) {
   engine.add_request(r);  // a plain request still runs
   while (engine.has_work()) engine.step();
 }
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Qwen35Engine, ::testing::ValuesIn(kShapes),
+                         [](const ::testing::TestParamInfo<HybridShape>& info) {
+                           std::string name = info.param.preset;
+                           for (char& ch : name) {
+                             if (ch == '.' || ch == '-') ch = '_';
+                           }
+                           return name;
+                         });
 
 }  // namespace
 }  // namespace pagoda

@@ -1,11 +1,13 @@
-"""Qwen3.5 (GGUF architecture qwen35) against an independent forward pass: `pagoda synth --like
-qwen3.5-tiny` (a Gated DeltaNet layer, a full-attention layer, a Gated DeltaNet layer; two key
-heads shared by four value heads) read back with the gguf package and run in numpy (float64).
+"""Qwen3.5 (GGUF architectures qwen35 and qwen35moe) against an independent forward pass: `pagoda
+synth --like qwen3.5-tiny` (a Gated DeltaNet layer, a full-attention layer, a Gated DeltaNet
+layer; two key heads shared by four value heads) and `--like qwen3.5-moe-tiny` (the same layers
+with a mixture of experts) read back with the gguf package and run in numpy (float64).
 
 The numpy pass follows transformers' Qwen3.5 / Qwen3-Next text model, written from its
 semantics, not from pagoda's code:
   - decoder layer: x += mixer(rms_norm(x)); x += mlp(rms_norm(x)) (post_attention_layernorm),
-    SwiGLU MLP; the (1 + w) norms of the checkpoint are stored as 1 + w in GGUF, read as is;
+    SwiGLU MLP, or (Qwen3_5MoeSparseMoeBlock) softmax routing to the top-k experts with their
+    weights renormalised, plus a shared expert times sigmoid(shared_expert_gate(x)); the (1 + w) norms of the checkpoint are stored as 1 + w in GGUF, read as is;
   - full attention (Qwen3NextAttention): q_proj gives per head [query, gate] (view to
     head_dim * 2, chunk in two); q_norm / k_norm per head; rotate-half RoPE on the first
     head_dim * partial_rotary_factor dimensions; softmax(q k^T / sqrt(head_dim)), causal;
@@ -20,7 +22,11 @@ The GGUF file stores the value heads in llama.cpp's order, where value head h re
 h % key_heads (ggml's broadcast) instead of transformers' h // (value_heads / key_heads); the
 pass reads the file's value heads back into transformers' order (to_hf_heads) before it runs.
 """
+import concurrent.futures
+import json
+import pathlib
 import subprocess
+import urllib.request
 
 import numpy as np
 import pytest
@@ -30,7 +36,9 @@ from conftest import find_tools
 gguf = pytest.importorskip("gguf")
 import synth_files  # noqa: E402  (after the gguf check)
 from synth_files import read  # noqa: E402
+from server_util import Server  # noqa: E402
 
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 IDS = [int(i) for i in np.random.default_rng(11).integers(3, 512, size=90)]
 
 
@@ -176,7 +184,7 @@ def attention(x, w, p, cfg):
 
 def reference_logits(path, ids, rule=chunked_delta_rule):
     w, field = read(path)
-    a = "qwen35."
+    a = "qwen35moe." if "blk.0.ffn_gate_inp.weight" in w else "qwen35."
     cfg = {"hk": field(a + "ssm.group_count"), "hv": field(a + "ssm.time_step_rank"),
            "d": field(a + "ssm.state_size"), "eps": field(a + "attention.layer_norm_rms_epsilon"),
            "heads": field(a + "attention.head_count"), "kv_heads": field(a + "attention.head_count_kv"),
@@ -190,9 +198,31 @@ def reference_logits(path, ids, rule=chunked_delta_rule):
         recurrent = (layer + 1) % interval != 0
         x = x + (delta_net(h, w, p, cfg, rule) if recurrent else attention(h, w, p, cfg))
         h = rms_norm(x, w[p + "post_attention_norm.weight"], cfg["eps"])
-        ff = silu(h @ w[p + "ffn_gate.weight"].T) * (h @ w[p + "ffn_up.weight"].T)
-        x = x + ff @ w[p + "ffn_down.weight"].T
+        if p + "ffn_gate_inp.weight" in w:
+            x = x + moe_block(h, w, p, field(a + "expert_used_count"))
+        else:
+            ff = silu(h @ w[p + "ffn_gate.weight"].T) * (h @ w[p + "ffn_up.weight"].T)
+            x = x + ff @ w[p + "ffn_down.weight"].T
     return rms_norm(x, w["output_norm.weight"], cfg["eps"]) @ w["token_embd.weight"].T
+
+
+def moe_block(h, w, p, used):
+    """Routed experts (softmax, top `used`, weights renormalised) plus the gated shared expert."""
+    router = w[p + "ffn_gate_inp.weight"]                        # [experts, hidden]
+    gate, up = w[p + "ffn_gate_exps.weight"], w[p + "ffn_up_exps.weight"]  # [experts, ff, hidden]
+    down = w[p + "ffn_down_exps.weight"]                         # [experts, hidden, ff]
+    logits = h @ router.T
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        top = np.argsort(-probs[t], kind="stable")[:used]
+        weights = probs[t, top] / probs[t, top].sum()
+        for e, wt in zip(top, weights):
+            out[t] += wt * (down[e] @ (silu(gate[e] @ h[t]) * (up[e] @ h[t])))
+    shared = silu(h @ w[p + "ffn_gate_shexp.weight"].T) * (h @ w[p + "ffn_up_shexp.weight"].T)
+    shared = shared @ w[p + "ffn_down_shexp.weight"].T
+    return out + shared * sigmoid(h @ w[p + "ffn_gate_inp_shexp.weight"])[:, None]
 
 
 def prompt_logits(model, ids, backend, vocab):
@@ -203,10 +233,16 @@ def prompt_logits(model, ids, backend, vocab):
     return np.frombuffer(r.stdout, dtype=np.float32).reshape(len(ids), vocab)
 
 
-@pytest.fixture(scope="module")
-def tiny(pagoda_bin, shared_dir, tmp_path_factory):
-    path = tmp_path_factory.mktemp("qwen35") / "qwen3.5-tiny.gguf"
-    synth(pagoda_bin, shared_dir / "models" / "stories260K.gguf", path)
+# The seeds scripts/make_logit_vectors.py writes the files with (MOE_SEED: see there).
+MOE_SEED = 4
+SEEDS = {"qwen3.5-tiny": 1, "qwen3.5-moe-tiny": MOE_SEED}
+
+
+@pytest.fixture(scope="module", params=list(SEEDS))
+def tiny(request, pagoda_bin, shared_dir, tmp_path_factory):
+    path = tmp_path_factory.mktemp("qwen35") / f"{request.param}.gguf"
+    synth(pagoda_bin, shared_dir / "models" / "stories260K.gguf", path, like=request.param,
+          seed=SEEDS[request.param])
     return path
 
 
@@ -254,3 +290,83 @@ def test_qwen35_tiny_matches_numpy(tiny, backend):
           f"logits std {want.std():.3g}")
     assert diff.max() < BOUNDS[backend], (backend, diff.max(), worst)
     assert (got.argmax(-1) == want.argmax(-1)).all()
+
+
+# Largest |numpy - llama.cpp| over each position's top 20 (both texts), measured 2026-12-07:
+# qwen3.5-tiny 2.2e-6, qwen3.5-moe-tiny 2.5e-6 (llama.cpp computes in F32).
+LLAMA_CPP_BOUND = 1e-5
+
+
+def test_numpy_pass_meets_llama_cpp_vectors(tiny):
+    """The numpy pass against llama.cpp's own logits (tests/data/logits), so that the two
+    oracles agree with each other and not only with pagoda."""
+    doc = json.loads((ROOT / "tests" / "data" / "logits" / f"synth-{tiny.stem}-f32.json").read_text())
+    assert doc["synth"]["seed"] == SEEDS[tiny.stem]
+    worst = 0.0
+    for seq in doc["sequences"]:
+        mine = reference_logits(tiny, seq["ids"])
+        for p, top in enumerate(seq["top"]):
+            ids, values = [t for t, _ in top], np.array([v for _, v in top])
+            worst = max(worst, float(np.abs(mine[p, ids] - values).max()))
+            assert mine[p].argmax() == top[0][0], (p, top[:2])
+    print(f"{tiny.stem}: numpy against llama.cpp, largest difference {worst:.3g}")
+    assert worst < LLAMA_CPP_BOUND
+
+
+def post(url, path, body):
+    req = urllib.request.Request(url + path, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        return json.loads(r.read())
+
+
+def complete(url, prompt, max_tokens, seed):
+    """Sampled at temperature 1 with a seed (a synthetic model's greedy text repeats one word),
+    so any difference in the logits shows as soon as it moves a draw."""
+    body = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 1.0, "seed": seed}
+    return post(url, "/v1/completions", body)["choices"][0]["text"]
+
+
+def test_serves_batched_and_chunked(pagoda_bin, tiny):
+    """`pagoda serve` on each hybrid file: prompts sent together, through a server with a small
+    step budget (prompts prefilled in chunks, the state carried between them) and fewer
+    sequences than prompts, give the texts each gives alone on a plain server."""
+    prompts = [f"Once upon a time there was a little {w} who lived near the river and"
+               for w in ["girl", "dog", "king", "robot", "tree", "bird"]]
+    plain = Server(pagoda_bin, tiny, "-t", "2", "--kv-tokens", "4096")
+    try:
+        alone = [complete(plain.url, p, 16, i) for i, p in enumerate(prompts)]
+    finally:
+        plain.stop()
+    assert len(set(alone)) > 1
+    tight = Server(pagoda_bin, tiny, "-t", "2", "--kv-tokens", "4096", "--max-batched-tokens",
+                   "16", "--max-seqs", "4")
+    try:
+        with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+            together = list(pool.map(lambda i: complete(tight.url, prompts[i], 16, i),
+                                     range(len(prompts))))
+    finally:
+        tight.stop()
+    assert together == alone
+
+
+def test_estimate_and_inspect_count_the_state(pagoda_bin, tiny):
+    """`pagoda estimate --preset` and `pagoda inspect` on each tiny shape (both: layers 0 and 2
+    Gated DeltaNet, layer 1 attending with 2 KV heads of 64; 2 key and 4 value heads of 32, 4
+    conv taps): K/V only for the attention layer, and the recurrent state per sequence."""
+    kv = 2 * 1 * 2 * 64 * 2                          # F16, one attention layer
+    state = 2 * ((2 * 2 * 32 + 4 * 32) * 3 + 4 * 32 * 32) * 4   # F32, two DeltaNet layers
+    r = subprocess.run([str(pagoda_bin), "estimate", "--preset", tiny.stem, "--context", "100",
+                        "--batch", "3", "--json", "-"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    j = json.loads(r.stdout)
+    assert j["kv_bytes_per_token"] == kv
+    assert j["state_bytes_per_sequence"] == state == 38912
+    assert j["state_bytes_total"] == 3 * state
+    assert j["total_bytes"] == (j["weight_bytes"] + 3 * 100 * kv + 3 * state
+                                + j["overhead_bytes"])
+    r = subprocess.run([str(pagoda_bin), "inspect", str(tiny)], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert f"KV cache (F16):  {kv} bytes per token = 2 x 1 attention layers" in r.stdout, r.stdout
+    assert f"recurrent state: {state} bytes per sequence" in r.stdout, r.stdout

@@ -24,9 +24,11 @@ TEST(Architecture, EveryNameResolvesToOneFamily) {
     }
     // gpt-oss is read from GGUF files only (its checkpoints' experts are MXFP4 blocks and
     // scales in tensors of their own), and so are gemma4 (its per-layer shapes are read from
-    // GGUF's arrays) and qwen35 (its recurrent layers' shapes are GGUF's ssm.* keys); every
+    // GGUF's arrays) and qwen35 / qwen35moe (their recurrent layers' shapes are GGUF's ssm.*
+    // keys); every
     // other family has a config.json model_type.
-    if (a.name != "gpt-oss" && a.name != "gemma4" && a.name != "qwen35") {
+    if (a.name != "gpt-oss" && a.name != "gemma4" && a.name != "qwen35" &&
+        a.name != "qwen35moe") {
       EXPECT_FALSE(a.hf_model_types.empty()) << a.name << " names no config.json model_type";
     }
     for (std::string_view t : a.hf_model_types) {
@@ -42,7 +44,8 @@ TEST(Architecture, EveryNameResolvesToOneFamily) {
 
 TEST(Architecture, UnknownFamilyNamesTheSupportedOnes) {
   EXPECT_EQ(supported_architectures(),
-            "llama, mistral, qwen2, qwen3, qwen3moe, phi3, gemma3, gemma4, gpt-oss, qwen35, bert");
+            "llama, mistral, qwen2, qwen3, qwen3moe, phi3, gemma3, gemma4, gpt-oss, qwen35, "
+            "qwen35moe, bert");
   ModelConfig c;
   c.architecture = "falcon";
   try {
@@ -51,7 +54,7 @@ TEST(Architecture, UnknownFamilyNamesTheSupportedOnes) {
   } catch (const Error& e) {
     EXPECT_STREQ(e.what(),
                  "x.gguf: architecture 'falcon' is not supported (supported: llama, mistral, qwen2, "
-                 "qwen3, qwen3moe, phi3, gemma3, gemma4, gpt-oss, qwen35, bert)");
+                 "qwen3, qwen3moe, phi3, gemma3, gemma4, gpt-oss, qwen35, qwen35moe, bert)");
   }
 }
 

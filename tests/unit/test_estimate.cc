@@ -159,6 +159,36 @@ TEST(Estimate, Llama3On24GiB) {
   EXPECT_EQ(e.fits, true);
 }
 
+// qwen3.5-moe-tiny, by hand: three layers of which layers 0 and 2 are Gated DeltaNet ones (no
+// K/V) and layer 1 attends with 2 KV heads of 64; the DeltaNet layers have 2 key heads and 4
+// value heads of 32 and a conv1d of 4 taps.
+TEST(Estimate, HybridModelCountsAttentionLayersAndTheRecurrentState) {
+  const ModelConfig& c = preset("qwen3.5-moe-tiny");
+  // K/V of the one attention layer: 2 x 2 KV heads x 64 x 2 bytes (F16).
+  EXPECT_EQ(kv_bytes_per_token(c, DType::kF16), 512u);
+  EXPECT_EQ(kv_bytes_per_token(c, "f16"), 512u);
+  EXPECT_EQ(c.kv_bytes_per_token(2), 512u);               // what `inspect` prints
+  EXPECT_EQ(kv_bytes_per_token_without_gqa(c, "f16"), 1024u);  // 2 x 1 layer x 256 x 2
+  // Per DeltaNet layer, F32: conv window (2 x 2 x 32 + 4 x 32 = 256 channels) x 3 taps = 768,
+  // delta state 4 heads x 32 x 32 = 4096; (768 + 4096) x 4 bytes x 2 layers = 38912.
+  EXPECT_EQ(state_bytes_per_sequence(c), 38912u);
+  EXPECT_EQ(state_bytes_per_sequence(preset("qwen3-tiny")), 0u);
+  EstimateOptions o;
+  o.context = 100;
+  o.batch = 3;
+  o.overhead_bytes = 1000;
+  const WeightEstimate w = estimate_weights(c, "f32");
+  o.memory_bytes = w.num_bytes + 1000 + 5 * (51200 + 38912) - 1;  // four sequences and most of a fifth
+  const Estimate e = estimate_memory(c, w, o);
+  EXPECT_EQ(e.kv_bytes_per_sequence, 51200u);  // 512 x 100
+  EXPECT_EQ(e.kv_bytes_total, 153600u);
+  EXPECT_EQ(e.state_bytes_per_sequence, 38912u);
+  EXPECT_EQ(e.state_bytes_total, 116736u);      // x 3
+  EXPECT_EQ(e.total_bytes, w.num_bytes + 153600u + 116736u + 1000u);
+  EXPECT_EQ(e.max_batch, 4u);
+  EXPECT_EQ(max_batch_that_fits(100, 30, 10, 2, 5, 2), 5u);  // floor(60 / (10 + 2))
+}
+
 TEST(Estimate, FitsExactlyUpToMaxBatch) {
   for (const auto& p : model_shapes()) {
     EstimateOptions o;
