@@ -27,3 +27,17 @@ def read(path):
         values = [f.parts[i][0].item() for i in f.data]
         return values if len(values) > 1 or f.types[0] == gguf.GGUFValueType.ARRAY else values[0]
     return tensors, field
+
+
+def worst_against_vectors(doc, reference_logits, tie_margin=0.0):
+    """Largest |numpy - llama.cpp| over every position's recorded top tokens of a committed
+    logit-vector document (tests/data/logits), `reference_logits(ids)` giving the numpy pass's
+    rows; the argmax must agree except where llama.cpp's top two are within `tie_margin`."""
+    worst = 0.0
+    for seq in doc["sequences"]:
+        mine = reference_logits(seq["ids"])
+        for p, top in enumerate(seq["top"]):
+            ids, values = [t for t, _ in top], np.array([v for _, v in top])
+            worst = max(worst, float(np.abs(mine[p, ids] - values).max()))
+            assert mine[p].argmax() == ids[0] or values[0] - values[1] < tie_margin, (p, top[:2])
+    return worst

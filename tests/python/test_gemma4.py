@@ -192,13 +192,8 @@ def test_numpy_pass_meets_llama_cpp_vectors(tiny):
     """The numpy pass against llama.cpp's own logits (tests/data/logits), so that the two
     oracles agree with each other and not only with pagoda."""
     doc = json.loads((ROOT / "tests" / "data" / "logits" / f"synth-{tiny.stem}-f32.json").read_text())
-    worst = 0.0
-    for seq in doc["sequences"]:
-        mine = reference_logits(tiny, seq["ids"])
-        for p, top in enumerate(seq["top"]):
-            ids, values = [t for t, _ in top], np.array([v for _, v in top])
-            worst = max(worst, float(np.abs(mine[p, ids] - values).max()))
-            assert mine[p].argmax() == ids[0] or values[0] - values[1] < 1e-3
+    worst = synth_files.worst_against_vectors(doc, lambda ids: reference_logits(tiny, ids),
+                                              tie_margin=1e-3)
     print(f"numpy against llama.cpp: largest difference {worst:.3g}")
     assert worst <= LLAMA_CPP_BOUND
 

@@ -303,13 +303,7 @@ def test_numpy_pass_meets_llama_cpp_vectors(tiny):
     oracles agree with each other and not only with pagoda."""
     doc = json.loads((ROOT / "tests" / "data" / "logits" / f"synth-{tiny.stem}-f32.json").read_text())
     assert doc["synth"]["seed"] == SEEDS[tiny.stem]
-    worst = 0.0
-    for seq in doc["sequences"]:
-        mine = reference_logits(tiny, seq["ids"])
-        for p, top in enumerate(seq["top"]):
-            ids, values = [t for t, _ in top], np.array([v for _, v in top])
-            worst = max(worst, float(np.abs(mine[p, ids] - values).max()))
-            assert mine[p].argmax() == top[0][0], (p, top[:2])
+    worst = synth_files.worst_against_vectors(doc, lambda ids: reference_logits(tiny, ids))
     print(f"{tiny.stem}: numpy against llama.cpp, largest difference {worst:.3g}")
     assert worst < LLAMA_CPP_BOUND
 
