@@ -133,8 +133,11 @@ def test_two_turns_system_clear_and_ctrl_c_in_a_terminal(pagoda_bin):
         t.send("\x03")
         stopped = t.expect(r">>> ")
         assert "stopped (Ctrl-C)" in stopped
-        # No token after the ^C the terminal echoed: the reply's line ends there.
-        assert "^C\n" in stopped, stopped
+        # No token after the ^C the terminal echoed: the reply's line ends there. The newline
+        # pagoda writes may be lost: the terminal flushes its output queue just after it sends
+        # SIGINT (no NOFLSH), and a reply stopped within that moment has its newline dropped,
+        # so the stats line can follow the ^C directly.
+        assert re.search(r"\^C(\n|prompt: )", stopped), stopped
         t.send("What is 2 + 2? Answer with the number.\n")
         assert "4" in t.expect(r">>> ")
 
