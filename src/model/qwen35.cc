@@ -26,6 +26,7 @@
 #include "model/model.h"
 #include "model/model_file.h"
 #include "model/moe.h"
+#include "model/qwen35_plan.h"
 #include "model/state_storage.h"
 #include "model/weights.h"
 
@@ -69,10 +70,7 @@ class Qwen35Model final : public Model {
   // The MoE block's output added to act_.x, from act_.h (the normed input).
   void experts(Backend& be, const Qwen35Layer& L, int64_t n);
   void load_experts(const TensorLookup& w, const std::string& p, Qwen35Layer& L) const;
-  int64_t shared_ffn_size() const {
-    return config_.shared_expert_intermediate ? config_.shared_expert_intermediate
-                                              : config_.intermediate_size;
-  }
+  int64_t shared_ffn_size() const { return shared_expert_ffn_size(config_); }
   // The state slots the batch names, or this model's own (slot = the sequence's index) for
   // callers that run one sequence outside an engine (Generator); sequences at position 0 are
   // cleared.

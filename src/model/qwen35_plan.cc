@@ -22,8 +22,7 @@ template <typename Matrix>
 void plan_experts(const ModelConfig& c, const std::string& p, Matrix& matrix,
                   std::vector<PlannedTensor>& plan) {
   const uint64_t hidden = c.hidden_size, eff = c.expert_ffn_size(), experts = c.num_experts;
-  const uint64_t sff = c.shared_expert_intermediate ? c.shared_expert_intermediate
-                                                    : c.intermediate_size;
+  const uint64_t sff = shared_expert_ffn_size(c);
   plan.push_back({p + "ffn_gate_inp.weight", DType::kF32, {hidden, experts}, false, false});
   matrix(p + "ffn_gate_exps.weight", eff, hidden, experts);
   matrix(p + "ffn_up_exps.weight", eff, hidden, experts);

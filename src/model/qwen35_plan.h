@@ -13,6 +13,12 @@ namespace pagoda {
 
 class GgufWriter;
 
+// Qwen3.5-MoE's shared expert width: expert_shared_feed_forward_length, else the model's
+// feed-forward size (llama.cpp's default).
+inline uint32_t shared_expert_ffn_size(const ModelConfig& c) {
+  return c.shared_expert_intermediate ? c.shared_expert_intermediate : c.intermediate_size;
+}
+
 // Every tensor of a Qwen3.5 model of shape `c` (qwen35moe's experts where c has them), in file
 // order, typed by `recipe`.
 std::vector<PlannedTensor> plan_qwen35_tensors(const ModelConfig& c, const WeightRecipe& recipe);
