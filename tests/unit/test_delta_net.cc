@@ -71,9 +71,10 @@ float max_abs(const std::vector<float>& a) {
 
 const DeltaNetShape kTiny{2, 4, 32, 4};      // qwen3.5-tiny's recurrent layers
 const DeltaNetShape kSmall{16, 16, 128, 4};  // qwen3.5-0.8b's
+const DeltaNetShape kOdd{1, 2, 20, 4};       // a head size off the 16-column tiles
 
 TEST(DeltaNet, ChunkedMatchesTokenByToken) {
-  for (const DeltaNetShape& s : {kTiny, kSmall}) {
+  for (const DeltaNetShape& s : {kTiny, kSmall, kOdd}) {
     for (int64_t n : {1, 7, 63, 64, 65, 128, 200, 300}) {
       SCOPED_TRACE("head_dim " + std::to_string(s.head_dim) + ", " + std::to_string(n) +
                    " tokens");
