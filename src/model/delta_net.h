@@ -36,7 +36,26 @@ void normalize_qk(const DeltaNetShape& s, float* qkv, int64_t n, float eps);
 // key head h % key_heads (llama.cpp's layout). decay: [n, value heads], the log of each step's
 // forget factor; beta: [n, value heads], the write strength. Per token:
 //   S = exp(decay) S;  S += beta (v - S k) k^T;  out = S q.        out: [n, value_dim]
+// Runs of at least kDeltaChunkedFrom tokens (prefill) take the chunked form, shorter ones
+// (decode, speculative verification) the token-by-token one: the choice depends on the
+// sequence's own token count alone, never on its batch. The two forms agree to rounding, not
+// bit for bit, so a prompt split into other steps (another step budget) gives slightly other
+// values (test_delta_net.cc measures how far apart).
 void gated_delta_rule_head(const DeltaNetShape& s, const float* qkv, int64_t n, int64_t h,
                            const float* decay, const float* beta, float* state, float* out);
+
+// Tokens per chunk of the chunked form, and the shortest run that takes it.
+inline constexpr int64_t kDeltaChunk = 64;
+inline constexpr int64_t kDeltaChunkedFrom = 16;
+
+// The two forms, same arguments. Token by token: n rank-one updates of the state. Chunked
+// (the WY form, as transformers' torch_chunk_gated_delta_rule): per chunk of kDeltaChunk
+// tokens, the decay-weighted K K^T system solved by forward substitution, the chunk's outputs
+// from the incoming state plus the part within the chunk, and one update of the state.
+void gated_delta_rule_head_recurrent(const DeltaNetShape& s, const float* qkv, int64_t n,
+                                     int64_t h, const float* decay, const float* beta,
+                                     float* state, float* out);
+void gated_delta_rule_head_chunked(const DeltaNetShape& s, const float* qkv, int64_t n, int64_t h,
+                                   const float* decay, const float* beta, float* state, float* out);
 
 }  // namespace pagoda

@@ -25,7 +25,11 @@ Deployment estimate_deployment(const ModelCost& cost, const HardwareProfile& pro
   d.seq_len = o.seq_len ? o.seq_len : static_cast<uint64_t>(longest);
   d.memory = device_memory(
       cost, profile, o.num_devices,
-      o.overhead_bytes ? *o.overhead_bytes : default_overhead_bytes(cost.config), d.seq_len);
+      o.overhead_bytes ? *o.overhead_bytes : default_overhead_bytes(cost.config), d.seq_len,
+      o.max_num_seqs);
+  d.max_num_seqs = d.memory.state_bytes_per_sequence
+                       ? static_cast<int64_t>(d.memory.state_slots)
+                       : o.max_num_seqs;
   d.usd_per_month = profile.get("price_per_hour") * o.num_devices * kHoursPerMonth;
   if (!d.memory.fits) return d;
 
@@ -44,7 +48,7 @@ Deployment estimate_deployment(const ModelCost& cost, const HardwareProfile& pro
   }
   if (!o.capacity) return d;
   SimEngine engine;
-  engine.max_num_seqs = o.max_num_seqs;
+  engine.max_num_seqs = d.max_num_seqs;
   engine.max_num_batched_tokens = o.max_num_batched_tokens;
   engine.kv_capacity_tokens = d.memory.kv_capacity_tokens;
   if (static_cast<uint64_t>(longest) > engine.kv_capacity_tokens) {

@@ -38,6 +38,9 @@ struct Deployment {
   DeviceRates rates;
   DeviceMemory memory;
   uint64_t seq_len = 0;
+  // The most sequences a step runs: --max-seqs, or fewer for a hybrid model, which runs no
+  // more than it has recurrent-state slots for (memory.state_slots).
+  int64_t max_num_seqs = 0;
   double mean_prompt_len = 0;
   double mean_output_len = 0;
   // At the mean prompt and output lengths: batch sizes 1, 2, 4, ... up to the largest that

@@ -107,11 +107,18 @@ std::string deployment_text(const Deployment& d, const DeploymentOptions& o,
       d.num_devices > 1 ? strf(", link %.4g GB/s", d.rates.link_bandwidth / 1e9).c_str() : "");
   s += strf(
       "per device:       %.1f GiB usable = weights %.2f GiB + activations %.2f GiB + K/V %.2f "
-      "GiB (%llu tokens at %llu bytes)\n",
+      "GiB (%llu tokens at %llu bytes)",
       m.usable_bytes / kGiB, m.weight_bytes / kGiB, m.overhead_bytes / kGiB,
       m.kv_capacity_tokens * static_cast<double>(m.kv_bytes_per_token) / kGiB,
       static_cast<unsigned long long>(m.kv_capacity_tokens),
       static_cast<unsigned long long>(m.kv_bytes_per_token));
+  if (m.state_bytes_per_sequence != 0) {
+    s += strf(" + recurrent state %.2f GiB (%llu sequences at %llu bytes)",
+              static_cast<double>(m.state_bytes) / kGiB,
+              static_cast<unsigned long long>(m.state_slots),
+              static_cast<unsigned long long>(m.state_bytes_per_sequence));
+  }
+  s += "\n";
   if (!m.fits) {
     s += strf("                  does NOT fit: no room for one sequence of %llu tokens\n",
               static_cast<unsigned long long>(d.seq_len));
@@ -138,7 +145,7 @@ std::string deployment_text(const Deployment& d, const DeploymentOptions& o,
       "capacity:         %s; SLO p%g TTFT <= %g ms, p%g TPOT <= %g ms; at most %lld sequences, "
       "%lld tokens a step\n",
       workload.c_str(), o.slo.percentile, o.slo.ttft_s * 1e3, o.slo.percentile, o.slo.tpot_s * 1e3,
-      static_cast<long long>(o.max_num_seqs), static_cast<long long>(o.max_num_batched_tokens));
+      static_cast<long long>(d.max_num_seqs), static_cast<long long>(o.max_num_batched_tokens));
   s += strf("  one request alone:   TTFT %.1f ms, TPOT %.2f ms\n", c.alone_ttft_s * 1e3,
             c.alone_tpot_s * 1e3);
   s += strf("  saturated:           %.3g requests/s at any latency\n", c.saturated_qps);
@@ -188,6 +195,9 @@ EstimateJson deployment_json(const Deployment& d, const DeploymentOptions& o) {
                      {"overhead_bytes", m.overhead_bytes},
                      {"kv_bytes_per_token", m.kv_bytes_per_token},
                      {"kv_capacity_tokens", m.kv_capacity_tokens},
+                     {"state_bytes_per_sequence", m.state_bytes_per_sequence},
+                     {"state_slots", m.state_slots},
+                     {"state_bytes", m.state_bytes},
                      {"seq_len", d.seq_len},
                      {"max_batch", m.max_batch},
                      {"fits", m.fits}};

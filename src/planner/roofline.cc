@@ -93,7 +93,7 @@ StepTime step_time(const ModelCost& cost, const DeviceRates& r, const StepLoad& 
 }
 
 DeviceMemory device_memory(const ModelCost& cost, const HardwareProfile& p, int num_devices,
-                           uint64_t overhead_bytes, uint64_t seq_len) {
+                           uint64_t overhead_bytes, uint64_t seq_len, int64_t max_num_seqs) {
   DeviceMemory m;
   const double memory = p.get("memory_gib") * 1073741824.0 * p.get("memory_utilization");
   m.usable_bytes = static_cast<uint64_t>(memory);
@@ -105,10 +105,24 @@ DeviceMemory device_memory(const ModelCost& cost, const HardwareProfile& p, int 
                                               kv_heads_per_device(c, num_devices) / c.num_kv_heads
                                         : cost.kv_bytes_per_token;
   const uint64_t fixed = m.weight_bytes + m.overhead_bytes;
-  if (m.usable_bytes > fixed && m.kv_bytes_per_token > 0) {
-    m.kv_capacity_tokens = (m.usable_bytes - fixed) / m.kv_bytes_per_token;
+  m.state_bytes_per_sequence = state_bytes_per_sequence(c);
+  if (m.state_bytes_per_sequence == 0) {
+    if (m.usable_bytes > fixed && m.kv_bytes_per_token > 0) {
+      m.kv_capacity_tokens = (m.usable_bytes - fixed) / m.kv_bytes_per_token;
+    }
+    m.max_batch = seq_len ? m.kv_capacity_tokens / seq_len : 0;
+  } else if (m.usable_bytes > fixed && seq_len > 0) {
+    // Each sequence of seq_len tokens takes its K/V and a state slot; the slots the plan runs
+    // at once come first, the K/V has the rest.
+    const uint64_t room = m.usable_bytes - fixed;
+    m.max_batch = room / (m.kv_bytes_per_token * seq_len + m.state_bytes_per_sequence);
+    m.state_slots = max_num_seqs > 0 ? std::min(m.max_batch, static_cast<uint64_t>(max_num_seqs))
+                                     : m.max_batch;
+    m.state_bytes = m.state_slots * m.state_bytes_per_sequence;
+    if (m.kv_bytes_per_token > 0) {
+      m.kv_capacity_tokens = (room - m.state_bytes) / m.kv_bytes_per_token;
+    }
   }
-  m.max_batch = seq_len ? m.kv_capacity_tokens / seq_len : 0;
   m.fits = m.max_batch > 0;
   return m;
 }

@@ -79,11 +79,20 @@ struct DeviceMemory {
   uint64_t overhead_bytes = 0;
   uint64_t kv_bytes_per_token = 0;
   uint64_t kv_capacity_tokens = 0;  // what is left over for K/V, in tokens
-  uint64_t max_batch = 0;           // sequences of seq_len tokens that fit
+  uint64_t max_batch = 0;           // sequences of seq_len tokens that fit (with their state)
   bool fits = false;                // the weights and overhead fit, with room for a sequence
+  // A hybrid model's recurrent state (estimate.h: state_bytes_per_sequence): the engine holds a
+  // fixed slot per sequence a step may run (--max-seqs), whatever its length. The plan counts
+  // one for each of the sequences it runs at once, the fewer of max_batch and max_num_seqs,
+  // before the K/V takes what is left. 0 for other models.
+  uint64_t state_bytes_per_sequence = 0;
+  uint64_t state_slots = 0;
+  uint64_t state_bytes = 0;  // state_slots x state_bytes_per_sequence
 };
+// max_num_seqs: the most sequences a step runs (0: no limit), which a hybrid model holds a
+// state slot each for.
 DeviceMemory device_memory(const ModelCost& cost, const HardwareProfile& profile, int num_devices,
-                           uint64_t overhead_bytes, uint64_t seq_len);
+                           uint64_t overhead_bytes, uint64_t seq_len, int64_t max_num_seqs = 0);
 
 // K/V heads one of `num_devices` devices holds.
 uint32_t kv_heads_per_device(const ModelConfig& config, int num_devices);

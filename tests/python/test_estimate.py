@@ -185,6 +185,32 @@ def test_two_gpus_split_the_model_and_pay_for_all_reduces(pagoda_bin):
     assert one["per_device"]["fits"] and one["per_device"]["max_batch"] < d["max_batch"] / 2
 
 
+def test_hybrid_deployment_holds_a_recurrent_state_per_sequence(pagoda_bin):
+    """qwen3.5-0.8b's Gated DeltaNet layers: each sequence a step runs holds a state slot beside
+    its K/V, so fewer sequences fit, and the slots (--max-seqs or fewer) come out of the K/V's
+    room; a model without recurrent layers plans as before."""
+    args = ["--hardware", "a10", "--context", 4096, "--max-seqs", 64, "--num-requests", 20]
+    j = estimate_json(pagoda_bin, "--preset", "qwen3.5-0.8b", *args)
+    d = j["per_device"]
+    state = j["state_bytes_per_sequence"]  # the memory estimate's figure
+    assert state > 0 and d["state_bytes_per_sequence"] == state
+    room = d["usable_bytes"] - d["weight_bytes"] - d["overhead_bytes"]
+    assert d["max_batch"] == room // (d["kv_bytes_per_token"] * 4096 + state) == j["max_batch"]
+    assert d["max_batch"] < room // (d["kv_bytes_per_token"] * 4096)  # the K/V alone
+    assert d["state_slots"] == min(d["max_batch"], 64)
+    assert d["state_bytes"] == d["state_slots"] * state
+    assert d["kv_capacity_tokens"] == (room - d["state_bytes"]) // d["kv_bytes_per_token"]
+    r = estimate(pagoda_bin, "--preset", "qwen3.5-0.8b", *args)
+    assert r.returncode == 0, r.stderr.decode()
+    assert re.search(rf"recurrent state [0-9.]+ GiB \({d['state_slots']} sequences at {state} "
+                     "bytes\\)", r.stdout.decode())
+    plain = estimate_json(pagoda_bin, "--preset", "llama-3-8b", *args)["per_device"]
+    assert plain["state_bytes_per_sequence"] == plain["state_slots"] == plain["state_bytes"] == 0
+    plain_room = plain["usable_bytes"] - plain["weight_bytes"] - plain["overhead_bytes"]
+    assert plain["kv_capacity_tokens"] == plain_room // plain["kv_bytes_per_token"]
+    assert plain["max_batch"] == plain["kv_capacity_tokens"] // 4096
+
+
 def test_capacity_and_cost(pagoda_bin):
     j = estimate_json(pagoda_bin, "--preset", "llama-3-8b", "--weights-type", "fp8", "--hardware",
                       "h100", "--prompt-len", 1000, "--output-len", 200, "--num-requests", 300,

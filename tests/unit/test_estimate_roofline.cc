@@ -191,6 +191,88 @@ TEST(EstimateRoofline, PerDeviceMemory) {
   EXPECT_EQ(m.kv_bytes_per_token, 256u);
   p.set("memory_gib", 0.0001, "test");  // 53687 bytes usable: not even the weights
   EXPECT_FALSE(device_memory(cost, p, 1, 1000, 1000).fits);
+  // A model without recurrent layers holds no state, whatever the sequence limit.
+  p.set("memory_gib", 1, "test");
+  m = device_memory(cost, p, 1, 1000, 1000, 8);
+  EXPECT_EQ(m.state_bytes_per_sequence, 0u);
+  EXPECT_EQ(m.state_slots, 0u);
+  EXPECT_EQ(m.kv_capacity_tokens, ((1u << 29) - 347392u - 1000u) / 512);
+  EXPECT_EQ(m.max_batch, m.kv_capacity_tokens / 1000);
+}
+
+// qwen3.5-tiny: two Gated DeltaNet layers and one attention layer, F32.
+ModelCost hybrid_cost() {
+  ModelCost cost;
+  cost.config = find_estimate_preset("qwen3.5-tiny").config;
+  cost.weights = estimate_weights(cost.config, "f32");
+  cost.kv_bytes_per_token = kv_bytes_per_token(cost.config, "f32");
+  return cost;
+}
+
+// qwen3.5-tiny (two Gated DeltaNet layers, one attention layer): each sequence holds a state
+// slot (the engine keeps one per sequence a step runs) beside its K/V, so fewer sequences fit
+// than the K/V alone allows, and the slots the plan runs come out of the K/V's room.
+TEST(EstimateRoofline, PerDeviceMemoryHoldsTheRecurrentState) {
+  const ModelCost cost = hybrid_cost();
+  const uint64_t state = state_bytes_per_sequence(cost.config);
+  ASSERT_GT(state, 0u);
+  HardwareProfile p = find_hardware_preset("a10");
+  p.set("memory_gib", 1, "test");
+  p.set("memory_utilization", 0.5, "test");
+  const uint64_t room = (1u << 29) - cost.weights.num_bytes - 1000;
+  const uint64_t per_sequence = cost.kv_bytes_per_token * 1000 + state;
+  DeviceMemory m = device_memory(cost, p, 1, 1000, 1000);  // no sequence limit: all that fit
+  EXPECT_EQ(m.state_bytes_per_sequence, state);
+  EXPECT_EQ(m.max_batch, room / per_sequence);
+  EXPECT_LT(m.max_batch, room / (cost.kv_bytes_per_token * 1000));  // the K/V alone
+  EXPECT_EQ(m.state_slots, m.max_batch);
+  EXPECT_EQ(m.state_bytes, m.max_batch * state);
+  EXPECT_EQ(m.kv_capacity_tokens, (room - m.state_bytes) / cost.kv_bytes_per_token);
+  // --max-seqs 8: eight slots, the K/V has the rest.
+  m = device_memory(cost, p, 1, 1000, 1000, 8);
+  EXPECT_EQ(m.max_batch, room / per_sequence);
+  EXPECT_EQ(m.state_slots, 8u);
+  EXPECT_EQ(m.state_bytes, 8 * state);
+  EXPECT_EQ(m.kv_capacity_tokens, (room - 8 * state) / cost.kv_bytes_per_token);
+  // Room for the weights and two sequences' K/V, but not for two states as well.
+  p.set("memory_utilization", 1, "test");
+  p.set("memory_gib",
+        static_cast<double>(cost.weights.num_bytes + 1000 + 2 * cost.kv_bytes_per_token * 1000 +
+                            state) / 1073741824.0,
+        "test");
+  m = device_memory(cost, p, 1, 1000, 1000, 8);
+  EXPECT_EQ(m.max_batch, 1u);
+  EXPECT_EQ(m.state_slots, 1u);
+  EXPECT_TRUE(m.fits);
+}
+
+// The deployment of a hybrid model runs no more sequences at once than it holds states for.
+TEST(EstimateRoofline, HybridDeploymentRunsAsManySequencesAsItHasStateSlots) {
+  const ModelCost cost = hybrid_cost();
+  const uint64_t state = state_bytes_per_sequence(cost.config);
+  HardwareProfile p = find_hardware_preset("a10");
+  p.set("memory_utilization", 1, "test");
+  DeploymentOptions o;
+  o.lengths = {{100, 20}};
+  o.overhead_bytes = 1000;
+  o.capacity = false;
+  // Memory for the weights and five sequences of 120 tokens with their states, and a bit.
+  p.set("memory_gib",
+        static_cast<double>(cost.weights.num_bytes + 1000 +
+                            5 * (cost.kv_bytes_per_token * 120 + state) + 100) / 1073741824.0,
+        "test");
+  Deployment d = estimate_deployment(cost, p, o);
+  EXPECT_EQ(d.memory.max_batch, 5u);
+  EXPECT_EQ(d.memory.state_slots, 5u);
+  EXPECT_EQ(d.max_num_seqs, 5);
+  EXPECT_EQ(d.batches.back().batch, 5);
+  o.max_num_seqs = 3;
+  d = estimate_deployment(cost, p, o);
+  EXPECT_EQ(d.memory.state_slots, 3u);
+  EXPECT_EQ(d.max_num_seqs, 3);
+  EXPECT_EQ(d.memory.kv_capacity_tokens,
+            (d.memory.usable_bytes - d.memory.weight_bytes - 1000 - 3 * state) /
+                cost.kv_bytes_per_token);
 }
 
 // Steps of exactly 1 ms (no bytes or flops to speak of), to follow the scheduler by hand.
