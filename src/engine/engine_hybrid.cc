@@ -15,7 +15,8 @@ namespace pagoda {
 int32_t num_state_checkpoints(const EngineConfig& config, const ModelConfig& model) {
   if (!model.hybrid() || !config.enable_prefix_caching) return 0;
   if (config.num_state_checkpoints >= 0) return config.num_state_checkpoints;
-  const uint64_t fit = (uint64_t{512} << 20) / std::max<uint64_t>(1, StateStorage::slot_bytes(model));
+  const uint64_t slot = std::max<uint64_t>(1, StateStorage::slot_bytes(model));
+  const uint64_t fit = (uint64_t{512} << 20) / slot;
   return static_cast<int32_t>(
       std::max<uint64_t>(1, std::min<uint64_t>(2 * uint64_t(config.max_num_seqs), fit)));
 }

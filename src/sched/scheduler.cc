@@ -11,7 +11,8 @@ namespace pagoda {
 Scheduler::Scheduler(SchedulerConfig config)
     : config_(std::move(config)),
       kv_(config_.kv),
-      checkpoints_(std::max(0, config_.num_state_slots), std::max(0, config_.num_state_checkpoints)) {
+      checkpoints_(std::max(0, config_.num_state_slots),
+                   std::max(0, config_.num_state_checkpoints)) {
   if (config_.max_num_batched_tokens < 1) {
     fail("scheduler: max_num_batched_tokens must be positive, got ",
          config_.max_num_batched_tokens);

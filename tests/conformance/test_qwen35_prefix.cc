@@ -113,14 +113,15 @@ TEST_P(Qwen35Prefix, HitRestoresTheStateAndGivesTheColdResult) {
   EXPECT_GT(warm.stats().scheduler.num_state_checkpoints, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, Qwen35Prefix, ::testing::Values("qwen3.5-tiny", "qwen3.5-moe-tiny"),
-                         [](const ::testing::TestParamInfo<const char*>& info) {
-                           std::string name = info.param;
-                           for (char& ch : name) {
-                             if (ch == '.' || ch == '-') ch = '_';
-                           }
-                           return name;
-                         });
+// "qwen3.5-tiny" as a test name: qwen3_5_tiny.
+std::string shape_name(const ::testing::TestParamInfo<const char*>& info) {
+  std::string name = info.param;
+  std::replace_if(name.begin(), name.end(), [](char ch) { return ch == '.' || ch == '-'; }, '_');
+  return name;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Qwen35Prefix,
+                         ::testing::Values("qwen3.5-tiny", "qwen3.5-moe-tiny"), shape_name);
 
 }  // namespace
 }  // namespace pagoda

@@ -151,7 +151,8 @@ TEST(SchedulerStateTest, RandomLoadKeepsEverySlotsStateContinuous) {
     std::mt19937 rng(seed);
     auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
     const int32_t slots = uniform(1, 6);
-    Scheduler s(test::state_config(uniform(4, 48), uniform(1, 8), uniform(12, 40), slots, uniform(2, 8)));
+    Scheduler s(
+        test::state_config(uniform(4, 48), uniform(1, 8), uniform(12, 40), slots, uniform(2, 8)));
     FakeRecurrentModel model(slots);
     SequenceId next_id = 1;
     for (int i = 0; i < 200; ++i) {
