@@ -171,6 +171,11 @@ Action add_serve(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 22));
   cmd->add_flag("--no-prefix-caching", [o](int64_t) { o->engine.enable_prefix_caching = false; },
                 "Do not reuse KV blocks of shared prefixes");
+  cmd->add_option("--state-checkpoints", o->engine.num_state_checkpoints,
+                  "Hybrid models (Qwen3.5): recurrent-state copies kept for prefix-cache hits, "
+                  "one state slot each (about 20 MiB for the 0.8B shape); default: twice "
+                  "--max-seqs, at most 512 MiB of them")
+      ->check(CLI::Range(0, 1 << 20));
   server::HttpLimits& h = o->server.http;
   cmd->add_option("--max-body-bytes", h.max_body_bytes,
                   "Largest request body, chunked or not (HTTP 413 above)")->default_val(8u << 20);

@@ -54,9 +54,9 @@ SchedulerConfig scheduler_config(const EngineConfig& config, const ModelConfig& 
   s.kv.num_blocks = num_blocks;
   s.kv.block_size = config.block_size;
   s.kv.enable_prefix_caching = config.enable_prefix_caching;
-  if (model.hybrid()) {  // a recurrent state slot per running sequence; no cache hits
+  if (model.hybrid()) {  // a recurrent state slot per running sequence, and checkpoints
     s.num_state_slots = config.max_num_seqs;
-    s.kv.enable_prefix_caching = false;
+    s.num_state_checkpoints = num_state_checkpoints(config, model);
   }
   return s;
 }

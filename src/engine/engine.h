@@ -91,7 +91,15 @@ struct EngineConfig {
   SpeculativeConfig speculative;  // proposals to verify per step (off by default)
   KvDiskConfig kv_disk;           // the prefix cache's disk tier (--kv-disk); off by default
   uint64_t kv_offload_bytes = 0;  // its host-memory tier (--kv-offload-gb, kv/host_tier.h); 0: none
+  // Hybrid models with prefix caching: recurrent-state checkpoints kept for cache hits
+  // (sched/state_checkpoints.h), one state slot each; -1: num_state_checkpoints()'s default.
+  int32_t num_state_checkpoints = -1;
 };
+
+// The state checkpoints an engine keeps: 0 for a model without recurrent layers or without
+// prefix caching; config.num_state_checkpoints when given; else twice max_num_seqs, at most what
+// 512 MiB holds (at least 1; a slot of the 0.8B shape takes about 20 MiB).
+int32_t num_state_checkpoints(const EngineConfig& config, const ModelConfig& model);
 
 struct GenerationRequest {
   std::vector<TokenId> prompt;  // token ids, not empty
@@ -277,6 +285,8 @@ class Engine {
   // A hybrid model (engine_hybrid.cc): its state slots, and the features it refuses.
   void setup_hybrid();
   void check_hybrid_request(const GenerationRequest& request) const;
+  // The plan's checkpoint restores (before the forward pass) or saves (after it).
+  void copy_state_checkpoints(const StepPlan& plan, bool restores);
 
   // Embedding requests (engine_embed.cc): one prompt-only sequence each.
   struct EmbeddingState {

@@ -1,13 +1,25 @@
 // Hybrid models (Qwen3.5's Gated DeltaNet layers beside full attention): each running sequence
 // holds a recurrent state slot (model/state_storage.h) that the scheduler hands out with its
-// blocks. The features whose K/V handling does not yet carry that state along are refused in
-// one line: prefix-cache hits (the cache is off), speculative decoding (no state roll-back),
-// n > 1 and beam search (no state fork), saved prefixes, the host-memory and disk tiers.
+// blocks; prefix-cache hits restore the state from checkpoint slots after those
+// (sched/state_checkpoints.h). The features whose K/V handling does not yet carry that state
+// along are refused in one line: speculative decoding (no state roll-back), n > 1 and beam
+// search (no state fork), saved prefixes, the host-memory and disk tiers.
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/memory.h"
 #include "engine/engine.h"
 
 namespace pagoda {
+
+int32_t num_state_checkpoints(const EngineConfig& config, const ModelConfig& model) {
+  if (!model.hybrid() || !config.enable_prefix_caching) return 0;
+  if (config.num_state_checkpoints >= 0) return config.num_state_checkpoints;
+  const uint64_t slot = std::max<uint64_t>(1, StateStorage::slot_bytes(model));
+  const uint64_t fit = (uint64_t{512} << 20) / slot;
+  return static_cast<int32_t>(
+      std::max<uint64_t>(1, std::min<uint64_t>(2 * uint64_t(config.max_num_seqs), fit)));
+}
 
 void Engine::setup_hybrid() {
   const std::string arch = model_.config().architecture;
@@ -20,13 +32,30 @@ void Engine::setup_hybrid() {
          " is not supported for the hybrid model ", arch,
          " (its recurrent state is not stored with the blocks)");
   }
-  config_.enable_prefix_caching = false;  // a hit would skip the recurrence over the prefix
-  // One slot per sequence the engine runs at once (about 20 MiB each for the 0.8B shape).
+  // One slot per sequence the engine runs at once (about 20 MiB each for the 0.8B shape), then
+  // the prefix cache's checkpoints.
+  const int32_t num_checkpoints = scheduler_.config().num_state_checkpoints;
   check_memory_available(
-      StateStorage::slot_bytes(model_.config()) * static_cast<uint64_t>(config_.max_num_seqs),
-      str_cat("the recurrent state of ", config_.max_num_seqs, " sequences"),
-      "give fewer sequences at once (serve --max-seqs)");
-  kv_->set_state(std::make_unique<StateStorage>(model_.config(), config_.max_num_seqs, &backend_));
+      StateStorage::slot_bytes(model_.config()) *
+          static_cast<uint64_t>(config_.max_num_seqs + num_checkpoints),
+      str_cat("the recurrent state of ", config_.max_num_seqs, " sequences and ", num_checkpoints,
+              " prefix-cache checkpoints"),
+      "give fewer sequences at once (serve --max-seqs) or checkpoints (--state-checkpoints)");
+  kv_->set_state(std::make_unique<StateStorage>(model_.config(),
+                                                config_.max_num_seqs + num_checkpoints, &backend_));
+}
+
+void Engine::copy_state_checkpoints(const StepPlan& plan, bool restores) {
+  for (const ScheduledSequence& s : plan.sequences) {
+    const int32_t checkpoint = restores ? s.restore_state_from : s.save_state_to;
+    if (checkpoint < 0) continue;
+    PAGODA_CHECK(kv_->state() != nullptr && s.state_slot >= 0);
+    if (restores) {
+      kv_->state()->copy(checkpoint, s.state_slot);
+    } else {
+      kv_->state()->copy(s.state_slot, checkpoint);
+    }
+  }
 }
 
 void Engine::check_hybrid_request(const GenerationRequest& r) const {

@@ -63,7 +63,11 @@ int32_t Engine::run_forward(const StepPlan& plan) {
   num_block_copies_ += static_cast<int64_t>(plan.block_copies.size());
   // The route holds for this pass only: other passes on the backend (embeddings) run without.
   if (lora_ != nullptr) lora_->route(batch.adapters, batch.logit_rows);
+  // Hybrid prefix caching: a hit starts from its checkpoint's state, and a step ending on a
+  // block boundary leaves a checkpoint (all restores before any save: a slot may be both).
+  copy_state_checkpoints(plan, true);
   if (batch.num_tokens() > 0) model_.forward(backend_, batch, *kv_, logits_);
+  copy_state_checkpoints(plan, false);
   if (lora_ != nullptr) lora_->route({}, {});
   num_computed_tokens_ += batch.num_tokens();
   return batch.num_tokens();

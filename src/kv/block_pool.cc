@@ -95,6 +95,11 @@ std::optional<BlockPool::Match> BlockPool::find(const BlockKey& key,
   return Match{it->second, at(it->second).prefix_id};
 }
 
+bool BlockPool::caches(BlockHash hash, PrefixId prefix_id) const {
+  auto it = map_.find(hash);
+  return it != map_.end() && at(it->second).prefix_id == prefix_id;
+}
+
 PrefixId BlockPool::cache(BlockId block, const BlockKey& key, std::span<const TokenId> tokens) {
   PAGODA_CHECK(static_cast<int32_t>(tokens.size()) == block_size_);
   Block& b = at(block);
@@ -120,6 +125,7 @@ void BlockPool::unhash(BlockId block) {
   Block& b = at(block);
   PAGODA_CHECK(b.hashed);
   map_.erase(b.key.hash);
+  ++num_unhashed_;
   b.hashed = false;
   b.key = BlockKey{};
   b.prefix_id = kRootPrefixId;

@@ -87,6 +87,12 @@ class BlockPool {
   // The cached block with this key and exactly these tokens, if any. A block whose hash matches
   // but whose tokens, extra key or prefix differ is not a match.
   std::optional<Match> find(const BlockKey& key, std::span<const TokenId> tokens) const;
+  // Whether the block hashed under `hash` is the cached content `prefix_id` names (what keeps
+  // a hybrid model's state checkpoint of that prefix usable).
+  bool caches(BlockHash hash, PrefixId prefix_id) const;
+  // Hashes dropped so far (evictions, and stale entries a new block took over): while this
+  // count stands still, every cached PrefixId stays cached.
+  uint64_t num_unhashed() const { return num_unhashed_; }
 
   // Records that held block `block` is now full of `tokens` (block_size of them) under `key`, and
   // returns the PrefixId of its content. When an equal block is already cached, `block` stays
@@ -129,6 +135,7 @@ class BlockPool {
   int32_t num_free_ = 0;
   int32_t num_cached_ = 0;
   PrefixId next_prefix_id_ = kRootPrefixId + 1;
+  uint64_t num_unhashed_ = 0;
   EvictHook evict_hook_;
 };
 

@@ -31,6 +31,7 @@
 #include <functional>
 #include <optional>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/block_copy.h"
@@ -160,6 +161,12 @@ class KvCacheManager {
   int32_t num_slots(SequenceId id) const { return entry(id).num_slots; }
   int32_t num_hashed_blocks(SequenceId id) const {
     return static_cast<int32_t>(entry(id).hashes.size());
+  }
+  // The chain hash and PrefixId `id`'s table recorded for its hashed block `index`
+  // (< num_hashed_blocks(id)).
+  std::pair<BlockHash, PrefixId> hashed_block(SequenceId id, int32_t index) const {
+    const Table& t = entry(id);
+    return {t.hashes.at(static_cast<size_t>(index)), t.prefix_ids.at(static_cast<size_t>(index))};
   }
   int32_t num_blocks_for(int64_t num_tokens) const;  // ceil(num_tokens / block_size)
 

@@ -8,7 +8,11 @@
 
 namespace pagoda {
 
-Scheduler::Scheduler(SchedulerConfig config) : config_(std::move(config)), kv_(config_.kv) {
+Scheduler::Scheduler(SchedulerConfig config)
+    : config_(std::move(config)),
+      kv_(config_.kv),
+      checkpoints_(std::max(0, config_.num_state_slots),
+                   std::max(0, config_.num_state_checkpoints)) {
   if (config_.max_num_batched_tokens < 1) {
     fail("scheduler: max_num_batched_tokens must be positive, got ",
          config_.max_num_batched_tokens);
@@ -18,6 +22,11 @@ Scheduler::Scheduler(SchedulerConfig config) : config_(std::move(config)), kv_(c
   }
   if (config_.num_state_slots < 0) {
     fail("scheduler: num_state_slots must not be negative, got ", config_.num_state_slots);
+  }
+  if (config_.num_state_checkpoints < 0 ||
+      (config_.num_state_checkpoints > 0 && config_.num_state_slots == 0)) {
+    fail("scheduler: num_state_checkpoints must be 0, or positive with state slots, got ",
+         config_.num_state_checkpoints);
   }
   for (int32_t slot = config_.num_state_slots - 1; slot >= 0; --slot) {
     free_state_slots_.push_back(slot);
@@ -93,6 +102,7 @@ StepPlan Scheduler::schedule() {
     }
   }
   pending_copies_.clear();
+  checkpoints_.drop_stale(kv_.pool());  // blocks evicted by this step's allocations
   num_tokens_last_step_ = plan.num_scheduled_tokens;
   if (!plan.sequences.empty()) {
     in_flight_step_ = plan.step_id;
@@ -136,8 +146,11 @@ bool Scheduler::schedule_running(StepPlan& plan, int32_t& budget) {
           decodes ? std::max(0, std::min({r.num_lookahead_tokens, budget - 1,
                                           r.max_tokens - r.num_output_tokens() - 1}))
                   : 0;
-      const int32_t num_new = std::min({num_wanted, budget, decodes ? 1 : prefill_cap(r)}) +
-                              num_proposed;
+      const int32_t num_new =
+          (decodes ? std::min({num_wanted, budget, 1})
+                   : align_chunk(r, r.num_computed_tokens,
+                                 std::min({num_wanted, budget, prefill_cap(r)}))) +
+          num_proposed;
       bool allocated = false;
       for (;;) {
         if (kv_.allocate_slots(r.id, r.num_computed_tokens, num_new)) {
@@ -166,6 +179,9 @@ void Scheduler::unplan(SequenceId id, StepPlan& plan, int32_t& budget) {
   budget += it->second.num_new_tokens;
   plan.num_scheduled_tokens -= it->second.num_new_tokens;
   in_flight_.erase(it);
+  for (const ScheduledSequence& s : plan.sequences) {
+    if (s.seq_id == id) finish_checkpoint_save(s, nullptr);
+  }
   std::erase_if(plan.sequences, [id](const ScheduledSequence& s) { return s.seq_id == id; });
 }
 
@@ -176,10 +192,11 @@ void Scheduler::schedule_waiting(StepPlan& plan, int32_t& budget) {
          (!with_state || !free_state_slots_.empty())) {
     Sequence& r = get(waiting_.front());
     // A prompt-only request wants the hidden states of positions a cache hit would skip; a
-    // hybrid model's recurrent state at the hit is not kept.
-    CachedPrefix prefix = r.is_prompt_only() || with_state
+    // hybrid model's hit needs its recurrent state after the hit, kept in a checkpoint.
+    CachedPrefix prefix = r.is_prompt_only() || (with_state && !checkpointing(r))
                               ? CachedPrefix{}
                               : kv_.get_computed_blocks(r.tokens(), r.cache_key);
+    const int32_t restore = with_state ? take_checkpoint_hit(prefix) : -1;
     // What the pool lacks may be below it: read it first, off the step, while the requests
     // behind this one go on.
     if (start_lower_tier_load(r, prefix)) continue;
@@ -188,7 +205,8 @@ void Scheduler::schedule_waiting(StepPlan& plan, int32_t& budget) {
       prefix.num_host_tier_tokens =
           std::min(loaded->second.num_host_tokens, prefix.num_lower_tier_tokens);
     }
-    const int32_t num_new = std::min(r.num_tokens() - prefix.num_tokens, budget);
+    const int32_t num_new = align_chunk(r, prefix.num_tokens,
+                                        std::min(r.num_tokens() - prefix.num_tokens, budget));
     // First come, first served: a request that does not fit blocks the ones behind it.
     if (!kv_.allocate_slots(r.id, 0, num_new, &prefix)) break;
     waiting_.pop_front();
@@ -203,7 +221,11 @@ void Scheduler::schedule_waiting(StepPlan& plan, int32_t& budget) {
       free_state_slots_.pop_back();
     }
     running_.push_back(r.id);
+    // Used now: a save of this step takes another slot unless it is the only one (the engine
+    // restores before it saves).
+    if (restore >= 0) checkpoints_.touch(restore);
     add_to_plan(plan, r, num_new, 0);
+    plan.sequences.back().restore_state_from = restore;
     budget -= num_new;
   }
 }
@@ -219,6 +241,7 @@ void Scheduler::add_to_plan(StepPlan& plan, Sequence& r, int32_t num_new_tokens,
   s.needs_sample = r.num_computed_tokens + num_new_tokens - num_proposed == r.num_tokens() &&
                    !r.is_prompt_only();
   s.num_proposed = num_proposed;
+  plan_checkpoint_save(r, s);
   plan.sequences.push_back(std::move(s));
   plan.num_scheduled_tokens += num_new_tokens;
   in_flight_[r.id] = {num_new_tokens, num_proposed};
@@ -269,7 +292,10 @@ std::vector<Sequence> Scheduler::commit(const StepPlan& plan,
   for (const ScheduledSequence& s : plan.sequences) {
     const std::vector<TokenId>* tokens = s.needs_sample ? &new_tokens[k++] : nullptr;
     auto it = in_flight_.find(s.seq_id);
-    if (it == in_flight_.end()) continue;  // aborted since schedule()
+    if (it == in_flight_.end()) {  // aborted since schedule()
+      finish_checkpoint_save(s, nullptr);
+      continue;
+    }
     Sequence& r = get(s.seq_id);
     PAGODA_CHECK(r.status == SequenceStatus::kRunning && r.num_computed_tokens == s.start_position &&
                  it->second.num_new_tokens == s.num_new_tokens &&
@@ -278,6 +304,7 @@ std::vector<Sequence> Scheduler::commit(const StepPlan& plan,
       r.num_computed_tokens += s.num_new_tokens;
       if (!r.is_prompt_only()) {
         kv_.cache_full_blocks(r.id, r.tokens(), r.num_computed_tokens);
+        finish_checkpoint_save(s, &r);
       } else if (r.num_computed_tokens == r.num_tokens()) {
         // Its hidden states were this step's output: nothing of it is kept.
         finished.push_back(finish(r.id, SequenceStatus::kFinishedPrompt));
@@ -297,6 +324,7 @@ std::vector<Sequence> Scheduler::commit(const StepPlan& plan,
     // Hash what is now computed: the accepted proposals are known tokens from here on.
     r.output.insert(r.output.end(), tokens->begin(), tokens->begin() + num_accepted);
     kv_.cache_full_blocks(r.id, r.tokens(), r.num_computed_tokens);
+    finish_checkpoint_save(s, &r);
     r.output.resize(r.output.size() - static_cast<size_t>(num_accepted));
     for (TokenId token : *tokens) {
       if (append_and_check_stop(r, token)) {
@@ -342,6 +370,7 @@ Sequence Scheduler::finish(SequenceId id, SequenceStatus status) {
   }
   loaded_.erase(id);
   in_flight_.erase(id);
+  output_checkpoint_.erase(id);  // the checkpoint itself stays for later requests
   std::erase_if(pending_copies_, [id](const auto& c) { return c.first == id; });
   Sequence r = std::move(it->second);
   requests_.erase(it);
@@ -402,6 +431,7 @@ SchedulerStats Scheduler::stats() const {
   s.num_recomputed_tokens = num_recomputed_tokens_;
   s.num_tokens_last_step = num_tokens_last_step_;
   s.num_steps = next_step_id_;
+  s.num_state_checkpoints = checkpoints_.num_live();
   return s;
 }
 
@@ -490,6 +520,7 @@ void Scheduler::check_state_slots() const {
                  held[static_cast<size_t>(r.state_slot)]++ == 0);
   }
   for (int h : held) PAGODA_CHECK(h == 1);
+  checkpoints_.check_invariants(kv_.pool(), step_in_flight());
 }
 
 }  // namespace pagoda

@@ -24,7 +24,12 @@
 //   - unfinished requests have output.size() < max_tokens;
 //   - the step in flight scheduled <= max_num_batched_tokens tokens and <= max_num_seqs requests;
 //   - with state slots (a hybrid model's recurrent state), every running request holds one slot
-//     of its own, no other request holds any, and the free slots are exactly the rest.
+//     of its own, no other request holds any, and the free slots are exactly the rest;
+//   - with state checkpoints (hybrid prefix caching, sched/state_checkpoints.h: slots
+//     [num_state_slots, num_state_slots + num_state_checkpoints), so never a running one),
+//     StateCheckpoints' invariants, and a checkpoint slot is reserved only by a save of the
+//     step in flight (a hit of H tokens restores the live checkpoint after exactly those H
+//     tokens: scheduler_checkpoints.cc; the tests' fake recurrent model checks it).
 #pragma once
 
 #include <chrono>
@@ -38,6 +43,7 @@
 
 #include "kv/kv_cache_manager.h"
 #include "sched/sequence.h"
+#include "sched/state_checkpoints.h"
 #include "sched/step_plan.h"
 
 namespace pagoda {
@@ -48,9 +54,14 @@ struct SchedulerConfig {
   KvCacheConfig kv;
   // Hybrid models (Qwen3.5): the recurrent state slots (model/state_storage.h) a running
   // request holds one of, taken at admission and given back with its blocks (preemption, end).
-  // Such a request never takes a prefix-cache hit (its state at the hit is not kept) and is
-  // not forked. 0: the model keeps no per-sequence state.
+  // Such a request takes a prefix-cache hit only where a checkpoint of its state is kept (next)
+  // and is not forked. 0: the model keeps no per-sequence state.
   int32_t num_state_slots = 0;
+  // Hybrid prefix caching: state checkpoint slots after the running ones, each the recurrent
+  // state after a chain of full blocks, least recently used evicted (sched/state_checkpoints.h).
+  // A hybrid request's prompt chunk is cut to end at its last full block boundary, and every
+  // step that ends on a block boundary saves one. 0: no hits for hybrid requests.
+  int32_t num_state_checkpoints = 0;
   std::function<void(const Sequence&)> on_preempt;  // told of each preemption (e.g. to log it)
 };
 
@@ -64,6 +75,7 @@ struct SchedulerStats {
   int64_t num_recomputed_tokens = 0;
   int32_t num_tokens_last_step = 0;
   int64_t num_steps = 0;
+  int32_t num_state_checkpoints = 0;  // live ones (hybrid prefix caching)
 };
 
 class Scheduler {
@@ -132,6 +144,7 @@ class Scheduler {
 
   void check_invariants() const;
   int32_t num_free_state_slots() const { return static_cast<int32_t>(free_state_slots_.size()); }
+  const StateCheckpoints& state_checkpoints() const { return checkpoints_; }
 
  private:
   Sequence& get(SequenceId id);
@@ -150,6 +163,18 @@ class Scheduler {
   void add_to_plan(StepPlan& plan, Sequence& r, int32_t num_new_tokens, int32_t num_proposed);
   void preempt(SequenceId id, StepPlan& plan);
   void check_state_slots() const;
+  // Hybrid prefix caching (scheduler_checkpoints.cc).
+  bool checkpointing(const Sequence& r) const;
+  // A prompt chunk of `num_new` tokens from position `start`, cut to end at r's last full
+  // block boundary before its last token when it would cross it.
+  int32_t align_chunk(const Sequence& r, int32_t start, int32_t num_new) const;
+  // Cuts `prefix` to its deepest block with a live checkpoint; returns that checkpoint's slot,
+  // or -1 (then the prefix is empty).
+  int32_t take_checkpoint_hit(CachedPrefix& prefix) const;
+  // Reserves a checkpoint slot for `s` when its tokens end on a block boundary.
+  void plan_checkpoint_save(const Sequence& r, ScheduledSequence& s);
+  // At commit (r's blocks hashed) or without it (r null: aborted): binds or frees s's save.
+  void finish_checkpoint_save(const ScheduledSequence& s, const Sequence* r);
   // A running request's state slot back to the free ones (none held: nothing).
   void release_state_slot(Sequence& r);
   // Appends `token`; returns whether the request is now finished.
@@ -166,6 +191,9 @@ class Scheduler {
   std::unordered_map<SequenceId, KvCacheManager::LandedLoad> loaded_;
   std::vector<SequenceId> running_;                   // in admission order: newest last
   std::vector<int32_t> free_state_slots_;             // the lowest last
+  StateCheckpoints checkpoints_;
+  // Each request's latest checkpoint past its prompt, which its next one replaces.
+  std::unordered_map<SequenceId, PrefixId> output_checkpoint_;
   std::vector<std::pair<SequenceId, BlockCopy>> pending_copies_;  // from fork(), by child
   struct InFlight {
     int32_t num_new_tokens = 0;  // scheduled this step, proposals included

@@ -25,6 +25,11 @@ struct ScheduledSequence {
   int32_t num_proposed = 0;
   std::vector<TokenId> proposed;  // [num_proposed] once the engine has filled it
   int32_t state_slot = -1;        // its recurrent state slot (hybrid models); -1: none
+  // Hybrid prefix caching (sched/state_checkpoints.h): the checkpoint slot whose state the
+  // engine copies into state_slot before the step (a cache hit: the step starts after it), and
+  // the one it copies state_slot into after the step (its tokens end on a block boundary).
+  int32_t restore_state_from = -1;
+  int32_t save_state_to = -1;
 
   // Logit rows this request takes: 0 for a prompt chunk, else 1 + num_proposed.
   int32_t num_logit_rows() const { return needs_sample ? 1 + num_proposed : 0; }

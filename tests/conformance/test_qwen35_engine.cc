@@ -1,8 +1,9 @@
 // Qwen3.5's hybrid models (qwen3.5-tiny: Gated DeltaNet, full attention, Gated DeltaNet; and
 // qwen3.5-moe-tiny, the same layers with routed and shared experts) through the engine: every request's greedy ids are those it gives alone, whether batched, chunked by
 // a small budget (the recurrent state carried from chunk to chunk), limited to fewer sequences
-// than requests, or preempted and recomputed; prefix caching asked for is off (a hit would skip
-// the recurrence); the features that do not carry the state yet are refused in one line.
+// than requests, or preempted and recomputed, with prefix caching or without (a hit restores the
+// recurrent state from a checkpoint: test_qwen35_prefix.cc); the features that do not carry the
+// state yet are refused in one line.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -83,7 +84,11 @@ TEST_P(Qwen35Engine, BatchInvarianceThroughChunkingAndPreemption) {
       {"budget 7, 3 sequences", config_with(4096, true, 7, 3), Arrival::kStaggered},
       {"tiny KV, preempted", config_with(tiny_kv, false), Arrival::kTogether},
       {"tiny KV, preempted, budget 32", config_with(tiny_kv, false, 32), Arrival::kTogether},
+      {"tiny KV, preempted, prefix caching", config_with(tiny_kv, true), Arrival::kTogether},
+      {"budget 32, 4 sequences, prefix caching", config_with(4096, true, 32, 4),
+       Arrival::kStaggered},
   };
+  int64_t num_hit_tokens = 0;
   for (const Variant& v : variants) {
     SCOPED_TRACE(v.name);
     const RunResult r = run(*m.model, *backend, v.config, requests, v.arrival);
@@ -92,11 +97,15 @@ TEST_P(Qwen35Engine, BatchInvarianceThroughChunkingAndPreemption) {
       EXPECT_EQ(got[i], expected[i]) << "request " << i << " (" << requests[i].prompt.size()
                                      << " prompt tokens)";
     }
-    EXPECT_EQ(r.stats.scheduler.kv.num_hit_tokens, 0);
+    if (!v.config.enable_prefix_caching) {
+      EXPECT_EQ(r.stats.scheduler.kv.num_hit_tokens, 0);
+    }
+    num_hit_tokens += r.stats.scheduler.kv.num_hit_tokens;
     if (v.config.num_kv_cache_tokens == tiny_kv) {
       EXPECT_GT(r.stats.scheduler.num_preemptions, 0);
     }
   }
+  EXPECT_GT(num_hit_tokens, 0);  // the two stories' prompts share prefixes
 }
 
 // Greedy decoding (a prompt in one step, then a token per step) gives llama.cpp's greedy ids
@@ -188,7 +197,7 @@ TEST_P(Qwen35Engine, FeaturesWithoutStateHandlingAreRefused) {
   LoadedModel m = load(tiny_model(shared));
   auto backend = make_cpu_backend(2);
   Engine engine(*m.model, *backend, config_with(4096, true));
-  EXPECT_FALSE(engine.config().enable_prefix_caching);
+  EXPECT_TRUE(engine.config().enable_prefix_caching);  // with state checkpoints
   GenerationRequest r = greedy_request(encode(m, kStoryA), 4);
   r.n = 2;
   expect_refused([&] { engine.add_request(r); }, "n > 1 is not supported for the hybrid model");

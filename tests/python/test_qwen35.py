@@ -372,3 +372,29 @@ def test_estimate_and_inspect_count_the_state(pagoda_bin, tiny):
     assert r.returncode == 0, r.stderr
     assert f"KV cache (F16):  {kv} bytes per token = 2 x 1 attention layers" in r.stdout, r.stdout
     assert f"recurrent state: {state} bytes per sequence" in r.stdout, r.stdout
+
+
+def test_serve_prefix_hits_give_the_cold_texts(pagoda_bin, tiny):
+    """Prefix caching on each hybrid file (`pagoda serve`'s default): the same prompt twice, and
+    a next turn (the prompt, the reply and more), give the texts of a server without prefix
+    caching, and the later requests hit the cache (their recurrent state restored from a
+    checkpoint, sched/state_checkpoints.h)."""
+    prompt = " ".join(f"Once upon a time a little {w} lived near the river and played."
+                      for w in ["girl", "dog", "king", "robot"])
+    cold = Server(pagoda_bin, tiny, "-t", "2", "--kv-tokens", "4096", "--no-prefix-caching")
+    try:
+        first = complete(cold.url, prompt, 16, 1)
+        turn = prompt + first + " Then they"
+        want = [first, first, complete(cold.url, turn, 16, 2)]
+    finally:
+        cold.stop()
+    warm = Server(pagoda_bin, tiny, "-t", "2", "--kv-tokens", "4096")
+    try:
+        got = [complete(warm.url, prompt, 16, 1), complete(warm.url, prompt, 16, 1),
+               complete(warm.url, turn, 16, 2)]
+        with urllib.request.urlopen(warm.url + "/stats", timeout=30) as r:
+            hits = json.loads(r.read())["prefix_cache_hit_tokens"]
+    finally:
+        warm.stop()
+    assert got == want
+    assert hits > 0

@@ -21,6 +21,22 @@ inline Sequence make_request(SequenceId id, int num_prompt, int max_tokens, Toke
   return r;
 }
 
+// A scheduler with prefix caching and `num_slots` recurrent state slots (a hybrid model's),
+// with `num_checkpoints` state checkpoints after them.
+inline SchedulerConfig state_config(int32_t budget, int32_t max_seqs, int32_t num_blocks,
+                                    int32_t num_slots, int32_t block_size = 4,
+                                    int32_t num_checkpoints = 0) {
+  SchedulerConfig config;
+  config.max_num_batched_tokens = budget;
+  config.max_num_seqs = max_seqs;
+  config.kv.num_blocks = num_blocks;
+  config.kv.block_size = block_size;
+  config.kv.enable_prefix_caching = true;
+  config.num_state_slots = num_slots;
+  config.num_state_checkpoints = num_checkpoints;
+  return config;
+}
+
 // The plan's entry for sequence `id`, or nullptr.
 inline const ScheduledSequence* scheduled(const StepPlan& plan, SequenceId id) {
   for (const ScheduledSequence& r : plan.sequences) {

@@ -17,18 +17,6 @@ namespace {
 
 using test::make_request;
 
-SchedulerConfig make_config(int32_t budget, int32_t max_seqs, int32_t num_blocks,
-                            int32_t num_slots, int32_t block_size = 4) {
-  SchedulerConfig config;
-  config.max_num_batched_tokens = budget;
-  config.max_num_seqs = max_seqs;
-  config.kv.num_blocks = num_blocks;
-  config.kv.block_size = block_size;
-  config.kv.enable_prefix_caching = true;
-  config.num_state_slots = num_slots;
-  return config;
-}
-
 TokenId next_token(const Sequence& r) { return 1000 + r.num_tokens(); }
 
 // A recurrent model's state per slot: the tokens it has consumed, of which sequence. A step's
@@ -80,7 +68,7 @@ std::vector<Sequence> step(Scheduler& s, FakeRecurrentModel* model = nullptr,
 }
 
 TEST(SchedulerStateTest, SlotsAreTakenAtAdmissionAndGivenBackAtTheEnd) {
-  Scheduler s(make_config(64, 4, 64, 2));  // four sequences allowed, two slots
+  Scheduler s(test::state_config(64, 4, 64, 2));  // four sequences allowed, two slots
   for (SequenceId id = 1; id <= 3; ++id) s.add_sequence(make_request(id, 5, 3, 100 * id));
   StepPlan plan;
   step(s, nullptr, &plan);
@@ -101,7 +89,7 @@ TEST(SchedulerStateTest, SlotsAreTakenAtAdmissionAndGivenBackAtTheEnd) {
 }
 
 TEST(SchedulerStateTest, NoPrefixCacheHitWithStateSlots) {
-  Scheduler s(make_config(64, 4, 64, 4));
+  Scheduler s(test::state_config(64, 4, 64, 4));
   s.add_sequence(make_request(1, 12, 2));
   while (s.has_unfinished()) step(s);
   s.add_sequence(make_request(2, 12, 2));  // the same prompt: its blocks are cached
@@ -115,7 +103,7 @@ TEST(SchedulerStateTest, NoPrefixCacheHitWithStateSlots) {
 
 TEST(SchedulerStateTest, PreemptionGivesTheSlotBackAndRecomputesFromZero) {
   // 6 blocks of 4: two requests of 8 prompt tokens + 12 output cannot both finish in place.
-  Scheduler s(make_config(64, 4, 6, 4));
+  Scheduler s(test::state_config(64, 4, 6, 4));
   FakeRecurrentModel model(4);
   s.add_sequence(make_request(1, 8, 12));
   s.add_sequence(make_request(2, 8, 12, 500));
@@ -133,7 +121,7 @@ TEST(SchedulerStateTest, PreemptionGivesTheSlotBackAndRecomputesFromZero) {
 }
 
 TEST(SchedulerStateTest, ForkIsRefused) {
-  Scheduler s(make_config(64, 4, 64, 4));
+  Scheduler s(test::state_config(64, 4, 64, 4));
   s.add_sequence(make_request(1, 5, 4));
   step(s);
   EXPECT_THROW(s.fork(1, 2), Error);
@@ -141,7 +129,7 @@ TEST(SchedulerStateTest, ForkIsRefused) {
 }
 
 TEST(SchedulerStateTest, AbortGivesTheSlotBack) {
-  Scheduler s(make_config(64, 4, 64, 1));
+  Scheduler s(test::state_config(64, 4, 64, 1));
   s.add_sequence(make_request(1, 5, 4));
   s.add_sequence(make_request(2, 5, 4));
   step(s);
@@ -163,7 +151,8 @@ TEST(SchedulerStateTest, RandomLoadKeepsEverySlotsStateContinuous) {
     std::mt19937 rng(seed);
     auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
     const int32_t slots = uniform(1, 6);
-    Scheduler s(make_config(uniform(4, 48), uniform(1, 8), uniform(12, 40), slots, uniform(2, 8)));
+    Scheduler s(
+        test::state_config(uniform(4, 48), uniform(1, 8), uniform(12, 40), slots, uniform(2, 8)));
     FakeRecurrentModel model(slots);
     SequenceId next_id = 1;
     for (int i = 0; i < 200; ++i) {
