@@ -137,6 +137,11 @@ class Backend {
   // rows[i] >= i and rows ascend (rows gathered to the front in place).
   virtual void gather_rows(const float* x, std::span<const int32_t> rows, int64_t width,
                            float* out);
+  // out[rows[i], :] += weights[i] * y[i, :] for rows of `width` floats; rows distinct (a
+  // mixture-of-experts block adds each expert's rows back to the tokens routed to it). rows and
+  // weights are host arrays.
+  virtual void add_scaled_rows(const float* y, std::span<const int32_t> rows,
+                               std::span<const float> weights, int64_t width, float* out);
   // Copy-on-write of one layer: for each copy, the `block_bytes` of block src in cache.k and
   // cache.v overwrite block dst's, in order.
   virtual void copy_blocks(KvLayer cache, uint64_t block_bytes, std::span<const BlockCopy> copies);

@@ -27,6 +27,10 @@ class ForwardingBackend : public Backend {
                    float* out) override {
     inner_.gather_rows(x, rows, width, out);
   }
+  void add_scaled_rows(const float* y, std::span<const int32_t> rows,
+                       std::span<const float> weights, int64_t width, float* out) override {
+    inner_.add_scaled_rows(y, rows, weights, width, out);
+  }
   void copy_blocks(KvLayer cache, uint64_t block_bytes,
                    std::span<const BlockCopy> copies) override {
     inner_.copy_blocks(cache, block_bytes, copies);

@@ -42,6 +42,16 @@ void Backend::gather_rows(const float* x, std::span<const int32_t> rows, int64_t
   }
 }
 
+void Backend::add_scaled_rows(const float* y, std::span<const int32_t> rows,
+                              std::span<const float> weights, int64_t width, float* out) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    float* dst = out + int64_t{rows[i]} * width;
+    const float* src = y + static_cast<int64_t>(i) * width;
+    const float w = weights[i];
+    for (int64_t j = 0; j < width; ++j) dst[j] += w * src[j];
+  }
+}
+
 void Backend::copy_blocks(KvLayer cache, uint64_t block_bytes, std::span<const BlockCopy> copies) {
   for (const BlockCopy& c : copies) {
     if (c.src == c.dst) continue;

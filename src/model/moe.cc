@@ -77,9 +77,7 @@ Routing route(const float* logits, int64_t tokens, const ModelConfig& c) {
 void moe_ffn(Backend& be, const MoeWeights& w, const ModelConfig& c, const float* x,
              int64_t tokens, MoeScratch& s, float* residual) {
   const int64_t experts = c.num_experts;
-  // Routing and the weighted sums run on the host, over host scratch arrays.
-  if (!be.host_visible()) fail("mixture-of-experts layers run on the cpu and ref backends only");
-  s.logits.resize(static_cast<size_t>(tokens * experts));
+  s.logits.reserve(be, tokens * experts, "the router's logits");
   be.matmul(w.router, x, tokens, s.logits.data());
   if (!w.router_bias.empty()) be.add_bias(s.logits.data(), w.router_bias.data(), tokens, experts);
   moe_experts(be, w, c, x, s.logits.data(), tokens, s, residual);
@@ -89,28 +87,36 @@ void moe_experts(Backend& be, const MoeWeights& w, const ModelConfig& c, const f
                  const float* logits, int64_t tokens, MoeScratch& s, float* residual) {
   const int64_t experts = c.num_experts, used = c.num_experts_used;
   const int64_t hidden = c.hidden_size, ff = c.expert_ffn_size();
-  if (!be.host_visible()) fail("mixture-of-experts layers run on the cpu and ref backends only");
-  const Routing r = route(logits, tokens, c);
+  if (w.glu == ExpertGlu::kClampedSwiglu && !be.host_visible()) {
+    fail("gpt-oss's experts (the clamped SwiGLU) run on the cpu and ref backends only");
+  }
+  const float* host_logits = logits;
+  if (!be.host_visible()) {
+    s.host_logits.resize(static_cast<size_t>(tokens * experts));
+    be.download(logits, s.host_logits.size() * sizeof(float), s.host_logits.data());
+    host_logits = s.host_logits.data();
+  }
+  const Routing r = route(host_logits, tokens, c);
 
-  // Each expert's tokens (rows of x, ascending) and their weights, in one pass over the routing.
-  std::vector<std::vector<int64_t>> rows_of(static_cast<size_t>(experts));
+  // Each expert's tokens (rows of x, ascending) and their weights (times the expert's output
+  // scale), in one pass over the routing.
+  std::vector<std::vector<int32_t>> rows_of(static_cast<size_t>(experts));
   std::vector<std::vector<float>> weights_of(static_cast<size_t>(experts));
   for (int64_t i = 0; i < tokens * used; ++i) {
-    rows_of[r.experts[i]].push_back(i / used);
-    weights_of[r.experts[i]].push_back(r.weights[i]);
+    const int32_t e = r.experts[i];
+    const float scale = w.down_scale.empty() ? 1.0f : w.down_scale[static_cast<size_t>(e)];
+    rows_of[e].push_back(static_cast<int32_t>(i / used));
+    weights_of[e].push_back(r.weights[i] * scale);
   }
   for (int64_t e = 0; e < experts; ++e) {
-    const std::vector<int64_t>& rows = rows_of[e];
-    const std::vector<float>& weights = weights_of[e];
+    const std::vector<int32_t>& rows = rows_of[e];
     const auto n = static_cast<int64_t>(rows.size());
     if (n == 0) continue;
-    s.x.resize(static_cast<size_t>(n * hidden));
-    s.gate.resize(static_cast<size_t>(n * ff));
-    s.up.resize(s.gate.size());
-    s.y.resize(s.x.size());
-    for (int64_t i = 0; i < n; ++i) {
-      std::copy(x + rows[i] * hidden, x + (rows[i] + 1) * hidden, s.x.data() + i * hidden);
-    }
+    s.x.reserve(be, n * hidden, "an expert's rows");
+    s.gate.reserve(be, n * ff, "an expert's gate");
+    s.up.reserve(be, n * ff, "an expert's up");
+    s.y.reserve(be, n * hidden, "an expert's output");
+    be.gather_rows(x, rows, hidden, s.x.data());
     be.matmul_many({{&w.gate[e], s.gate.data()}, {&w.up[e], s.up.data()}}, s.x.data(), n);
     if (!w.gate_bias.empty()) {
       be.add_bias(s.gate.data(), w.gate_bias[e].data(), n, ff);
@@ -125,13 +131,7 @@ void moe_experts(Backend& be, const MoeWeights& w, const ModelConfig& c, const f
     }
     be.matmul(w.down[e], s.gate.data(), n, s.y.data());
     if (!w.down_bias.empty()) be.add_bias(s.y.data(), w.down_bias[e].data(), n, hidden);
-    const float scale = w.down_scale.empty() ? 1.0f : w.down_scale[static_cast<size_t>(e)];
-    for (int64_t i = 0; i < n; ++i) {
-      float* out = residual + rows[i] * hidden;
-      const float* in = s.y.data() + i * hidden;
-      const float weight = weights[i] * scale;
-      for (int64_t j = 0; j < hidden; ++j) out[j] += weight * in[j];
-    }
+    be.add_scaled_rows(s.y.data(), rows, weights_of[e], hidden, residual);
   }
 }
 

@@ -49,16 +49,21 @@ Routing route(const float* logits, int64_t tokens, const ModelConfig& c);
 // out = gpt-oss's clamped SwiGLU of gate and up (ExpertGlu::kClampedSwiglu), over n values.
 void clamped_swiglu(const float* gate, const float* up, int64_t n, float* out);
 
-// Buffers moe_ffn grows to the largest batch it has seen.
+// Buffers moe_ffn grows to the largest batch it has seen: the activations in the backend's
+// memory, the router's logits also on the host (the routing runs there).
 struct MoeScratch {
-  std::vector<float> logits, x, gate, up, y;
+  BackendArray logits, x, gate, up, y;
+  std::vector<float> host_logits;
 };
 
-// Adds the block's output for x[tokens, hidden] to residual[tokens, hidden].
+// Adds the block's output for x[tokens, hidden] to residual[tokens, hidden] (both in the
+// backend's memory). Every backend op but the routing: the router's logits go to the host
+// (one download a layer where the backend's memory is not the host's), and each expert's
+// tokens are gathered, multiplied and added back by the backend.
 void moe_ffn(Backend& be, const MoeWeights& w, const ModelConfig& c, const float* x,
              int64_t tokens, MoeScratch& s, float* residual);
-// The same with the router's logits [tokens, experts] computed by the caller (Gemma 4 routes on
-// another input than the experts read).
+// The same with the router's logits [tokens, experts] computed by the caller, in the backend's
+// memory (Gemma 4 routes on another input than the experts read).
 void moe_experts(Backend& be, const MoeWeights& w, const ModelConfig& c, const float* x,
                  const float* logits, int64_t tokens, MoeScratch& s, float* residual);
 

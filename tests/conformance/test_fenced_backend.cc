@@ -68,6 +68,10 @@ class FencedBackend final : public Backend {
   void gather_rows(const float* x, std::span<const int32_t> rows, int64_t width, float* out) override {
     open([&] { inner_->gather_rows(x, rows, width, out); });
   }
+  void add_scaled_rows(const float* y, std::span<const int32_t> rows, std::span<const float> weights,
+                       int64_t width, float* out) override {
+    open([&] { inner_->add_scaled_rows(y, rows, weights, width, out); });
+  }
   void copy_blocks(KvLayer cache, uint64_t block_bytes, std::span<const BlockCopy> copies) override {
     ++num_block_copies;
     open([&] { inner_->copy_blocks(cache, block_bytes, copies); });
@@ -174,10 +178,12 @@ TEST(FencedBackend, Stories260KThroughTheSeam) {
   }
 }
 
-// Gemma 3 (its own forward: embedding scale, sandwich norms, local layers) and Qwen3 (Q/K norm).
+// Gemma 3 (its own forward: embedding scale, sandwich norms, local layers), Qwen3 (Q/K norm),
+// and the mixture-of-experts blocks of Mixtral and Qwen3-MoE (the routing on the host from
+// downloaded logits, each expert's tokens gathered and added back by the backend).
 TEST(FencedBackend, SyntheticFamiliesThroughTheSeam) {
   PAGODA_SHARED_OR_SKIP(vocab, "models/stories260K.gguf");
-  for (const char* preset : {"gemma3-tiny", "qwen3-tiny"}) {
+  for (const char* preset : {"gemma3-tiny", "qwen3-tiny", "mixtral-tiny", "qwen3-moe-tiny"}) {
     SCOPED_TRACE(preset);
     SynthOptions o;
     o.preset = preset;

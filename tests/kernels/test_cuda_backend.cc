@@ -222,62 +222,82 @@ TEST(CudaBackend, ElementwiseOpsMatchTheReference) {
             [&](float* x) { cuda->rope(x, positions.data(), 5, 6, 64, p); }, 1e-5);
     }
   }
+  // YaRN (a ramp from pair 6 to pair 20 between the kept and the scaled frequency) and its
+  // attention factor, as gpt-oss and YaRN-scaled Qwen files set them.
+  RopeParams yarn;
+  yarn.rotary_dim = 64;
+  yarn.theta = 150000.0f;
+  yarn.split_half = true;
+  yarn.position_scale = 1.0f / 32;
+  yarn.yarn = true;
+  yarn.yarn_low = 6.0f;
+  yarn.yarn_high = 20.0f;
+  yarn.mscale = 1.3466f;
+  check("rope, YaRN", [&](float* x) { ref->rope(x, positions.data(), 5, 6, 64, yarn); },
+        [&](float* x) { cuda->rope(x, positions.data(), 5, 6, 64, yarn); }, 1e-5);
 }
 
 TEST(CudaBackend, PagedAttentionMatchesTheReference) {
   CUDA_OR_SKIP(cuda);
   auto ref = make_reference_backend();
+  // Sinks (gpt-oss) from -3 to 4 per query head, against scores of order 1.
+  std::vector<float> sinks;
+  for (int h = 0; h < 8; ++h) sinks.push_back(-3.0f + 7.0f * static_cast<float>(h) / 8);
   for (KvType type : {KvType::kF32, KvType::kF16}) {
     for (int32_t head_dim : {64, 256}) {
       for (int32_t window : {0, 5, 300}) {
-        SCOPED_TRACE(std::string(kv_type_info(type).name) + " head_dim " +
-                     std::to_string(head_dim) + " window " + std::to_string(window));
-        AttentionParams p{8, 2, head_dim, 1.0f / std::sqrt(float(head_dim)), window};
-        // Four sequences over shuffled blocks. Prompts of 37 and 701 tokens take the tiled
-        // kernel (701: past one chunk of positions many times over); a decode at 400 and three
-        // tokens at 500 take the kernel that splits a token's positions over warps (past the
-        // 256 positions the warps take in one turn, so their running sums are merged). Their
-        // earlier positions were never written: both backends read the zeroed cache there.
-        const int32_t bs = 16, max_blocks = 44, num_seqs = 4, num_blocks = num_seqs * max_blocks;
-        std::vector<int32_t> table(num_blocks);
-        for (int32_t i = 0; i < num_blocks; ++i) table[i] = (i * 37 + 11) % num_blocks;
-        std::vector<int32_t> positions, query_start = {0};
-        std::vector<int64_t> slots;
-        const int32_t spans[num_seqs][2] = {{0, 37}, {0, 701}, {400, 401}, {500, 503}};
-        for (int32_t s = 0; s < num_seqs; ++s) {
-          for (int32_t pos = spans[s][0]; pos < spans[s][1]; ++pos) {
-            positions.push_back(pos);
-            slots.push_back(int64_t{table[s * max_blocks + pos / bs]} * bs + pos % bs);
+        for (bool with_sinks : {false, true}) {
+          SCOPED_TRACE(std::string(kv_type_info(type).name) + " head_dim " +
+                       std::to_string(head_dim) + " window " + std::to_string(window) +
+                       (with_sinks ? " sinks" : ""));
+          AttentionParams p{8, 2, head_dim, 1.0f / std::sqrt(float(head_dim)), window};
+          if (with_sinks) p.sinks = sinks.data();
+          // Four sequences over shuffled blocks. Prompts of 37 and 701 tokens take the tiled
+          // kernel (701: past one chunk of positions many times over); a decode at 400 and three
+          // tokens at 500 take the kernel that splits a token's positions over warps (past the
+          // 256 positions the warps take in one turn, so their running sums are merged). Their
+          // earlier positions were never written: both backends read the zeroed cache there.
+          const int32_t bs = 16, max_blocks = 44, num_seqs = 4, num_blocks = num_seqs * max_blocks;
+          std::vector<int32_t> table(num_blocks);
+          for (int32_t i = 0; i < num_blocks; ++i) table[i] = (i * 37 + 11) % num_blocks;
+          std::vector<int32_t> positions, query_start = {0};
+          std::vector<int64_t> slots;
+          const int32_t spans[num_seqs][2] = {{0, 37}, {0, 701}, {400, 401}, {500, 503}};
+          for (int32_t s = 0; s < num_seqs; ++s) {
+            for (int32_t pos = spans[s][0]; pos < spans[s][1]; ++pos) {
+              positions.push_back(pos);
+              slots.push_back(int64_t{table[s * max_blocks + pos / bs]} * bs + pos % bs);
+            }
+            query_start.push_back(static_cast<int32_t>(positions.size()));
           }
-          query_start.push_back(static_cast<int32_t>(positions.size()));
-        }
-        const auto n = static_cast<int32_t>(positions.size());
-        AttentionBatch b{n, positions.data(), slots.data(), num_seqs, query_start.data(),
-                         table.data(), max_blocks, bs};
-        const int64_t kv = int64_t{n} * 2 * head_dim, qn = int64_t{n} * 8 * head_dim;
-        const std::vector<float> k = random_values(kv, 21), v = random_values(kv, 22),
-                                 q = random_values(qn, 23);
-        const uint64_t bytes = uint64_t(num_blocks) * bs * 2 * kv_head_bytes(type, head_dim);
-        std::vector<uint8_t> hk(bytes), hv(bytes);
-        KvLayer host{hk.data(), hv.data(), type};
-        ref->write_kv(k.data(), v.data(), b, p, host);
-        std::vector<float> expected(static_cast<size_t>(qn));
-        ref->attention(q.data(), host, b, p, expected.data());
+          const auto n = static_cast<int32_t>(positions.size());
+          AttentionBatch b{n, positions.data(), slots.data(), num_seqs, query_start.data(),
+                           table.data(), max_blocks, bs};
+          const int64_t kv = int64_t{n} * 2 * head_dim, qn = int64_t{n} * 8 * head_dim;
+          const std::vector<float> k = random_values(kv, 21), v = random_values(kv, 22),
+                                   q = random_values(qn, 23);
+          const uint64_t bytes = uint64_t(num_blocks) * bs * 2 * kv_head_bytes(type, head_dim);
+          std::vector<uint8_t> hk(bytes), hv(bytes);
+          KvLayer host{hk.data(), hv.data(), type};
+          ref->write_kv(k.data(), v.data(), b, p, host);
+          std::vector<float> expected(static_cast<size_t>(qn));
+          ref->attention(q.data(), host, b, p, expected.data());
 
-        auto dk = cuda->allocate(bytes, "test"), dv = cuda->allocate(bytes, "test");
-        KvLayer device{dk->data(), dv->data(), type};
-        Device dkeys(*cuda, k), dvalues(*cuda, v), dq(*cuda, q), out(*cuda, qn);
-        cuda->write_kv(dkeys.data(), dvalues.data(), b, p, device);
-        std::vector<uint8_t> back(bytes);
-        cuda->download(dk->data(), bytes, back.data());
-        EXPECT_EQ(back, hk) << "keys stored differently";
-        cuda->download(dv->data(), bytes, back.data());
-        EXPECT_EQ(back, hv) << "values stored differently";
-        cuda->attention(dq.data(), device, b, p, out.data());
-        // Prompts over an F16 cache with head_dim 64 or 128 take the tensor cores (Q and P
-        // rounded to F16: test_cuda_flash.cc's bound, measured on its host emulation).
-        const bool flash = type == KvType::kF16 && head_dim <= 128;
-        EXPECT_LT(relative_error(out.read(qn), expected), flash ? 6e-4 : 1e-5);
+          auto dk = cuda->allocate(bytes, "test"), dv = cuda->allocate(bytes, "test");
+          KvLayer device{dk->data(), dv->data(), type};
+          Device dkeys(*cuda, k), dvalues(*cuda, v), dq(*cuda, q), out(*cuda, qn);
+          cuda->write_kv(dkeys.data(), dvalues.data(), b, p, device);
+          std::vector<uint8_t> back(bytes);
+          cuda->download(dk->data(), bytes, back.data());
+          EXPECT_EQ(back, hk) << "keys stored differently";
+          cuda->download(dv->data(), bytes, back.data());
+          EXPECT_EQ(back, hv) << "values stored differently";
+          cuda->attention(dq.data(), device, b, p, out.data());
+          // Prompts over an F16 cache with head_dim 64 or 128 take the tensor cores (Q and P
+          // rounded to F16: test_cuda_flash.cc's bound, measured on its host emulation).
+          const bool flash = type == KvType::kF16 && head_dim <= 128;
+          EXPECT_LT(relative_error(out.read(qn), expected), flash ? 6e-4 : 1e-5);
+        }
       }
     }
   }
@@ -297,6 +317,12 @@ TEST(CudaBackend, GathersAndCopiesBlocks) {
   cuda->copy_blocks(KvLayer{k.data(), v.data(), KvType::kF32}, sizeof(float), copies);
   EXPECT_EQ(k.read(3), (std::vector<float>{2, 2, 2}));
   EXPECT_EQ(v.read(3), (std::vector<float>{7, 7, 7}));
+  // An expert's two rows added back, weighted, to tokens 3 and 1 (rows of 2).
+  Device y(*cuda, std::vector<float>{1, 2, 3, 4}), residual(*cuda, x);
+  const std::vector<int32_t> tokens = {3, 1};
+  const std::vector<float> weights = {0.5f, 2.0f};
+  cuda->add_scaled_rows(y.data(), tokens, weights, 2, residual.data());
+  EXPECT_EQ(residual.read(8), (std::vector<float>{0, 0, 7, 9, 2, 2, 3.5f, 4}));
 }
 
 // One sequence's every position, teacher-forced: the CUDA backend's logits against the CPU
@@ -366,6 +392,20 @@ TEST(CudaBackend, InstalledModelsLogitsMatchTheCpuBackend) {
     // The CPU backend quantizes activations to 8 bits for quantized weights; the CUDA backend
     // multiplies in float, as the reference does: LogitsPeer's CPU-vs-exact bounds apply.
     check_logits(path, 5.0);
+  }
+}
+
+// Mixture-of-experts blocks on the device (the routing on the host from the downloaded logits,
+// each expert's tokens gathered, multiplied and added back there): synthetic F32 Mixtral and
+// Qwen3-MoE files against the reference backend. The bound is Stories260K's (cuBLAS's F16
+// operands at 96 tokens), as the products are the same ones.
+TEST(CudaBackend, MixtureOfExpertsLogitsMatchTheReferenceBackend) {
+  PAGODA_SHARED_OR_SKIP(shared, "");
+  for (const char* preset : {"mixtral-tiny", "qwen3-moe-tiny"}) {
+    SCOPED_TRACE(preset);
+    check_logits(synthetic_model(shared, preset, "f32",
+                                 test::temp_dir() + "/" + preset + "-cuda.gguf"),
+                 1e-2, /*exact=*/true);
   }
 }
 

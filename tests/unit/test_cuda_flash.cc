@@ -85,6 +85,7 @@ TEST(CudaFlash, TilesAndRows) {
 
 struct Case {
   int32_t heads, kv_heads, head_dim, window, block_size;
+  bool sinks = false;  // a learned logit per query head in each row's softmax (gpt-oss)
 };
 
 // Largest |a - b| over the largest |b|, over the tokens' rows only.
@@ -145,6 +146,10 @@ Errors flash_error(const Case& c, Backend* cuda = nullptr) {
   AttentionBatch b{n, positions.data(), slots.data(), num_seqs, query_start.data(),
                    table.data(), max_blocks, bs};
   AttentionParams p{c.heads, c.kv_heads, c.head_dim, 1.0f / std::sqrt(float(c.head_dim)), c.window};
+  // Sinks from -3 to 4 against scores of order 1: from negligible to most of a row's weight.
+  std::vector<float> sinks;
+  for (int32_t h = 0; h < c.heads; ++h) sinks.push_back(-3.0f + 7.0f * static_cast<float>(h) / c.heads);
+  if (c.sinks) p.sinks = sinks.data();
   const int64_t kv = int64_t{n} * c.kv_heads * c.head_dim, qn = int64_t{n} * c.heads * c.head_dim;
   const std::vector<float> k = random_values(kv, 21), v = random_values(kv, 22),
                            q = random_values(qn, 23);
@@ -164,7 +169,7 @@ Errors flash_error(const Case& c, Backend* cuda = nullptr) {
                              reinterpret_cast<const uint16_t*>(hv.data()), seq_of.data(),
                              positions.data(), table.data(), max_blocks, bs, tiles.data(),
                              static_cast<int64_t>(tiles.size() / 2), c.heads, c.kv_heads,
-                             c.head_dim, p.scale, c.window, got.data());
+                             c.head_dim, p.scale, c.window, p.sinks, got.data());
   Errors e;
   e.host = relative_error(got, expected);  // a row left unwritten is NaN: fails
   if (cuda != nullptr) {
@@ -180,11 +185,11 @@ Errors flash_error(const Case& c, Backend* cuda = nullptr) {
 TEST(CudaFlash, HostEmulationMatchesTheReference) {
   const Case cases[] = {{8, 2, 64, 0, 16},  {8, 2, 128, 0, 16}, {8, 2, 64, 5, 16},
                         {8, 2, 64, 300, 16}, {6, 2, 64, 0, 48},  {4, 4, 128, 70, 32},
-                        {8, 1, 64, 0, 8}};
+                        {8, 1, 64, 0, 8},   {8, 2, 64, 0, 16, true}, {4, 4, 128, 70, 32, true}};
   for (const Case& c : cases) {
     SCOPED_TRACE(std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) + " heads, dim " +
                  std::to_string(c.head_dim) + ", window " + std::to_string(c.window) +
-                 ", block " + std::to_string(c.block_size));
+                 ", block " + std::to_string(c.block_size) + (c.sinks ? ", sinks" : ""));
     const double error = flash_error(c).host;
     std::printf("  flash emulation against the reference: %.3g\n", error);
     EXPECT_LT(error, 6e-4);
@@ -199,9 +204,11 @@ TEST(CudaFlash, DeviceMatchesTheReferenceAndTheEmulation) {
   if (cuda_device_count() == 0) GTEST_SKIP() << "*** no CUDA device: SKIPPING a GPU test ***";
   auto cuda = make_cuda_backend(0);
   for (const Case& c : {Case{8, 2, 64, 0, 16}, Case{8, 2, 128, 0, 16}, Case{8, 2, 64, 5, 16},
-                        Case{6, 2, 64, 0, 48}, Case{4, 4, 128, 70, 32}, Case{8, 1, 64, 0, 8}}) {
+                        Case{6, 2, 64, 0, 48}, Case{4, 4, 128, 70, 32}, Case{8, 1, 64, 0, 8},
+                        Case{8, 2, 64, 0, 16, true}, Case{4, 4, 128, 70, 32, true}}) {
     SCOPED_TRACE(std::to_string(c.heads) + "/" + std::to_string(c.kv_heads) + " heads, dim " +
-                 std::to_string(c.head_dim) + ", window " + std::to_string(c.window));
+                 std::to_string(c.head_dim) + ", window " + std::to_string(c.window) +
+                 (c.sinks ? ", sinks" : ""));
     const Errors e = flash_error(c, cuda.get());
     std::printf("  flash on the device: %.3g against the reference, %.3g against the emulation\n",
                 e.device, e.device_host);

@@ -145,6 +145,14 @@ class CudaBackend final : public Backend {
                           cudaMemcpyDeviceToDevice, stream_),
           "gather_rows");
   }
+  void add_scaled_rows(const float* y, std::span<const int32_t> rows,
+                       std::span<const float> weights, int64_t width, float* out) override {
+    const auto count = static_cast<int64_t>(rows.size());
+    if (count == 0) return;
+    forget_q8();
+    cuda::add_scaled_rows(stream_, y, rows_.put(stream_, rows.data(), count),
+                          row_weights_.put(stream_, weights.data(), count), count, width, out);
+  }
   void copy_blocks(KvLayer cache, uint64_t block_bytes, std::span<const BlockCopy> copies) override {
     forget_q8();
     for (const BlockCopy& c : copies) {
@@ -242,10 +250,6 @@ class CudaBackend final : public Backend {
   }
   void rope(float* x, const int32_t* positions, int64_t n, int64_t heads, int64_t head_dim,
             const RopeParams& p) override {
-    if (p.yarn || p.mscale != 1.0f) {
-      fail("the CUDA backend does not compute YaRN RoPE scaling or a RoPE attention factor yet "
-           "(run on the CPU backend)");
-    }
     forget_q8();
     const float* factors = p.freq_factors ? vector(p.freq_factors, p.rotary_dim / 2) : nullptr;
     cuda::rope(stream_, x, positions_.put(stream_, positions, n), n, heads, head_dim, p, factors);
@@ -257,11 +261,12 @@ class CudaBackend final : public Backend {
     cuda::write_kv(stream_, k, v, slots_.put(stream_, b.slot_mapping, b.num_tokens), b.num_tokens,
                    b.block_size, p, cache);
   }
-  void attention(const float* q, KvLayer cache, const AttentionBatch& b, const AttentionParams& p,
-                 float* out) override {
+  void attention(const float* q, KvLayer cache, const AttentionBatch& b,
+                 const AttentionParams& params, float* out) override {
     forget_q8();
     check_kv_type(cache.type);
-    if (p.sinks != nullptr) fail("the CUDA backend does not compute attention sinks (gpt-oss) yet (run on the CPU backend)");
+    AttentionParams p = params;  // the kernels read the sinks (gpt-oss) from device memory
+    if (p.sinks != nullptr) p.sinks = vector(params.sinks, p.num_heads);
     seq_of_host_.resize(static_cast<size_t>(b.num_tokens));
     for (int32_t s = 0; s < b.num_seqs; ++s) {
       for (int32_t t = b.query_start[s]; t < b.query_start[s + 1]; ++t) seq_of_host_[t] = s;
@@ -453,6 +458,7 @@ class CudaBackend final : public Backend {
   Staging<int32_t> ids_, positions_, seq_of_, tables_, rows_, split_, attention_tiles_;
   std::vector<int32_t> split_host_, tiles_host_;
   Staging<int64_t> slots_;
+  Staging<float> row_weights_;
   std::vector<int32_t> seq_of_host_;
   cuda::GemmContext gemm_;
   std::unique_ptr<DeviceBuffer> gemm_scratch_;

@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(kFlashWarps * 32)
     flash_kernel(const float* q, const __half* kc, const __half* vc, const int32_t* seq_of,
                  const int32_t* positions, const int32_t* block_table, int32_t max_blocks,
                  int32_t block_size, const int32_t* tiles, int32_t heads, int32_t kv_heads,
-                 float scale, int32_t window, float* out) {
+                 float scale, int32_t window, const float* sinks, float* out) {
   __shared__ FlashShared<D> sh;
   const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
   const int64_t t0 = tiles[2 * blockIdx.x];
@@ -192,7 +192,10 @@ __global__ void __launch_bounds__(kFlashWarps * 32)
   }
   float total[2];
 #pragma unroll
-  for (int h = 0; h < 2; ++h) total[h] = row_sum(partial_sum[h]);
+  for (int h = 0; h < 2; ++h) {
+    total[h] = row_sum(partial_sum[h]);
+    if (rows[h].token >= 0) total[h] += sink_term(sinks, rows[h].head, running_max[h]);
+  }
 #pragma unroll
   for (int nb = 0; nb < D / 8; ++nb) {
 #pragma unroll
@@ -225,11 +228,13 @@ void flash_attention(cudaStream_t s, const float* q, KvLayer cache, const int32_
   if (p.head_dim == 64) {
     flash_kernel<64><<<grid, kFlashWarps * 32, 0, s>>>(q, k, v, seq_of, positions, block_table,
                                                       max_blocks, block_size, tiles, p.num_heads,
-                                                      p.num_kv_heads, p.scale, p.window, out);
+                                                      p.num_kv_heads, p.scale, p.window, p.sinks,
+                                                      out);
   } else {
     flash_kernel<128><<<grid, kFlashWarps * 32, 0, s>>>(q, k, v, seq_of, positions, block_table,
                                                        max_blocks, block_size, tiles, p.num_heads,
-                                                       p.num_kv_heads, p.scale, p.window, out);
+                                                       p.num_kv_heads, p.scale, p.window, p.sinks,
+                                                       out);
   }
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) fail("CUDA: flash attention: ", cudaGetErrorString(e));

@@ -109,6 +109,13 @@ PAGODA_HD SoftmaxStep softmax_step(float old_max, float new_max) {
   return {base, expf(old_max - base)};
 }
 
+// Attention sinks (gpt-oss, AttentionParams::sinks, device memory in the kernels): query head
+// `head`'s learned logit joins its row's softmax with no value, so a row whose sum is taken at
+// `row_max` gains exp(sink - row_max) in its denominator. No sinks: nothing.
+PAGODA_HD float sink_term(const float* sinks, int32_t head, float row_max) {
+  return sinks == nullptr ? 0.0f : expf(sinks[head] - row_max);
+}
+
 // ---- the host emulation ----
 
 // F16 rounding, as the kernel's operands take it.
@@ -122,7 +129,7 @@ inline void flash_attention_host(const float* q, const uint16_t* kc, const uint1
                                  const int32_t* block_table, int32_t max_blocks,
                                  int32_t block_size, const int32_t* tiles, int64_t num_tiles,
                                  int32_t heads, int32_t kv_heads, int32_t head_dim, float scale,
-                                 int32_t window, float* out) {
+                                 int32_t window, const float* sinks, float* out) {
   const int32_t group = heads / kv_heads, d_max = head_dim;
   std::vector<float> ks(static_cast<size_t>(kFlashChunk * d_max)), vs(ks.size());
   std::vector<float> qr(static_cast<size_t>(kFlashRows * d_max)), o(qr.size());
@@ -177,8 +184,9 @@ inline void flash_attention_host(const float* q, const uint16_t* kc, const uint1
       for (int r = 0; r < kFlashRows; ++r) {
         const FlashRow fr = flash_row(t0, count, group, kvh, r);
         if (fr.token < 0) continue;
+        const float total = row_sum[r] + sink_term(sinks, fr.head, row_max[r]);
         for (int d = 0; d < head_dim; ++d) {
-          out[(fr.token * heads + fr.head) * head_dim + d] = o[r * d_max + d] / row_sum[r];
+          out[(fr.token * heads + fr.head) * head_dim + d] = o[r * d_max + d] / total;
         }
       }
     }

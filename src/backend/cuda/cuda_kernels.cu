@@ -11,6 +11,7 @@
 #include <cmath>
 
 #include "backend/cuda/cuda_decode.cuh"
+#include "backend/cuda/cuda_flash.cuh"
 #include "backend/cuda/cuda_units.cuh"
 #include "core/error.h"
 
@@ -137,10 +138,25 @@ __global__ void rms_norm_kernel(const float* x, const float* weight, int64_t dim
   for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = xr[i] * inv * weight[i];
 }
 
-// One thread per rotated pair; the angle in double, as the reference computes it.
+// What RopeParams::angle_scale computes (backend.h), for the device: pair i's multiplier of
+// its angle, YaRN's ramp between the original frequency and the scaled one.
+struct RopeScale {
+  double position_scale;
+  bool yarn;
+  float low, high;
+  __device__ double at(int64_t i) const {
+    if (!yarn) return position_scale;
+    const double y = (static_cast<double>(i) - low) / fmax(0.001, static_cast<double>(high - low));
+    const double keep = 1.0 - fmin(fmax(y, 0.0), 1.0);
+    return position_scale * (1.0 - keep) + keep;
+  }
+};
+
+// One thread per rotated pair; the angle in double, as the reference computes it; cos and sin
+// times `mscale` (YaRN's attention factor).
 __global__ void rope_kernel(float* x, const int32_t* positions, int64_t n, int64_t heads,
                             int64_t head_dim, int32_t rotary_dim, double theta, bool split_half,
-                            double position_scale, const float* freq_factors) {
+                            RopeScale scale, float mscale, const float* freq_factors) {
   const int64_t half = rotary_dim / 2;
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= n * heads * half) return;
@@ -148,9 +164,11 @@ __global__ void rope_kernel(float* x, const int32_t* positions, int64_t n, int64
   float* v = x + th * head_dim;
   double freq = pow(theta, -2.0 * static_cast<double>(i) / rotary_dim);
   if (freq_factors != nullptr) freq /= freq_factors[i];
-  const double angle = static_cast<double>(positions[t]) * position_scale * freq;
+  const double angle = static_cast<double>(positions[t]) * freq * scale.at(i);
   double s, c;
   sincos(angle, &s, &c);
+  s *= mscale;
+  c *= mscale;
   const int64_t a = split_half ? i : 2 * i, b = split_half ? i + half : 2 * i + 1;
   const double x0 = v[a], x1 = v[b];
   v[a] = static_cast<float>(x0 * c - x1 * s);
@@ -188,7 +206,7 @@ __global__ void attention_kernel(const float* q, const KV* kc, const KV* vc, con
                                  const int32_t* positions, const int32_t* block_table,
                                  int32_t max_blocks, int32_t block_size, const int32_t* tokens,
                                  int32_t heads, int32_t kv_heads, int32_t head_dim, float scale,
-                                 int32_t window, float* out, BlockQ8_1* q8) {
+                                 int32_t window, const float* sinks, float* out, BlockQ8_1* q8) {
   __shared__ float q_shared[kMaxHeadDim];
   __shared__ float acc_shared[kSplitWarps][kMaxHeadDim];
   __shared__ float max_shared[kSplitWarps], denom_shared[kSplitWarps];
@@ -262,6 +280,7 @@ __global__ void attention_kernel(const float* q, const KV* kc, const KV* vc, con
   for (int w = 0; w < kSplitWarps; ++w) {
     if (max_shared[w] != -INFINITY) total += denom_shared[w] * expf(max_shared[w] - block_max);
   }
+  total += sink_term(sinks, h, block_max);
   for (int d = threadIdx.x; d < head_dim; d += blockDim.x) {
     float sum = 0.0f;
     for (int w = 0; w < kSplitWarps; ++w) {
@@ -294,7 +313,7 @@ __global__ void attention_tile_kernel(const float* q, const KV* kc, const KV* vc
                                       const int32_t* block_table, int32_t max_blocks,
                                       int32_t block_size, const int32_t* tiles, int32_t heads,
                                       int32_t kv_heads, int32_t head_dim, float scale,
-                                      int32_t window, float* out) {
+                                      int32_t window, const float* sinks, float* out) {
   extern __shared__ float shared[];
   float* k_s = shared;
   float* v_s = k_s + head_dim * kChunk;
@@ -374,10 +393,11 @@ __global__ void attention_tile_kernel(const float* q, const KV* kc, const KV* vc
     running_max = new_max;
   }
   if (!active) return;
+  const float total = denom + sink_term(sinks, h, running_max);
 #pragma unroll
   for (int k = 0; k < kMaxHeadDim / kWarp; ++k) {
     const int d = lane + k * kWarp;
-    if (d < head_dim) out[pair * head_dim + d] = acc[k] / denom;
+    if (d < head_dim) out[pair * head_dim + d] = acc[k] / total;
   }
 }
 
@@ -417,6 +437,15 @@ __global__ void gather_rows_kernel(const float* x, const int32_t* rows, int64_t 
   const int64_t i = blockIdx.x;
   const float* src = x + static_cast<int64_t>(rows[i]) * width;
   for (int64_t c = threadIdx.x; c < width; c += blockDim.x) out[i * width + c] = src[c];
+}
+
+// One block per row i (rows distinct: no two blocks write one row).
+__global__ void add_scaled_rows_kernel(const float* y, const int32_t* rows, const float* weights,
+                                       int64_t width, float* out) {
+  const int64_t i = blockIdx.x;
+  float* dst = out + static_cast<int64_t>(rows[i]) * width;
+  const float w = weights[i];
+  for (int64_t c = threadIdx.x; c < width; c += blockDim.x) dst[c] += w * y[i * width + c];
 }
 
 constexpr int kThreads = 256;
@@ -471,8 +500,8 @@ void rope(cudaStream_t s, float* x, const int32_t* positions, int64_t n, int64_t
   const int64_t total = n * heads * (p.rotary_dim / 2);
   if (total == 0) return;
   rope_kernel<<<blocks_for(total, kThreads), kThreads, 0, s>>>(
-      x, positions, n, heads, head_dim, p.rotary_dim, p.theta, p.split_half, p.position_scale,
-      freq_factors);
+      x, positions, n, heads, head_dim, p.rotary_dim, p.theta, p.split_half,
+      RopeScale{p.position_scale, p.yarn, p.yarn_low, p.yarn_high}, p.mscale, freq_factors);
   check_launch("rope");
 }
 
@@ -506,7 +535,7 @@ void attention(cudaStream_t s, const float* q, KvLayer cache, const int32_t* seq
       attention_kernel<<<static_cast<unsigned>(num_tokens * p.num_heads), kSplitWarps * kWarp, 0,
                          s>>>(q, k, v, seq_of, positions, block_table, max_blocks, block_size,
                               tokens, p.num_heads, p.num_kv_heads, p.head_dim, p.scale, p.window,
-                              out, static_cast<BlockQ8_1*>(q8));
+                              p.sinks, out, static_cast<BlockQ8_1*>(q8));
       check_launch("attention");
     }
     if (num_tiles > 0) {
@@ -520,7 +549,7 @@ void attention(cudaStream_t s, const float* q, KvLayer cache, const int32_t* seq
       attention_tile_kernel<<<static_cast<unsigned>(num_tiles * p.num_heads),
                               kTileTokens * kWarp, bytes, s>>>(
           q, k, v, seq_of, positions, block_table, max_blocks, block_size, tiles, p.num_heads,
-          p.num_kv_heads, p.head_dim, p.scale, p.window, out);
+          p.num_kv_heads, p.head_dim, p.scale, p.window, p.sinks, out);
       check_launch("attention (prompt tiles)");
     }
   };
@@ -566,6 +595,14 @@ void gather_rows(cudaStream_t s, const float* x, const int32_t* rows, int64_t co
   if (count == 0) return;
   gather_rows_kernel<<<static_cast<unsigned>(count), kThreads, 0, s>>>(x, rows, width, out);
   check_launch("gather_rows");
+}
+
+void add_scaled_rows(cudaStream_t s, const float* y, const int32_t* rows, const float* weights,
+                     int64_t count, int64_t width, float* out) {
+  if (count == 0) return;
+  add_scaled_rows_kernel<<<static_cast<unsigned>(count), kThreads, 0, s>>>(y, rows, weights,
+                                                                          width, out);
+  check_launch("add_scaled_rows");
 }
 
 }  // namespace pagoda::cuda

@@ -116,5 +116,8 @@ void scale(cudaStream_t s, float* x, float factor, int64_t n);
 // out[i, :] = x[rows[i], :]; out must not overlap x.
 void gather_rows(cudaStream_t s, const float* x, const int32_t* rows, int64_t count,
                  int64_t width, float* out);
+// out[rows[i], :] += weights[i] * y[i, :] for i < count; rows distinct.
+void add_scaled_rows(cudaStream_t s, const float* y, const int32_t* rows, const float* weights,
+                     int64_t count, int64_t width, float* out);
 
 }  // namespace pagoda::cuda
