@@ -2,7 +2,8 @@
 // qwen3.5-moe-tiny, the same layers with routed and shared experts) through the engine: every request's greedy ids are those it gives alone, whether batched, chunked by
 // a small budget (the recurrent state carried from chunk to chunk), limited to fewer sequences
 // than requests, or preempted and recomputed; prefix caching asked for is off (a hit would skip
-// the recurrence); the features that do not carry the state yet are refused in one line.
+// the recurrence); the features that do not carry the state yet are refused in one line (forks
+// and speculative decoding: test_qwen35_fork.cc).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -186,24 +187,12 @@ TEST_P(Qwen35Engine, FeaturesWithoutStateHandlingAreRefused) {
   Engine engine(*m.model, *backend, config_with(4096, true));
   EXPECT_FALSE(engine.config().enable_prefix_caching);
   GenerationRequest r = greedy_request(encode(m, kStoryA), 4);
-  r.n = 2;
-  expect_refused([&] { engine.add_request(r); }, "n > 1 is not supported for the hybrid model");
-  r.n = 1;
-  r.beam.width = 2;
-  expect_refused([&] { engine.add_request(r); }, "beam search is not supported");
-  r.beam.width = 0;
-  r.num_speculative_tokens = 3;
-  expect_refused([&] { engine.add_request(r); }, "speculative decoding is not supported");
-  EngineConfig spec = config_with(4096, false);
-  spec.speculative.num_tokens = 2;
-  expect_refused([&] { Engine e(*m.model, *backend, spec); }, "speculative decoding is not supported");
   EngineConfig disk = config_with(4096, true);
   disk.kv_disk.folder = test::temp_dir() + "/qwen35-kv-disk";
   expect_refused([&] { Engine e(*m.model, *backend, disk); }, "--kv-disk is not supported");
   EngineConfig offload = config_with(4096, true);
   offload.kv_offload_bytes = 1 << 20;
   expect_refused([&] { Engine e(*m.model, *backend, offload); }, "--kv-offload-gb is not supported");
-  r.num_speculative_tokens = 0;
   engine.add_request(r);  // a plain request still runs
   while (engine.has_work()) engine.step();
 }
