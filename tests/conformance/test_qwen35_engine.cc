@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "conformance/engine_harness.h"
+#include "conformance/hybrid_shapes.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "test_util.h"
@@ -22,13 +23,6 @@
 
 namespace pagoda {
 namespace {
-
-// Each shape with the seed of its llama.cpp vectors (scripts/make_logit_vectors.py).
-struct HybridShape {
-  const char* preset;
-  uint64_t seed;
-};
-const HybridShape kShapes[] = {{"qwen3.5-tiny", 1}, {"qwen3.5-moe-tiny", 4}};
 
 class Qwen35Engine : public ::testing::TestWithParam<HybridShape> {
  protected:
@@ -197,14 +191,8 @@ TEST_P(Qwen35Engine, FeaturesWithoutStateHandlingAreRefused) {
   while (engine.has_work()) engine.step();
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, Qwen35Engine, ::testing::ValuesIn(kShapes),
-                         [](const ::testing::TestParamInfo<HybridShape>& info) {
-                           std::string name = info.param.preset;
-                           for (char& ch : name) {
-                             if (ch == '.' || ch == '-') ch = '_';
-                           }
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(Shapes, Qwen35Engine, ::testing::ValuesIn(kHybridShapes),
+                         hybrid_shape_name);
 
 }  // namespace
 }  // namespace pagoda

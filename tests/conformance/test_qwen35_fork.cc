@@ -21,6 +21,7 @@
 #include <utility>
 
 #include "conformance/engine_harness.h"
+#include "conformance/hybrid_shapes.h"
 #include "engine/beam_search.h"
 #include "core/error.h"
 #include "engine/generator.h"
@@ -30,17 +31,6 @@
 
 namespace pagoda {
 namespace {
-
-struct HybridShape {
-  const char* preset;
-  uint64_t seed;
-  // Negated in the perturbed draft: qwen3.5-tiny's greedy ids then differ from the model's
-  // now and then; qwen3.5-moe-tiny's, whatever one matrix is negated, never do in these runs.
-  const char* draft_tensor;
-  bool draft_rejected;
-};
-const HybridShape kShapes[] = {{"qwen3.5-tiny", 1, "blk.2.ffn_down.weight", true},
-                               {"qwen3.5-moe-tiny", 4, "blk.2.ffn_down_shexp.weight", false}};
 
 class Qwen35Fork : public ::testing::TestWithParam<HybridShape> {
  protected:
@@ -204,15 +194,6 @@ TEST_P(Qwen35Fork, BeamSearchIsTheSearchOnCandidatesScoredFromScratch) {
   }
 }
 
-SpeculativeConfig spec_config(SpecMethod method, int32_t k, Model* draft = nullptr) {
-  SpeculativeConfig c;
-  c.method = method;
-  c.num_tokens = k;
-  c.draft_model = draft;
-  c.max_num_running = 64;  // speculate in every variant, batched ones too
-  return c;
-}
-
 // Greedy ids with `spec` are those of plain decoding alone: alone, together, chunked by a small
 // budget with few sequences, and preempted. Returns the proposals made and accepted in all.
 // Each prompt is a story's prefix said twice, so that prompt lookup proposes the story's words,
@@ -226,34 +207,23 @@ std::pair<int64_t, int64_t> check_speculation(LoadedModel& m, Backend& backend,
   }
   const auto expected =
       ids_of(run(*m.model, backend, config_with(4096, false), requests, Arrival::kAlone));
-  int32_t longest = 0;
-  for (const GenerationRequest& r : requests) {
-    longest = std::max<int32_t>(longest, static_cast<int32_t>(r.prompt.size()) + r.max_tokens);
-  }
-  const int64_t tiny_kv = (longest + 15) / 16 * 16;
-  struct Variant {
-    const char* name;
-    EngineConfig config;
-    Arrival arrival;
-  };
-  const Variant variants[] = {
-      {"alone", config_with(4096, false), Arrival::kAlone},
-      {"together", config_with(4096, false), Arrival::kTogether},
-      {"budget 7, 3 sequences", config_with(4096, false, 7, 3), Arrival::kStaggered},
-      {"tiny KV, preempted", config_with(tiny_kv, false), Arrival::kTogether},
-  };
+  const int64_t tiny_kv = kv_tokens_for_longest(requests);
   int64_t proposed = 0, accepted = 0;
-  for (const Variant& v : variants) {
-    SCOPED_TRACE(v.name);
-    EngineConfig config = v.config;
+  for (const auto& [name, plain, arrival] :
+       {std::tuple{"alone", config_with(4096, false), Arrival::kAlone},
+        std::tuple{"together", config_with(4096, false), Arrival::kTogether},
+        std::tuple{"budget 7, 3 sequences", config_with(4096, false, 7, 3), Arrival::kStaggered},
+        std::tuple{"tiny KV, preempted", config_with(tiny_kv, false), Arrival::kTogether}}) {
+    SCOPED_TRACE(name);
+    EngineConfig config = plain;
     config.speculative = spec;
-    const RunResult r = run(*m.model, backend, config, requests, v.arrival);
+    const RunResult r = run(*m.model, backend, config, requests, arrival);
     const auto got = ids_of(r);
     for (size_t i = 0; i < requests.size(); ++i) {
       EXPECT_EQ(got[i], expected[i]) << "request " << i << " (" << requests[i].prompt.size()
                                      << " prompt tokens)";
     }
-    if (v.config.num_kv_cache_tokens == tiny_kv) {
+    if (plain.num_kv_cache_tokens == tiny_kv) {
       EXPECT_GT(r.stats.scheduler.num_preemptions, 0);
     }
     proposed += r.stats.speculative.num_proposed;
@@ -318,14 +288,8 @@ TEST_P(Qwen35Fork, ForkedSamplesSpeculate) {
   EXPECT_GT(two.stats.speculative.num_proposed, 0);
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, Qwen35Fork, ::testing::ValuesIn(kShapes),
-                         [](const ::testing::TestParamInfo<HybridShape>& info) {
-                           std::string name = info.param.preset;
-                           for (char& ch : name) {
-                             if (ch == '.' || ch == '-') ch = '_';
-                           }
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(Shapes, Qwen35Fork, ::testing::ValuesIn(kHybridShapes),
+                         hybrid_shape_name);
 
 }  // namespace
 }  // namespace pagoda
