@@ -269,6 +269,61 @@ TEST_P(Qwen35Fork, DraftSpeculationIsLosslessWithRejections) {
   }
 }
 
+// A hybrid draft's state is rolled back exactly: with k fixed, every step's greedy proposals
+// are the draft's greedy continuation of the known tokens computed from scratch, so the counts
+// of proposals made and accepted are those of replaying the run that way.
+TEST_P(Qwen35Fork, AHybridDraftsStateFollowsTheAcceptedTokens) {
+  PAGODA_SHARED_OR_SKIP(shared, "");
+  if (!GetParam().draft_rejected) GTEST_SKIP() << "its perturbed draft is never rejected";
+  LoadedModel m = load(tiny_model(shared));
+  LoadedModel near = load(perturbed(tiny_model(shared), GetParam().draft_tensor, -1.0f));
+  auto backend = make_cpu_backend(2);
+  const int32_t max_tokens = 40, k = 4;
+  EngineConfig config = config_with(4096, false);
+  config.speculative = spec_config(SpecMethod::kDraft, k, near.model.get());
+  config.speculative.adaptive = false;
+  const auto vocab = static_cast<size_t>(near.model->config().vocab_size);
+  int64_t all_proposed = 0, all_accepted = 0;
+  for (const char* text : {kStoryA, kStoryB}) {
+    const std::vector<TokenId> story = encode(m, text);
+    for (const size_t len : {6, 17, 30, 43, 58}) {
+      SCOPED_TRACE("prompt of " + std::to_string(len));
+      const std::vector<TokenId> prompt(story.begin(), story.begin() + static_cast<int64_t>(len));
+      const RunResult r =
+          run(*m.model, *backend, config, {greedy_request(prompt, max_tokens)}, Arrival::kAlone);
+      const std::vector<TokenId>& out = r.samples[0][0].ids;
+      ASSERT_EQ(static_cast<int32_t>(out.size()), max_tokens);
+      Generator draft(*near.model, *backend, static_cast<int32_t>(len) + max_tokens + k);
+      int64_t proposed = 0, accepted = 0;
+      for (int32_t have = 1; have < max_tokens;) {  // the first token comes with the prompt
+        const int32_t num = std::min(k, max_tokens - have - 1);
+        std::vector<TokenId> seq = prompt;
+        seq.insert(seq.end(), out.begin(), out.begin() + have);
+        int32_t num_accepted = 0;
+        bool matching = true;
+        for (int32_t j = 0; j < num; ++j) {
+          const std::vector<float> logits = draft.prompt_logits(seq);
+          const float* row = logits.data() + (seq.size() - 1) * vocab;
+          const auto t = static_cast<TokenId>(std::max_element(row, row + vocab) - row);
+          matching = matching && t == out[static_cast<size_t>(have + j)];
+          num_accepted += matching ? 1 : 0;
+          seq.push_back(t);
+        }
+        proposed += num;
+        accepted += num_accepted;
+        have += num_accepted + 1;
+      }
+      EXPECT_EQ(r.stats.speculative.num_proposed, proposed);
+      EXPECT_EQ(r.stats.speculative.num_accepted, accepted);
+      all_proposed += proposed;
+      all_accepted += accepted;
+    }
+  }
+  std::cout << GetParam().preset << ": " << all_accepted << " of " << all_proposed
+            << " proposals accepted\n";
+  EXPECT_LT(all_accepted, all_proposed);
+}
+
 // n = 2 greedy with n-gram speculation: both samples are the greedy ids alone (children fork
 // from a parent whose state was rolled back, and roll back their own).
 TEST_P(Qwen35Fork, ForkedSamplesSpeculate) {
