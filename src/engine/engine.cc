@@ -110,7 +110,6 @@ void Engine::check_request(const GenerationRequest& r) const {
     }
   }
   if (r.embedding != PromptOnly::kNo) return check_embedding_request(r);
-  if (model_.config().hybrid()) check_hybrid_request(r);
   if (r.max_tokens < 1) fail("max_tokens must be at least 1, got ", r.max_tokens);
   if (r.n < 1 || r.n > kMaxNumSamples) {
     fail("n must be in [1, ", kMaxNumSamples, "], got ", r.n);

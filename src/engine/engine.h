@@ -21,12 +21,14 @@
 // finishes it, every one of the n samples draws its first token from those same logits, each
 // with its own Sampler (seed + index when seeded); after the commit the n - 1 others fork from
 // the first, sharing its full blocks, with a copy of the partly filled tail and their own token
-// in place of its last one (Scheduler::fork). The prompt is computed once.
+// in place of its last one (Scheduler::fork); on a hybrid model, with a copy of its recurrent
+// state too (StepPlan::state_copies). The prompt is computed once.
 //
 // Speculative decoding (Speculator): between steps, sequences that decode may ask for proposals
 // to be verified; the plan schedules them after each one's token, the forward pass gives their
 // logit rows, Sampler::verify keeps the accepted ones and draws the token after them, and
-// commit() takes the lot, rolling back the slots of the rejected ones.
+// commit() takes the lot, rolling back the slots of the rejected ones (and, on a hybrid model,
+// the recurrent state to a snapshot the forward pass kept at the accepted ones).
 //
 // Beam search: each beam is a sequence. Its row gives its best 2 * width candidates, and a
 // placeholder token goes to the commit; choose_beams() replaces the placeholders of the beams
@@ -284,9 +286,13 @@ class Engine {
   void check_prefix_transfer(const char* what) const;  // export_prefix / import_prefix
   // A hybrid model (engine_hybrid.cc): its state slots, and the features it refuses.
   void setup_hybrid();
-  void check_hybrid_request(const GenerationRequest& request) const;
   // The plan's checkpoint restores (before the forward pass) or saves (after it).
   void copy_state_checkpoints(const StepPlan& plan, bool restores);
+  // Its state slots between steps: forked children's copied before the forward pass (the
+  // plan's state_copies), and after the commit each verifying sequence's rolled back to its
+  // accepted proposals (the snapshots the forward pass kept, ForwardBatch::state_snapshots).
+  void copy_states(const StepPlan& plan);
+  void roll_back_states(const StepPlan& plan);
 
   // Embedding requests (engine_embed.cc): one prompt-only sequence each.
   struct EmbeddingState {

@@ -1,9 +1,11 @@
 // Hybrid models (Qwen3.5's Gated DeltaNet layers beside full attention): each running sequence
 // holds a recurrent state slot (model/state_storage.h) that the scheduler hands out with its
 // blocks; prefix-cache hits restore the state from checkpoint slots after those
-// (sched/state_checkpoints.h). The features whose K/V handling does not yet carry that state
-// along are refused in one line: speculative decoding (no state roll-back), n > 1 and beam
-// search (no state fork), saved prefixes, the host-memory and disk tiers.
+// (sched/state_checkpoints.h). Forks (n > 1, beam search) copy the parent's slot into the
+// child's before the next forward pass (StepPlan::state_copies); speculative decoding keeps the
+// state before each proposal in snapshots during the verifying pass and copies back the one at
+// the accepted proposals after the commit. The features whose K/V handling does not yet carry
+// the state along are refused in one line: saved prefixes, the host-memory and disk tiers.
 #include <algorithm>
 
 #include "core/error.h"
@@ -23,10 +25,6 @@ int32_t num_state_checkpoints(const EngineConfig& config, const ModelConfig& mod
 
 void Engine::setup_hybrid() {
   const std::string arch = model_.config().architecture;
-  if (config_.speculative.draft_model != nullptr || config_.speculative.num_tokens > 0) {
-    fail("speculative decoding is not supported for the hybrid model ", arch,
-         " (its recurrent state is not rolled back)");
-  }
   if (!config_.kv_disk.folder.empty() || config_.kv_offload_bytes > 0) {
     fail(config_.kv_disk.folder.empty() ? "--kv-offload-gb" : "--kv-disk",
          " is not supported for the hybrid model ", arch,
@@ -58,12 +56,28 @@ void Engine::copy_state_checkpoints(const StepPlan& plan, bool restores) {
   }
 }
 
-void Engine::check_hybrid_request(const GenerationRequest& r) const {
-  const std::string& arch = model_.config().architecture;
-  if (r.n > 1) fail("n > 1 is not supported for the hybrid model ", arch, " yet");
-  if (r.beam.width > 0) fail("beam search is not supported for the hybrid model ", arch, " yet");
-  if (r.num_speculative_tokens > 0) {
-    fail("speculative decoding is not supported for the hybrid model ", arch, " yet");
+void Engine::copy_states(const StepPlan& plan) {
+  if (plan.state_copies.empty()) return;
+  StateStorage* state = kv_->state();
+  PAGODA_CHECK(state != nullptr);
+  for (const StateCopy& c : plan.state_copies) state->copy(c.src, c.dst);
+}
+
+void Engine::roll_back_states(const StepPlan& plan) {
+  StateStorage* state = kv_->state();
+  if (state == nullptr) return;
+  // The snapshots of the plan's verifying sequences, in plan order (build_forward_batch's).
+  int32_t base = 0;
+  for (const ScheduledSequence& s : plan.sequences) {
+    if (s.num_proposed == 0) continue;
+    const int32_t first = base;
+    base += s.num_proposed;
+    const Sequence* r = scheduler_.find(s.seq_id);
+    if (r == nullptr || r->state_slot != s.state_slot) continue;  // finished or aborted
+    const int32_t num_known = s.start_position + s.num_new_tokens - s.num_proposed;
+    const int32_t num_accepted = r->num_computed_tokens - num_known;
+    PAGODA_CHECK(num_accepted >= 0 && num_accepted <= s.num_proposed);
+    if (num_accepted < s.num_proposed) state->restore_snapshot(first + num_accepted, s.state_slot);
   }
 }
 

@@ -59,6 +59,7 @@ StepPlan Engine::plan_step() {
 int32_t Engine::run_forward(const StepPlan& plan) {
   const ForwardBatch batch = build_forward_batch(plan, scheduler_);
   model_.copy_kv_blocks(backend_, *kv_, plan.block_copies);
+  copy_states(plan);
   speculator_->copy_blocks(plan.block_copies);
   num_block_copies_ += static_cast<int64_t>(plan.block_copies.size());
   // The route holds for this pass only: other passes on the backend (embeddings) run without.
@@ -208,6 +209,7 @@ void Engine::end_before_commit(SequenceId seq_id, FinishReason reason, OutputEve
 
 void Engine::commit_and_finish(const StepPlan& plan, StepOutput& out) {
   std::vector<Sequence> finished = scheduler_.commit(plan, out.new_tokens);
+  roll_back_states(plan);
   for (const ScheduledSequence& s : plan.sequences) {
     if (!s.needs_sample) continue;
     const Sequence* r = scheduler_.find(s.seq_id);

@@ -46,7 +46,10 @@ ForwardBatch build_forward_batch(const StepPlan& plan, const FindRequest& find_r
       fail("forward batch: request ", s.seq_id, " has ", s.proposed.size(), " proposed tokens for ",
            s.num_proposed, " scheduled");
     }
-    if (s.state_slot >= 0) b.state_slots.push_back(s.state_slot);
+    if (s.state_slot >= 0) {
+      b.state_slots.push_back(s.state_slot);
+      b.state_snapshots.push_back(s.num_proposed);  // roll-back points for its proposals
+    }
     std::copy(s.block_table.begin(), s.block_table.end(),
               b.block_table.begin() + int64_t{seq} * max_blocks);
     const int32_t num_prompt = r->num_prompt_tokens();
@@ -78,6 +81,10 @@ ForwardBatch build_forward_batch(const StepPlan& plan, const FindRequest& find_r
   }
   if (!b.state_slots.empty() && b.state_slots.size() != plan.sequences.size()) {
     fail("forward batch: some sequences of the plan hold a state slot and some do not");
+  }
+  if (std::all_of(b.state_snapshots.begin(), b.state_snapshots.end(),
+                  [](int32_t n) { return n == 0; })) {
+    b.state_snapshots.clear();
   }
   if (std::find(b.hidden_row.begin(), b.hidden_row.end(), 1) == b.hidden_row.end()) {
     b.hidden_row.clear();

@@ -22,7 +22,8 @@ using FindRequest = std::function<const Sequence*(SequenceId)>;
 // position). logit_rows holds, for every request with needs_sample in plan order (the order
 // Scheduler::commit() wants the new tokens in), its num_logit_rows() last rows.
 // Throws Error when a scheduled request is unknown or its table does not cover its tokens.
-// A prompt-only request gets hidden_state_rows() rows, marked in hidden_row.
+// A prompt-only request gets hidden_state_rows() rows, marked in hidden_row. With state slots,
+// a request verifying proposals keeps its recurrent state before each (state_snapshots).
 // A request with Sequence::prompt_logits also gets, before those, a row for each scheduled prompt
 // position but the last (whose row is the first sample's): prompt_logit_rows() of them.
 ForwardBatch build_forward_batch(const StepPlan& plan, const FindRequest& find_request,

@@ -15,6 +15,7 @@ struct DraftSeq {
   std::span<const BlockId> table;
   std::vector<TokenId> tokens;
   int32_t start = 0;  // position of tokens[0]
+  int32_t state_slot = -1;  // a hybrid draft's
 };
 
 ForwardBatch draft_batch(const std::vector<DraftSeq>& seqs, int32_t block_size, bool want_logits) {
@@ -38,6 +39,7 @@ ForwardBatch draft_batch(const std::vector<DraftSeq>& seqs, int32_t block_size, 
     }
     b.query_start.push_back(b.num_tokens());
     if (want_logits) b.logit_rows.push_back(b.num_tokens() - 1);
+    if (s.state_slot >= 0) b.state_slots.push_back(s.state_slot);
   }
   return b;
 }
@@ -55,9 +57,14 @@ Speculator::Speculator(const SpeculativeConfig& config, Backend& backend, int32_
     if (config_.draft_model == nullptr)
       fail("speculative decoding: the method needs a draft model");
     config_.draft_model->prepare(backend_);
-    draft_kv_ =
-        std::make_unique<KvStorage>(config_.draft_model->config(), num_blocks, block_size, kv_type,
-                                    &backend_);
+    const ModelConfig& draft = config_.draft_model->config();
+    draft_kv_ = std::make_unique<KvStorage>(draft, num_blocks, block_size, kv_type, &backend_);
+    if (draft.hybrid()) {
+      // A slot for each sequence that may draft at once (more are never uncrowded together).
+      const int32_t num_slots = std::max(1, config_.max_num_running);
+      draft_kv_->set_state(std::make_unique<StateStorage>(draft, num_slots, &backend_));
+      for (int32_t slot = num_slots - 1; slot >= 0; --slot) free_draft_slots_.push_back(slot);
+    }
   }
   catch_up_budget_ = std::max(catch_up_budget_, block_size);
 }
@@ -75,11 +82,34 @@ void Speculator::add(SequenceId seq, int32_t num_tokens, const SamplingParams& p
   states_.emplace(seq, std::move(st));
 }
 
-void Speculator::remove(SequenceId seq) { states_.erase(seq); }
+void Speculator::remove(SequenceId seq) {
+  auto it = states_.find(seq);
+  if (it == states_.end()) return;
+  release_draft_slot(it->second);
+  states_.erase(it);
+}
 
 void Speculator::preempted(SequenceId seq) {
   auto it = states_.find(seq);
-  if (it != states_.end()) it->second.draft_num_computed = 0;
+  if (it == states_.end()) return;
+  it->second.draft_num_computed = 0;
+  release_draft_slot(it->second);
+}
+
+bool Speculator::take_draft_slot(State& st) {
+  if (draft_state() == nullptr || st.draft_slot >= 0) return true;
+  if (free_draft_slots_.empty()) return false;
+  st.draft_slot = free_draft_slots_.back();
+  free_draft_slots_.pop_back();
+  st.draft_num_computed = 0;  // the slot holds another's state: start over
+  return true;
+}
+
+void Speculator::release_draft_slot(State& st) {
+  if (st.draft_slot < 0) return;
+  free_draft_slots_.push_back(st.draft_slot);
+  std::sort(free_draft_slots_.begin(), free_draft_slots_.end(), std::greater<>());
+  st.draft_slot = -1;
 }
 
 const std::vector<ProposalDistribution>& Speculator::distributions(SequenceId seq) const {
@@ -104,7 +134,7 @@ void Speculator::plan_lookahead(Scheduler& scheduler) {
         st.ngram = propose_ngram(r->tokens(), st.k, config_.ngram);
         lookahead = static_cast<int32_t>(st.ngram.size());
       }
-      if (lookahead == 0 && uses_draft()) want_draft.push_back(id);
+      if (lookahead == 0 && uses_draft() && take_draft_slot(st)) want_draft.push_back(id);
     }
     scheduler.set_num_lookahead_tokens(id, lookahead);
   }
@@ -145,6 +175,7 @@ std::vector<SequenceId> Speculator::catch_up(const Scheduler& scheduler,
     DraftSeq s;
     s.table = scheduler.kv().block_table(id);
     s.start = st.draft_num_computed;
+    s.state_slot = st.draft_slot;
     const TokenSequence tokens = r->tokens();
     for (int32_t p = s.start; p < s.start + n; ++p) s.tokens.push_back(tokens[p]);
     seqs.push_back(std::move(s));
@@ -210,6 +241,17 @@ void Speculator::propose(StepPlan& plan, const Scheduler& scheduler) {
       max_proposed = std::max(max_proposed, s.num_proposed);
     }
   }
+  // A hybrid draft keeps its state after every proposal forward but a sequence's last, in
+  // snapshots: observe() rolls back to the one at the accepted proposals.
+  StateStorage* draft_state = this->draft_state();
+  if (draft_state != nullptr) {
+    int32_t num_snapshots = 0;
+    for (size_t i : drafted) {
+      states_.at(plan.sequences[i].seq_id).snapshot_base = num_snapshots;
+      num_snapshots += plan.sequences[i].num_proposed - 1;
+    }
+    draft_state->reserve_snapshots(num_snapshots);
+  }
   // One draft forward per proposal position, over every sequence still proposing: the first
   // takes the last known token, each next one the token the draft just proposed.
   for (int32_t j = 0; j < max_proposed; ++j) {
@@ -220,6 +262,7 @@ void Speculator::propose(StepPlan& plan, const Scheduler& scheduler) {
       if (s.num_proposed <= j) continue;
       DraftSeq d;
       d.table = s.block_table;
+      d.state_slot = states_.at(s.seq_id).draft_slot;
       if (j == 0) {
         // What the draft has not seen yet, up to the last known token.
         d.start = states_.at(s.seq_id).draft_num_computed;
@@ -241,6 +284,9 @@ void Speculator::propose(StepPlan& plan, const Scheduler& scheduler) {
       State& st = states_.at(s.seq_id);
       const std::span<const float> logits(draft_logits_.data() + r * vocab, vocab);
       s.proposed.push_back(draft_token(st, logits, st.params.temperature > 0.0f));
+      if (draft_state != nullptr && j + 1 < s.num_proposed) {
+        draft_state->save_snapshot(st.draft_slot, st.snapshot_base + j);
+      }
     }
   }
 }
@@ -275,6 +321,10 @@ void Speculator::observe(const ScheduledSequence& s, int32_t num_accepted,
     // The draft wrote positions [start, start + num_proposed): the last known token and all
     // but its last proposal. Those past the accepted ones are stale.
     st.draft_num_computed = s.start_position + s.num_proposed;
+    // A hybrid draft's state went as far: back to the one after the accepted proposals.
+    if (draft_state() != nullptr && num_computed_tokens >= 0 && num_accepted + 1 < s.num_proposed) {
+      draft_state()->restore_snapshot(st.snapshot_base + num_accepted, st.draft_slot);
+    }
   }
   if (num_computed_tokens >= 0) {
     st.draft_num_computed = std::min(st.draft_num_computed, num_computed_tokens);
@@ -282,6 +332,14 @@ void Speculator::observe(const ScheduledSequence& s, int32_t num_accepted,
 }
 
 void Speculator::check_invariants(const Scheduler& scheduler) const {
+  if (draft_state() != nullptr) {
+    std::vector<int> held(static_cast<size_t>(draft_state()->num_slots()), 0);
+    for (int32_t slot : free_draft_slots_) ++held.at(static_cast<size_t>(slot));
+    for (const auto& [id, st] : states_) {
+      if (st.draft_slot >= 0) ++held.at(static_cast<size_t>(st.draft_slot));
+    }
+    for (int h : held) PAGODA_CHECK(h == 1);
+  }
   for (const auto& [id, st] : states_) {
     if (st.max_k > 0) PAGODA_CHECK(st.k >= 1 && st.k <= st.max_k);
     const Sequence* r = scheduler.find(id);

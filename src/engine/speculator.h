@@ -9,10 +9,15 @@
 // need no second control plane. Its progress is tracked per sequence (draft_num_computed): the
 // draft catches up on tokens the target computed without it (a prompt, an n-gram step, a
 // sequence that was preempted) before it proposes, from the blocks the target already holds.
+// A hybrid draft (Qwen3.5) also keeps a recurrent state slot per sequence it drafts for (taken
+// when it first drafts, given back when the sequence is preempted or removed; none free: no
+// draft for it this step); its proposal forwards keep the state after each but the last in the
+// draft's snapshots, and observe() copies back the one at the accepted proposals.
 //
 // Invariants (check_invariants()):
 //   - every state's k is in [1, max_k] when max_k > 0;
-//   - draft_num_computed <= the sequence's num_computed_tokens between steps.
+//   - draft_num_computed <= the sequence's num_computed_tokens between steps;
+//   - a hybrid draft's slots are each held by one state or free, never both.
 #pragma once
 
 #include <array>
@@ -107,9 +112,15 @@ class Speculator {
     std::vector<TokenId> ngram;  // this step's n-gram proposal, when it found one
     std::vector<ProposalDistribution> q;
     int32_t draft_num_computed = 0;
+    int32_t draft_slot = -1;     // a hybrid draft's state slot; -1: none held
+    int32_t snapshot_base = -1;  // its first snapshot in this step's proposal forwards
   };
 
   bool uses_draft() const { return config_.method != SpecMethod::kNgram; }
+  // A hybrid draft's recurrent state (null for other drafts), and its slots.
+  StateStorage* draft_state() const { return draft_kv_ ? draft_kv_->state() : nullptr; }
+  bool take_draft_slot(State& st);
+  void release_draft_slot(State& st);
   // Runs the draft over tokens [draft_num_computed, num_computed) of the sequences in `ids`,
   // at most `budget` tokens in all; returns the ones now caught up.
   std::vector<SequenceId> catch_up(const Scheduler& scheduler, const std::vector<SequenceId>& ids);
@@ -120,6 +131,7 @@ class Speculator {
   int32_t block_size_;
   std::unique_ptr<KvStorage> draft_kv_;
   std::unordered_map<SequenceId, State> states_;
+  std::vector<int32_t> free_draft_slots_;  // a hybrid draft's; the lowest last
   std::vector<float> draft_logits_;
   SamplerScratch scratch_;
   SpeculativeStats stats_;

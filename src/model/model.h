@@ -40,6 +40,11 @@ struct ForwardBatch {
   // ([num_seqs]); empty: the model keeps its own, one per sequence index (one sequence run
   // outside an engine).
   std::vector<int32_t> state_slots;
+  // Speculative verification on a hybrid model: per sequence ([num_seqs]; empty: none), how many
+  // of its last tokens are proposals. Its state after each token before a proposal goes to the
+  // StateStorage's snapshots (those of earlier sequences first): snapshot j holds the state with
+  // j proposals accepted; the state after all of them is its slot's.
+  std::vector<int32_t> state_snapshots;
 
   int32_t num_tokens() const { return static_cast<int32_t>(token_ids.size()); }
   int32_t num_seqs() const { return static_cast<int32_t>(query_start.size()) - 1; }

@@ -11,7 +11,10 @@
 //     beta = sigmoid(beta projection); RMSNorm of each value head (ssm_norm) times silu(z)
 //     (attn_gate), then ssm_out. The conv window and state live in a slot per sequence
 //     (model/state_storage.h), chosen by the batch's state_slots; a sequence whose first token
-//     of the step sits at position 0 starts from zeros.
+//     of the step sits at position 0 starts from zeros. A sequence verifying proposals runs its
+//     recurrence in pieces (its known tokens, then each proposal) and keeps the state between
+//     pieces in the storage's snapshots (ForwardBatch::state_snapshots), which the engine copies
+//     back when it rejects proposals: the same arithmetic as one piece, token by token.
 // Qwen3.5-MoE (GGUF "qwen35moe") has the same layers with a mixture-of-experts block instead of
 // the SwiGLU one: routed experts (softmax over the router, top-k weights normalized; model/moe.h)
 // plus a shared expert whose SwiGLU output is scaled by sigmoid(ffn_gate_inp_shexp · input).
@@ -66,6 +69,9 @@ class Qwen35Model final : public Model {
                        const Qwen35Layer& L, int32_t layer);
   void delta_net_layer(Backend& be, const ForwardBatch& batch, std::span<const int32_t> slots,
                        StateStorage& state, const Qwen35Layer& L, uint32_t layer);
+  // The snapshot index of each sequence's first snapshot (ForwardBatch::state_snapshots), and
+  // the storage grown to hold them all; empty when the batch keeps none.
+  std::vector<int32_t> snapshot_bases(const ForwardBatch& batch, StateStorage& state) const;
   void feed_forward(Backend& be, const Qwen35Layer& L, int64_t n);
   // The MoE block's output added to act_.x, from act_.h (the normed input).
   void experts(Backend& be, const Qwen35Layer& L, int64_t n);
@@ -199,6 +205,29 @@ StateStorage& Qwen35Model::state_for(Backend& be, const ForwardBatch& batch, KvS
   return *state;
 }
 
+std::vector<int32_t> Qwen35Model::snapshot_bases(const ForwardBatch& batch,
+                                                 StateStorage& state) const {
+  const int32_t num_seqs = batch.num_seqs();
+  if (batch.state_snapshots.empty()) return {};
+  if (static_cast<int32_t>(batch.state_snapshots.size()) != num_seqs) {
+    fail("qwen35: ", batch.state_snapshots.size(), " snapshot counts for ", num_seqs, " sequences");
+  }
+  std::vector<int32_t> bases;
+  int32_t total = 0;
+  for (int32_t s = 0; s < num_seqs; ++s) {
+    const int32_t count = batch.state_snapshots[static_cast<size_t>(s)];
+    // The proposals follow at least one known token.
+    if (count < 0 || count >= batch.query_start[s + 1] - batch.query_start[s]) {
+      fail("qwen35: ", count, " snapshots for a sequence of ",
+           batch.query_start[s + 1] - batch.query_start[s], " tokens");
+    }
+    bases.push_back(total);
+    total += count;
+  }
+  state.reserve_snapshots(total);
+  return bases;
+}
+
 void Qwen35Model::forward_local(Backend& be, const ForwardBatch& batch, KvStorage& kv,
                                 std::vector<float>& logits) {
   if (!be.host_visible()) {
@@ -292,20 +321,45 @@ void Qwen35Model::delta_net_layer(Backend& be, const ForwardBatch& batch,
     }
   }
   const int32_t num_seqs = batch.num_seqs();
+  const std::vector<int32_t> bases = snapshot_bases(batch, state);
+  // Sequence s's tokens in pieces: [0, len - count), then one per proposal; snapshot j (from
+  // base j) is the state after piece j, for all pieces but the last.
+  auto num_snapshots = [&](int64_t s) {
+    return bases.empty() ? 0 : int64_t{batch.state_snapshots[static_cast<size_t>(s)]};
+  };
+  const int64_t conv_floats = shape_.channels() * (shape_.conv_kernel - 1);
   be.parallel_for(num_seqs, [&](int64_t s) {
     const int64_t first = batch.query_start[s], len = batch.query_start[s + 1] - first;
-    causal_conv1d_silu(shape_, mix + first * channels, len, L.conv.data(),
-                       state.conv(layer, slots[static_cast<size_t>(s)]), conv + first * channels);
+    float* window = state.conv(layer, slots[static_cast<size_t>(s)]);
+    const int64_t count = num_snapshots(s);
+    for (int64_t piece = 0, t = 0; piece <= count; ++piece) {
+      const int64_t n_piece = piece == 0 ? len - count : 1;
+      causal_conv1d_silu(shape_, mix + (first + t) * channels, n_piece, L.conv.data(), window,
+                         conv + (first + t) * channels);
+      t += n_piece;
+      if (piece < count) {
+        const auto snap = static_cast<int32_t>(bases[static_cast<size_t>(s)] + piece);
+        std::copy(window, window + conv_floats, state.snapshot_conv(layer, snap));
+      }
+    }
     normalize_qk(shape_, conv + first * channels, len, c.rms_norm_eps);
   });
   // Each (sequence, value head) runs its recurrence alone.
   be.parallel_for(int64_t{num_seqs} * hv, [&](int64_t job) {
     const int64_t s = job / hv, h = job % hv, first = batch.query_start[s];
     const int64_t len = batch.query_start[s + 1] - first;
-    gated_delta_rule_head(shape_, conv + first * channels, len, h, decay + first * hv,
-                          beta + first * hv,
-                          state.delta(layer, slots[static_cast<size_t>(s)]) + h * d * d,
-                          o + first * vd);
+    float* head_state = state.delta(layer, slots[static_cast<size_t>(s)]) + h * d * d;
+    const int64_t count = num_snapshots(s);
+    for (int64_t piece = 0, t = 0; piece <= count; ++piece) {
+      const int64_t n_piece = piece == 0 ? len - count : 1, at = first + t;
+      gated_delta_rule_head(shape_, conv + at * channels, n_piece, h, decay + at * hv,
+                            beta + at * hv, head_state, o + at * vd);
+      t += n_piece;
+      if (piece < count) {
+        const auto snap = static_cast<int32_t>(bases[static_cast<size_t>(s)] + piece);
+        std::copy(head_state, head_state + d * d, state.snapshot_delta(layer, snap) + h * d * d);
+      }
+    }
   });
   be.rms_norm(o, L.ssm_norm.data(), n * hv, d, c.rms_norm_eps, o);
   be.silu_mul(scratch_.z.data(), o, n * vd, o);

@@ -24,7 +24,7 @@ uint64_t StateStorage::slot_bytes(const ModelConfig& c) {
 
 StateStorage::StateStorage(const ModelConfig& c, int32_t num_slots, Backend* backend)
     : num_slots_(num_slots), slot_floats_(conv_floats(c) + delta_floats(c)),
-      conv_floats_(conv_floats(c)) {
+      conv_floats_(conv_floats(c)), backend_(backend) {
   if (!c.hybrid()) fail("state slots: a ", c.architecture, " model has no recurrent layers");
   if (num_slots < 1) fail("state slots: at least one is needed, got ", num_slots);
   if (backend != nullptr && !backend->host_visible()) {
@@ -66,6 +66,47 @@ void StateStorage::copy(int32_t from, int32_t to) {
   if (from == to) return;
   for (uint32_t l = 0; l < layers_.size(); ++l) {
     if (layers_[l]) std::memcpy(slot_data(l, to), slot_data(l, from), slot_floats_ * sizeof(float));
+  }
+}
+
+void StateStorage::reserve_snapshots(int32_t count) {
+  if (count <= num_snapshots_) return;
+  const uint64_t per_layer = slot_floats_ * static_cast<uint64_t>(count) * sizeof(float);
+  snapshot_layers_.clear();
+  snapshot_layers_.resize(layers_.size());
+  for (uint32_t l = 0; l < layers_.size(); ++l) {
+    if (!layers_[l]) continue;
+    const char* what = "the recurrent state's snapshots (speculative decoding)";
+    snapshot_layers_[l] = backend_ != nullptr ? backend_->allocate(per_layer, what)
+                                              : allocate_host_buffer(per_layer, what);
+  }
+  num_snapshots_ = count;
+}
+
+float* StateStorage::snapshot_conv(uint32_t layer, int32_t i) {
+  PAGODA_CHECK(layer < snapshot_layers_.size() && snapshot_layers_[layer] != nullptr && i >= 0 &&
+               i < num_snapshots_);
+  return static_cast<float*>(snapshot_layers_[layer]->data()) +
+         static_cast<uint64_t>(i) * slot_floats_;
+}
+
+float* StateStorage::snapshot_delta(uint32_t layer, int32_t i) {
+  return snapshot_conv(layer, i) + conv_floats_;
+}
+
+void StateStorage::restore_snapshot(int32_t i, int32_t slot) {
+  for (uint32_t l = 0; l < layers_.size(); ++l) {
+    if (layers_[l]) {
+      std::memcpy(slot_data(l, slot), snapshot_conv(l, i), slot_floats_ * sizeof(float));
+    }
+  }
+}
+
+void StateStorage::save_snapshot(int32_t slot, int32_t i) {
+  for (uint32_t l = 0; l < layers_.size(); ++l) {
+    if (layers_[l]) {
+      std::memcpy(snapshot_conv(l, i), slot_data(l, slot), slot_floats_ * sizeof(float));
+    }
   }
 }
 

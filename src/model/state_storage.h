@@ -37,6 +37,18 @@ class StateStorage {
   void clear(int32_t slot);
   void copy(int32_t from, int32_t to);
 
+  // Snapshots, for speculative decoding's roll-back: spare slots beside the sequences' (none
+  // until reserved, grown on demand, their contents kept only within a step). The forward pass
+  // writes a verifying sequence's state after each token before a proposal into them
+  // (ForwardBatch::state_snapshots); restore_snapshot copies one back into the sequence's slot
+  // once the verifier has accepted that many proposals.
+  void reserve_snapshots(int32_t count);
+  int32_t num_snapshots() const { return num_snapshots_; }
+  float* snapshot_conv(uint32_t layer, int32_t i);
+  float* snapshot_delta(uint32_t layer, int32_t i);
+  void restore_snapshot(int32_t i, int32_t slot);
+  void save_snapshot(int32_t slot, int32_t i);  // the other way: a slot's state into snapshot i
+
  private:
   float* slot_data(uint32_t layer, int32_t slot);
 
@@ -45,6 +57,9 @@ class StateStorage {
   uint64_t conv_floats_;
   uint64_t bytes_ = 0;
   std::vector<std::unique_ptr<BackendBuffer>> layers_;  // [model layers]; null for attention ones
+  Backend* backend_ = nullptr;
+  int32_t num_snapshots_ = 0;
+  std::vector<std::unique_ptr<BackendBuffer>> snapshot_layers_;  // the same, for the snapshots
 };
 
 }  // namespace pagoda

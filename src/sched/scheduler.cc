@@ -90,6 +90,11 @@ StepPlan Scheduler::schedule() {
   StepPlan plan;
   plan.step_id = next_step_id_++;
   int32_t budget = config_.max_num_batched_tokens;
+  // Forked children's states first, while every source slot still holds its parent's state at
+  // the fork (a slot freed since is taken by nobody before the step's copies run). A child
+  // preempted below just starts afresh from its first token in another slot.
+  for (const auto& [child, copy] : pending_state_copies_) plan.state_copies.push_back(copy);
+  pending_state_copies_.clear();
   land_lower_tier_loads();
   // After a preemption, admitting new work would only take the blocks back.
   if (!schedule_running(plan, budget)) schedule_waiting(plan, budget);
@@ -372,6 +377,7 @@ Sequence Scheduler::finish(SequenceId id, SequenceStatus status) {
   in_flight_.erase(id);
   output_checkpoint_.erase(id);  // the checkpoint itself stays for later requests
   std::erase_if(pending_copies_, [id](const auto& c) { return c.first == id; });
+  std::erase_if(pending_state_copies_, [id](const auto& c) { return c.first == id; });
   Sequence r = std::move(it->second);
   requests_.erase(it);
   r.status = status;
@@ -390,10 +396,6 @@ void Scheduler::fork(SequenceId parent, SequenceId child, std::optional<TokenId>
   if (requests_.count(child)) fail("fork: request id ", child, " is already in use");
   const Sequence& p = it->second;
   if (p.is_prompt_only()) fail("fork: request ", parent, " is prompt-only");
-  if (config_.num_state_slots > 0) {
-    fail("fork: request ", parent, " runs a hybrid model, whose recurrent state is not forked "
-         "(n > 1 and beam search are not supported for it)");
-  }
   Sequence c;
   c.id = child;
   c.prompt = p.prompt;
@@ -409,12 +411,20 @@ void Scheduler::fork(SequenceId parent, SequenceId child, std::optional<TokenId>
   c.parent = parent;
   c.arrival_order = next_arrival_++;
   c.status = SequenceStatus::kWaiting;
+  // With state slots, a running child needs one of its own (else it waits, as without blocks).
+  const bool with_state = config_.num_state_slots > 0;
   if (p.status == SequenceStatus::kRunning &&
-      static_cast<int32_t>(running_.size()) < config_.max_num_seqs) {
+      static_cast<int32_t>(running_.size()) < config_.max_num_seqs &&
+      (!with_state || !free_state_slots_.empty())) {
     if (auto copies = kv_.fork(parent, child, p.num_computed_tokens)) {
       c.num_computed_tokens = p.num_computed_tokens;
       c.status = SequenceStatus::kRunning;
       for (const BlockCopy& copy : *copies) pending_copies_.push_back({child, copy});
+      if (with_state) {
+        c.state_slot = free_state_slots_.back();
+        free_state_slots_.pop_back();
+        pending_state_copies_.push_back({child, {p.state_slot, c.state_slot}});
+      }
       running_.push_back(child);
     }
   }
@@ -489,6 +499,11 @@ void Scheduler::check_invariants() const {
     PAGODA_CHECK(r.num_output_tokens() < r.max_tokens);
   }
   for (const auto& [child, copy] : pending_copies_) PAGODA_CHECK(kv_.has(child));
+  for (const auto& [child, copy] : pending_state_copies_) {
+    const Sequence* c = find(child);
+    PAGODA_CHECK(c != nullptr && c->status == SequenceStatus::kRunning &&
+                 c->state_slot == copy.dst && copy.src >= 0 && copy.src != copy.dst);
+  }
   check_state_slots();
   if (!step_in_flight()) {
     PAGODA_CHECK(in_flight_.empty());

@@ -24,7 +24,8 @@
 //   - unfinished requests have output.size() < max_tokens;
 //   - the step in flight scheduled <= max_num_batched_tokens tokens and <= max_num_seqs requests;
 //   - with state slots (a hybrid model's recurrent state), every running request holds one slot
-//     of its own, no other request holds any, and the free slots are exactly the rest;
+//     of its own, no other request holds any, and the free slots are exactly the rest; each
+//     pending state copy (from fork()) goes into the slot its running child holds;
 //   - with state checkpoints (hybrid prefix caching, sched/state_checkpoints.h: slots
 //     [num_state_slots, num_state_slots + num_state_checkpoints), so never a running one),
 //     StateCheckpoints' invariants, and a checkpoint slot is reserved only by a save of the
@@ -54,8 +55,11 @@ struct SchedulerConfig {
   KvCacheConfig kv;
   // Hybrid models (Qwen3.5): the recurrent state slots (model/state_storage.h) a running
   // request holds one of, taken at admission and given back with its blocks (preemption, end).
-  // Such a request takes a prefix-cache hit only where a checkpoint of its state is kept (next)
-  // and is not forked. 0: the model keeps no per-sequence state.
+  // Such a request takes a prefix-cache hit only where a checkpoint of its state is kept (next).
+  // A child forked from a running one takes a free slot of its own and a copy of the parent's
+  // state (StepPlan::state_copies); with no slot free it waits, like one without blocks, and is
+  // computed from its first token (or a checkpoint hit) when admitted. 0: the model keeps no
+  // per-sequence state.
   int32_t num_state_slots = 0;
   // Hybrid prefix caching: state checkpoint slots after the running ones, each the recurrent
   // state after a chain of full blocks, least recently used evicted (sched/state_checkpoints.h).
@@ -115,7 +119,9 @@ class Scheduler {
   // instead of the parent's (one of several tokens sampled from the same logits: its K/V is not
   // computed yet, so the two share everything before it). A running parent that fits shares
   // its full blocks with a running child, whose partly filled tail is copied by the next plan's
-  // block_copies; otherwise the child waits (its prefix cache hits still share blocks). Not
+  // block_copies; otherwise the child waits (its prefix cache hits still share blocks). With
+  // state slots the running child also needs a free slot, into which the next plan's
+  // state_copies copies the parent's state as it is now (the parent's next step runs after). Not
   // while a step is in flight. Throws Error when the parent is unknown, the child id is taken,
   // or last_token is given for a parent without output.
   void fork(SequenceId parent, SequenceId child, std::optional<TokenId> last_token = std::nullopt);
@@ -195,6 +201,7 @@ class Scheduler {
   // Each request's latest checkpoint past its prompt, which its next one replaces.
   std::unordered_map<SequenceId, PrefixId> output_checkpoint_;
   std::vector<std::pair<SequenceId, BlockCopy>> pending_copies_;  // from fork(), by child
+  std::vector<std::pair<SequenceId, StateCopy>> pending_state_copies_;  // the same, state slots
   struct InFlight {
     int32_t num_new_tokens = 0;  // scheduled this step, proposals included
     int32_t num_proposed = 0;

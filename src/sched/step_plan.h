@@ -10,6 +10,14 @@
 
 namespace pagoda {
 
+// A recurrent state slot copied whole into another (Scheduler::fork of a hybrid model's
+// sequence).
+struct StateCopy {
+  int32_t src = -1;
+  int32_t dst = -1;
+  bool operator==(const StateCopy&) const = default;
+};
+
 struct ScheduledSequence {
   SequenceId seq_id = 0;             // the scheduled Sequence's id
   int32_t num_new_tokens = 0;        // tokens [start_position, start_position + num_new_tokens)
@@ -39,10 +47,15 @@ struct StepPlan {
   int64_t step_id = -1;
   std::vector<ScheduledSequence> sequences; // running requests first, then newly admitted
   std::vector<BlockCopy> block_copies;     // run in order, before any K/V write of the step
+  // Hybrid models: recurrent state slots to copy (a forked child's state from its parent's at
+  // the fork), run in order before the step's forward pass, like block_copies.
+  std::vector<StateCopy> state_copies;
   std::vector<SequenceId> preempted;       // requests this step preempted (their blocks are gone)
   int32_t num_scheduled_tokens = 0;        // sum of num_new_tokens, <= max_num_batched_tokens
 
-  bool empty() const { return sequences.empty() && block_copies.empty(); }
+  bool empty() const {
+    return sequences.empty() && block_copies.empty() && state_copies.empty();
+  }
   int32_t num_samples() const {
     int32_t n = 0;
     for (const ScheduledSequence& r : sequences) n += r.needs_sample ? 1 : 0;

@@ -165,6 +165,26 @@ inline std::vector<std::vector<TokenId>> ids_of(const RunResult& r) {
   return ids;
 }
 
+// The KV cache (in whole 16-token blocks) that just holds the longest request alone: running
+// them together with it preempts.
+inline int64_t kv_tokens_for_longest(const std::vector<GenerationRequest>& requests) {
+  int32_t longest = 0;
+  for (const GenerationRequest& r : requests) {
+    longest = std::max<int32_t>(longest, static_cast<int32_t>(r.prompt.size()) + r.max_tokens);
+  }
+  return (longest + 15) / 16 * 16;
+}
+
+// Speculative decoding with `method` and k proposals, in every variant (batched ones too).
+inline SpeculativeConfig spec_config(SpecMethod method, int32_t k, Model* draft = nullptr) {
+  SpeculativeConfig c;
+  c.method = method;
+  c.num_tokens = k;
+  c.draft_model = draft;
+  c.max_num_running = 64;
+  return c;
+}
+
 inline EngineConfig config_with(int64_t kv_tokens, bool prefix_caching, int32_t budget = 2048,
                                 int32_t max_seqs = 64) {
   EngineConfig c;

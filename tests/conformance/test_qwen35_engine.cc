@@ -2,8 +2,9 @@
 // qwen3.5-moe-tiny, the same layers with routed and shared experts) through the engine: every request's greedy ids are those it gives alone, whether batched, chunked by
 // a small budget (the recurrent state carried from chunk to chunk), limited to fewer sequences
 // than requests, or preempted and recomputed, with prefix caching or without (a hit restores the
-// recurrent state from a checkpoint: test_qwen35_prefix.cc); the features that do not carry the
-// state yet are refused in one line.
+// recurrent state from a checkpoint: test_qwen35_prefix.cc); forks and speculative decoding
+// carry the state too (test_qwen35_fork.cc); the features that do not carry the state yet are
+// refused in one line.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "conformance/engine_harness.h"
+#include "conformance/hybrid_shapes.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
 #include "test_util.h"
@@ -22,13 +24,6 @@
 
 namespace pagoda {
 namespace {
-
-// Each shape with the seed of its llama.cpp vectors (scripts/make_logit_vectors.py).
-struct HybridShape {
-  const char* preset;
-  uint64_t seed;
-};
-const HybridShape kShapes[] = {{"qwen3.5-tiny", 1}, {"qwen3.5-moe-tiny", 4}};
 
 class Qwen35Engine : public ::testing::TestWithParam<HybridShape> {
  protected:
@@ -199,36 +194,18 @@ TEST_P(Qwen35Engine, FeaturesWithoutStateHandlingAreRefused) {
   Engine engine(*m.model, *backend, config_with(4096, true));
   EXPECT_TRUE(engine.config().enable_prefix_caching);  // with state checkpoints
   GenerationRequest r = greedy_request(encode(m, kStoryA), 4);
-  r.n = 2;
-  expect_refused([&] { engine.add_request(r); }, "n > 1 is not supported for the hybrid model");
-  r.n = 1;
-  r.beam.width = 2;
-  expect_refused([&] { engine.add_request(r); }, "beam search is not supported");
-  r.beam.width = 0;
-  r.num_speculative_tokens = 3;
-  expect_refused([&] { engine.add_request(r); }, "speculative decoding is not supported");
-  EngineConfig spec = config_with(4096, false);
-  spec.speculative.num_tokens = 2;
-  expect_refused([&] { Engine e(*m.model, *backend, spec); }, "speculative decoding is not supported");
   EngineConfig disk = config_with(4096, true);
   disk.kv_disk.folder = test::temp_dir() + "/qwen35-kv-disk";
   expect_refused([&] { Engine e(*m.model, *backend, disk); }, "--kv-disk is not supported");
   EngineConfig offload = config_with(4096, true);
   offload.kv_offload_bytes = 1 << 20;
   expect_refused([&] { Engine e(*m.model, *backend, offload); }, "--kv-offload-gb is not supported");
-  r.num_speculative_tokens = 0;
   engine.add_request(r);  // a plain request still runs
   while (engine.has_work()) engine.step();
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, Qwen35Engine, ::testing::ValuesIn(kShapes),
-                         [](const ::testing::TestParamInfo<HybridShape>& info) {
-                           std::string name = info.param.preset;
-                           for (char& ch : name) {
-                             if (ch == '.' || ch == '-') ch = '_';
-                           }
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(Shapes, Qwen35Engine, ::testing::ValuesIn(kHybridShapes),
+                         hybrid_shape_name);
 
 }  // namespace
 }  // namespace pagoda

@@ -20,15 +20,6 @@
 namespace pagoda {
 namespace {
 
-SpeculativeConfig spec_config(SpecMethod method, int32_t k, Model* draft = nullptr) {
-  SpeculativeConfig c;
-  c.method = method;
-  c.num_tokens = k;
-  c.draft_model = draft;
-  c.max_num_running = 64;  // speculate in every variant, batched ones too
-  return c;
-}
-
 // stories260K requantized: a draft that is close to the target but not the same. SmolLM2's
 // file is already Q4_1, so requantizing has to be allowed.
 LoadedModel requantized(const std::string& path, const char* type) {
