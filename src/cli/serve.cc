@@ -176,6 +176,11 @@ Action add_serve(CLI::App& app) {
                   "one state slot each (about 20 MiB for the 0.8B shape); default: twice "
                   "--max-seqs, at most 512 MiB of them")
       ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--state-snapshots", o->engine.num_state_snapshots,
+                  "Hybrid models: state copies for speculative decoding's roll-back, one per "
+                  "proposal a step verifies (a step's proposals are bounded by it; 0: none); "
+                  "default: 8 for each sequence that may speculate at once, at most 512 MiB")
+      ->check(CLI::Range(0, 1 << 20));
   server::HttpLimits& h = o->server.http;
   cmd->add_option("--max-body-bytes", h.max_body_bytes,
                   "Largest request body, chunked or not (HTTP 413 above)")->default_val(8u << 20);

@@ -96,12 +96,21 @@ struct EngineConfig {
   // Hybrid models with prefix caching: recurrent-state checkpoints kept for cache hits
   // (sched/state_checkpoints.h), one state slot each; -1: num_state_checkpoints()'s default.
   int32_t num_state_checkpoints = -1;
+  // Hybrid models: state snapshots for speculative decoding's roll-back, one per proposal a step
+  // verifies (the step's proposals are bounded by it); -1: num_state_snapshots()'s default.
+  int32_t num_state_snapshots = -1;
 };
 
 // The state checkpoints an engine keeps: 0 for a model without recurrent layers or without
 // prefix caching; config.num_state_checkpoints when given; else twice max_num_seqs, at most what
 // 512 MiB holds (at least 1; a slot of the 0.8B shape takes about 20 MiB).
 int32_t num_state_checkpoints(const EngineConfig& config, const ModelConfig& model);
+// The state snapshots an engine of a hybrid model budgets (0 for other models):
+// config.num_state_snapshots when given; else enough for every sequence that may speculate at
+// once (SpeculativeConfig::max_num_running, at most max_num_seqs) to propose
+// kMaxSpeculativeTokens, at most what 512 MiB holds (at least 1). Allocated on first use,
+// counted in the memory check at start.
+int32_t num_state_snapshots(const EngineConfig& config, const ModelConfig& model);
 
 struct GenerationRequest {
   std::vector<TokenId> prompt;  // token ids, not empty

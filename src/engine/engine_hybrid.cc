@@ -17,10 +17,16 @@ namespace pagoda {
 int32_t num_state_checkpoints(const EngineConfig& config, const ModelConfig& model) {
   if (!model.hybrid() || !config.enable_prefix_caching) return 0;
   if (config.num_state_checkpoints >= 0) return config.num_state_checkpoints;
-  const uint64_t slot = std::max<uint64_t>(1, StateStorage::slot_bytes(model));
-  const uint64_t fit = (uint64_t{512} << 20) / slot;
-  return static_cast<int32_t>(
-      std::max<uint64_t>(1, std::min<uint64_t>(2 * uint64_t(config.max_num_seqs), fit)));
+  return StateStorage::slots_within(uint64_t{512} << 20, 2 * uint64_t(config.max_num_seqs), model);
+}
+
+int32_t num_state_snapshots(const EngineConfig& config, const ModelConfig& model) {
+  if (!model.hybrid()) return 0;
+  if (config.num_state_snapshots >= 0) return config.num_state_snapshots;
+  const int32_t speculating =
+      std::max(1, std::min(config.max_num_seqs, config.speculative.max_num_running));
+  return StateStorage::slots_within(uint64_t{512} << 20,
+                                    uint64_t(speculating) * kMaxSpeculativeTokens, model);
 }
 
 void Engine::setup_hybrid() {
@@ -31,16 +37,25 @@ void Engine::setup_hybrid() {
          " (its recurrent state is not stored with the blocks)");
   }
   // One slot per sequence the engine runs at once (about 20 MiB each for the 0.8B shape), then
-  // the prefix cache's checkpoints.
+  // the prefix cache's checkpoints, then the snapshots speculative decoding may take (allocated
+  // on first use, counted here): a step verifies no more proposals than there are snapshots.
   const int32_t num_checkpoints = scheduler_.config().num_state_checkpoints;
+  const int32_t num_snapshots = num_state_snapshots(config_, model_.config());
   check_memory_available(
       StateStorage::slot_bytes(model_.config()) *
-          static_cast<uint64_t>(config_.max_num_seqs + num_checkpoints),
-      str_cat("the recurrent state of ", config_.max_num_seqs, " sequences and ", num_checkpoints,
-              " prefix-cache checkpoints"),
-      "give fewer sequences at once (serve --max-seqs) or checkpoints (--state-checkpoints)");
-  kv_->set_state(std::make_unique<StateStorage>(model_.config(),
-                                                config_.max_num_seqs + num_checkpoints, &backend_));
+          static_cast<uint64_t>(config_.max_num_seqs + num_checkpoints + num_snapshots),
+      str_cat("the recurrent state of ", config_.max_num_seqs, " sequences, ", num_checkpoints,
+              " prefix-cache checkpoints and ", num_snapshots, " speculative-decoding snapshots"),
+      "give fewer sequences at once (serve --max-seqs), checkpoints (--state-checkpoints) or "
+      "snapshots (--state-snapshots)");
+  auto state = std::make_unique<StateStorage>(model_.config(),
+                                              config_.max_num_seqs + num_checkpoints, &backend_);
+  state->set_max_snapshots(num_snapshots);
+  kv_->set_state(std::move(state));
+  SpeculativeConfig& spec = config_.speculative;
+  spec.max_proposals_per_step = spec.max_proposals_per_step < 0
+                                    ? num_snapshots
+                                    : std::min(spec.max_proposals_per_step, num_snapshots);
 }
 
 void Engine::copy_state_checkpoints(const StepPlan& plan, bool restores) {

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "core/error.h"
+#include "core/memory.h"
 #include "model/kv_copy.h"
 
 namespace pagoda {
@@ -60,9 +61,23 @@ Speculator::Speculator(const SpeculativeConfig& config, Backend& backend, int32_
     const ModelConfig& draft = config_.draft_model->config();
     draft_kv_ = std::make_unique<KvStorage>(draft, num_blocks, block_size, kv_type, &backend_);
     if (draft.hybrid()) {
-      // A slot for each sequence that may draft at once (more are never uncrowded together).
+      // A slot for each sequence that may draft at once (more are never uncrowded together),
+      // and snapshots for a step's proposals (allocated on first use, counted here; they bound
+      // the step's proposals as the target's do).
       const int32_t num_slots = std::max(1, config_.max_num_running);
-      draft_kv_->set_state(std::make_unique<StateStorage>(draft, num_slots, &backend_));
+      const int32_t num_snapshots = StateStorage::slots_within(
+          uint64_t{512} << 20, uint64_t(num_slots) * kMaxSpeculativeTokens, draft);
+      check_memory_available(
+          StateStorage::slot_bytes(draft) * uint64_t(num_slots + num_snapshots),
+          str_cat("the draft model's recurrent state (", num_slots, " slots, ", num_snapshots,
+                  " snapshots)"),
+          "let fewer sequences speculate at once (--spec-max-running)");
+      auto state = std::make_unique<StateStorage>(draft, num_slots, &backend_);
+      state->set_max_snapshots(num_snapshots);
+      draft_kv_->set_state(std::move(state));
+      config_.max_proposals_per_step = config_.max_proposals_per_step < 0
+                                           ? num_snapshots
+                                           : std::min(config_.max_proposals_per_step, num_snapshots);
       for (int32_t slot = num_slots - 1; slot >= 0; --slot) free_draft_slots_.push_back(slot);
     }
   }
@@ -120,6 +135,14 @@ const std::vector<ProposalDistribution>& Speculator::distributions(SequenceId se
 
 void Speculator::plan_lookahead(Scheduler& scheduler) {
   const bool crowded = scheduler.num_running() > config_.max_num_running;
+  // What is left of the step's proposal bound (a hybrid model's state snapshots).
+  int32_t room = config_.max_proposals_per_step < 0 ? std::numeric_limits<int32_t>::max()
+                                                     : config_.max_proposals_per_step;
+  auto grant = [&](SequenceId id, int32_t lookahead) {
+    lookahead = std::min(lookahead, room);
+    room -= lookahead;
+    scheduler.set_num_lookahead_tokens(id, lookahead);
+  };
   std::vector<SequenceId> want_draft;
   for (auto& [id, st] : states_) {
     st.ngram.clear();
@@ -129,14 +152,14 @@ void Speculator::plan_lookahead(Scheduler& scheduler) {
     // Only a sequence whose next step decodes proposes: its prompt is all computed.
     const bool decoding = r != nullptr && r->status == SequenceStatus::kRunning &&
                           r->num_computed_tokens == r->num_tokens() - 1;
-    if (st.max_k > 0 && decoding && !crowded) {
+    if (st.max_k > 0 && decoding && !crowded && room > 0) {
       if (config_.method != SpecMethod::kDraft) {
         st.ngram = propose_ngram(r->tokens(), st.k, config_.ngram);
         lookahead = static_cast<int32_t>(st.ngram.size());
       }
       if (lookahead == 0 && uses_draft() && take_draft_slot(st)) want_draft.push_back(id);
     }
-    scheduler.set_num_lookahead_tokens(id, lookahead);
+    grant(id, lookahead);
   }
   if (want_draft.empty()) return;
   // A draft a few tokens behind catches up in its first proposal forward; one further behind
@@ -145,14 +168,12 @@ void Speculator::plan_lookahead(Scheduler& scheduler) {
   for (SequenceId id : want_draft) {
     const int32_t lag = scheduler.find(id)->num_computed_tokens - states_.at(id).draft_num_computed;
     if (lag <= kInlineCatchUp) {
-      scheduler.set_num_lookahead_tokens(id, states_.at(id).k);
+      grant(id, states_.at(id).k);
     } else {
       far_behind.push_back(id);
     }
   }
-  for (SequenceId id : catch_up(scheduler, far_behind)) {
-    scheduler.set_num_lookahead_tokens(id, states_.at(id).k);
-  }
+  for (SequenceId id : catch_up(scheduler, far_behind)) grant(id, states_.at(id).k);
 }
 
 std::vector<SequenceId> Speculator::catch_up(const Scheduler& scheduler,

@@ -52,6 +52,10 @@ struct SpeculativeConfig {
   int32_t max_num_running = 8;
   // Shrink a sequence's k when its proposals keep being rejected, grow it back when accepted.
   bool adaptive = true;
+  // Proposals of one step, summed over its sequences, at most; -1: no bound. A hybrid model
+  // keeps a state snapshot per proposal (model/state_storage.h), so the engine sets this to the
+  // snapshots it budgeted (EngineConfig::num_state_snapshots); a hybrid draft bounds it too.
+  int32_t max_proposals_per_step = -1;
 };
 
 struct SpeculativeStats {

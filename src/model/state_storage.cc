@@ -1,5 +1,6 @@
 #include "model/state_storage.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "core/error.h"
@@ -20,6 +21,11 @@ uint64_t StateStorage::slot_bytes(const ModelConfig& c) {
   uint64_t layers = 0;
   for (uint32_t l = 0; l < c.num_layers; ++l) layers += c.layer_recurrent(l) ? 1 : 0;
   return layers * (conv_floats(c) + delta_floats(c)) * sizeof(float);
+}
+
+int32_t StateStorage::slots_within(uint64_t bytes, uint64_t want, const ModelConfig& c) {
+  const uint64_t fit = bytes / std::max<uint64_t>(1, slot_bytes(c));
+  return static_cast<int32_t>(std::max<uint64_t>(1, std::min({want, fit, uint64_t{1} << 30})));
 }
 
 StateStorage::StateStorage(const ModelConfig& c, int32_t num_slots, Backend* backend)
@@ -71,6 +77,10 @@ void StateStorage::copy(int32_t from, int32_t to) {
 
 void StateStorage::reserve_snapshots(int32_t count) {
   if (count <= num_snapshots_) return;
+  if (max_snapshots_ >= 0 && count > max_snapshots_) {
+    fail("state snapshots: a step asks for ", count, ", more than the ", max_snapshots_,
+         " budgeted (SpeculativeConfig::max_proposals_per_step bounds a step's proposals)");
+  }
   const uint64_t per_layer = slot_floats_ * static_cast<uint64_t>(count) * sizeof(float);
   snapshot_layers_.clear();
   snapshot_layers_.resize(layers_.size());

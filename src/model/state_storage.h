@@ -29,6 +29,8 @@ class StateStorage {
   static uint64_t delta_floats(const ModelConfig& config);
   // Bytes of one slot over every recurrent layer.
   static uint64_t slot_bytes(const ModelConfig& config);
+  // `want` slots, fewer where they would take more than `bytes`, at least 1.
+  static int32_t slots_within(uint64_t bytes, uint64_t want, const ModelConfig& config);
 
   // The slot's conv window and delta state of model layer `layer` (a recurrent one).
   float* conv(uint32_t layer, int32_t slot);
@@ -42,7 +44,9 @@ class StateStorage {
   // writes a verifying sequence's state after each token before a proposal into them
   // (ForwardBatch::state_snapshots); restore_snapshot copies one back into the sequence's slot
   // once the verifier has accepted that many proposals.
+  // Throws Error past the bound set_max_snapshots gave (the memory the engine counted for them).
   void reserve_snapshots(int32_t count);
+  void set_max_snapshots(int32_t count) { max_snapshots_ = count; }
   int32_t num_snapshots() const { return num_snapshots_; }
   float* snapshot_conv(uint32_t layer, int32_t i);
   float* snapshot_delta(uint32_t layer, int32_t i);
@@ -59,6 +63,7 @@ class StateStorage {
   std::vector<std::unique_ptr<BackendBuffer>> layers_;  // [model layers]; null for attention ones
   Backend* backend_ = nullptr;
   int32_t num_snapshots_ = 0;
+  int32_t max_snapshots_ = -1;  // -1: unbounded
   std::vector<std::unique_ptr<BackendBuffer>> snapshot_layers_;  // the same, for the snapshots
 };
 

@@ -19,6 +19,8 @@
 #include "conformance/hybrid_shapes.h"
 #include "core/error.h"
 #include "core/mapped_file.h"
+#include "model/shapes.h"
+#include "model/state_storage.h"
 #include "test_util.h"
 #include "tools/synth.h"
 
@@ -206,6 +208,39 @@ TEST_P(Qwen35Engine, FeaturesWithoutStateHandlingAreRefused) {
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Qwen35Engine, ::testing::ValuesIn(kHybridShapes),
                          hybrid_shape_name);
+
+}  // namespace
+}  // namespace pagoda
+
+namespace pagoda {
+namespace {
+
+// The state budgets' defaults: checkpoints twice --max-seqs, snapshots 8 for each sequence that
+// may speculate at once, each at most what 512 MiB holds (about 20 MiB a slot for the 0.8B shape);
+// given counts win; other models have neither.
+TEST(HybridStateBudgets, DefaultsFollowTheSequencesAndStayWithin512MiB) {
+  const ModelShape* big = find_model_shape("qwen3.5-0.8b");
+  const ModelShape* tiny = find_model_shape("qwen3.5-tiny");
+  const ModelShape* plain = find_model_shape("qwen3-tiny");
+  ASSERT_TRUE(big != nullptr && tiny != nullptr && plain != nullptr);
+  EngineConfig c;
+  c.max_num_seqs = 4;
+  c.speculative.max_num_running = 8;
+  EXPECT_EQ(num_state_checkpoints(c, tiny->config), 8);
+  EXPECT_EQ(num_state_snapshots(c, tiny->config), 4 * kMaxSpeculativeTokens);
+  c.max_num_seqs = 64;
+  EXPECT_EQ(num_state_snapshots(c, tiny->config), 8 * kMaxSpeculativeTokens);
+  const auto in_512_mib =
+      static_cast<int32_t>((uint64_t{512} << 20) / StateStorage::slot_bytes(big->config));
+  EXPECT_GT(StateStorage::slot_bytes(big->config), uint64_t{16} << 20);
+  EXPECT_EQ(num_state_checkpoints(c, big->config), in_512_mib);
+  EXPECT_EQ(num_state_snapshots(c, big->config), in_512_mib);
+  c.num_state_snapshots = 2;
+  c.num_state_checkpoints = 0;
+  EXPECT_EQ(num_state_snapshots(c, big->config), 2);
+  EXPECT_EQ(num_state_checkpoints(c, big->config), 0);
+  EXPECT_EQ(num_state_snapshots(c, plain->config), 0);
+}
 
 }  // namespace
 }  // namespace pagoda

@@ -329,6 +329,41 @@ TEST_P(Qwen35Fork, AHybridDraftsStateFollowsTheAcceptedTokens) {
   EXPECT_LT(all_accepted, all_proposed);
 }
 
+// A step verifies no more proposals than the state snapshots budgeted (each proposal keeps one):
+// with 3 snapshots and k = 4, the requests together still give the greedy ids of plain decoding,
+// fewer proposals are made than without the bound, and none of the steps asks the storage for
+// more snapshots than 3 (it throws past its bound). The same for a hybrid draft's own snapshots.
+TEST_P(Qwen35Fork, ProposalsStayWithinTheStateSnapshots) {
+  PAGODA_SHARED_OR_SKIP(shared, "");
+  LoadedModel m = load(tiny_model(shared));
+  LoadedModel near = load(perturbed(tiny_model(shared), GetParam().draft_tensor, -1.0f));
+  auto backend = make_cpu_backend(2);
+  std::vector<GenerationRequest> requests = make_requests(m, 6, 40, 16);
+  for (GenerationRequest& r : requests) {
+    const std::vector<TokenId> once = r.prompt;
+    r.prompt.insert(r.prompt.end(), once.begin(), once.end());
+  }
+  const auto expected =
+      ids_of(run(*m.model, *backend, config_with(4096, false), requests, Arrival::kAlone));
+  for (const SpecMethod method : {SpecMethod::kNgram, SpecMethod::kDraft}) {
+    SCOPED_TRACE(method == SpecMethod::kNgram ? "n-gram" : "hybrid draft");
+    EngineConfig config = config_with(4096, false);
+    config.speculative = spec_config(method, 4, near.model.get());
+    config.speculative.adaptive = false;
+    const RunResult unbounded = run(*m.model, *backend, config, requests, Arrival::kTogether);
+    config.num_state_snapshots = 3;
+    const RunResult bounded = run(*m.model, *backend, config, requests, Arrival::kTogether);
+    EXPECT_EQ(ids_of(bounded), expected);
+    EXPECT_EQ(ids_of(unbounded), expected);
+    EXPECT_GT(bounded.stats.speculative.num_proposed, 0);
+    EXPECT_LT(bounded.stats.speculative.num_proposed, unbounded.stats.speculative.num_proposed);
+    config.num_state_snapshots = 0;  // none: no proposals at all
+    const RunResult none = run(*m.model, *backend, config, requests, Arrival::kTogether);
+    EXPECT_EQ(ids_of(none), expected);
+    EXPECT_EQ(none.stats.speculative.num_proposed, 0);
+  }
+}
+
 // n = 2 greedy with n-gram speculation: both samples are the greedy ids alone (children fork
 // from a parent whose state was rolled back, and roll back their own).
 TEST_P(Qwen35Fork, ForkedSamplesSpeculate) {
