@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <utility>
 
+#include "model/delta_net.h"
 #include "model/lora.h"
 #include "core/error.h"
 #include "core/memory.h"
@@ -57,6 +59,8 @@ SchedulerConfig scheduler_config(const EngineConfig& config, const ModelConfig& 
   if (model.hybrid()) {  // a recurrent state slot per running sequence, and checkpoints
     s.num_state_slots = config.max_num_seqs;
     s.num_state_checkpoints = num_state_checkpoints(config, model);
+    // Prompts split where the delta rule's chunks start anyway (see delta_net.h).
+    s.state_align = std::lcm(config.block_size, static_cast<int32_t>(kDeltaChunk));
   }
   return s;
 }

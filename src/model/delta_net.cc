@@ -294,10 +294,16 @@ void gated_delta_rule_head_chunked(const DeltaNetShape& s, const float* qkv, int
 
 void gated_delta_rule_head(const DeltaNetShape& s, const float* qkv, int64_t n, int64_t h,
                            const float* decay, const float* beta, float* state, float* out) {
-  if (n >= kDeltaChunkedFrom) {
-    gated_delta_rule_head_chunked(s, qkv, n, h, decay, beta, state, out);
-  } else {
-    gated_delta_rule_head_recurrent(s, qkv, n, h, decay, beta, state, out);
+  // Whole chunks, and a last part of at least kDeltaChunkedFrom tokens, chunked; a shorter last
+  // part token by token: each chunk's form is its own length's, whatever the run holds after it.
+  const int64_t tail = n % kDeltaChunk;
+  const int64_t chunked = tail >= kDeltaChunkedFrom ? n : n - tail;
+  if (chunked > 0) gated_delta_rule_head_chunked(s, qkv, chunked, h, decay, beta, state, out);
+  if (chunked < n) {
+    const int64_t hv = s.value_heads;
+    gated_delta_rule_head_recurrent(s, qkv + chunked * s.channels(), n - chunked, h,
+                                    decay + chunked * hv, beta + chunked * hv, state,
+                                    out + chunked * s.value_dim());
   }
 }
 

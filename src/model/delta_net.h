@@ -36,11 +36,13 @@ void normalize_qk(const DeltaNetShape& s, float* qkv, int64_t n, float eps);
 // key head h % key_heads (llama.cpp's layout). decay: [n, value heads], the log of each step's
 // forget factor; beta: [n, value heads], the write strength. Per token:
 //   S = exp(decay) S;  S += beta (v - S k) k^T;  out = S q.        out: [n, value_dim]
-// Runs of at least kDeltaChunkedFrom tokens (prefill) take the chunked form, shorter ones
-// (decode, speculative verification) the token-by-token one: the choice depends on the
-// sequence's own token count alone, never on its batch. The two forms agree to rounding, not
-// bit for bit, so a prompt split into other steps (another step budget) gives slightly other
-// values (test_delta_net.cc measures how far apart).
+// A run goes in chunks of kDeltaChunk tokens from its start, each in the chunked form, but a
+// last part shorter than kDeltaChunkedFrom tokens (a decode, speculative verification, a
+// prompt's end) token by token: the choice depends on the sequence's own tokens alone, never on
+// its batch. The two forms agree to rounding, not bit for bit, so a prompt split elsewhere than
+// at multiples of kDeltaChunk gives slightly other values (test_delta_net.cc measures how far
+// apart); the scheduler splits hybrid prompts at those multiples when the step budget allows
+// (SchedulerConfig::state_align), and then every split gives the same bits.
 void gated_delta_rule_head(const DeltaNetShape& s, const float* qkv, int64_t n, int64_t h,
                            const float* decay, const float* beta, float* state, float* out);
 

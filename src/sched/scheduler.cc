@@ -28,6 +28,10 @@ Scheduler::Scheduler(SchedulerConfig config)
     fail("scheduler: num_state_checkpoints must be 0, or positive with state slots, got ",
          config_.num_state_checkpoints);
   }
+  if (config_.state_align < 0 || config_.state_align % config_.kv.block_size != 0) {
+    fail("scheduler: state_align must be 0 or a multiple of the block size (",
+         config_.kv.block_size, "), got ", config_.state_align);
+  }
   for (int32_t slot = config_.num_state_slots - 1; slot >= 0; --slot) {
     free_state_slots_.push_back(slot);
   }
@@ -124,17 +128,21 @@ bool Scheduler::schedule_running(StepPlan& plan, int32_t& budget) {
   // since its attention reads every earlier token of the prompt, past half the budget the chunk
   // shrinks so that its queries x keys stay what half the budget costs at the prompt's start
   // (else, late in a long prompt, one step's attention alone takes seconds and every decode
-  // beside it waits). Alone, a prompt takes the whole budget.
+  // beside it waits). Alone, a prompt takes the whole budget. A hybrid prompt's chunk is at
+  // least state_align() tokens, where its splits fall (align_chunk).
   const int64_t half = std::max(kv_.block_size(), config_.max_num_batched_tokens / 2);
+  const int64_t least = config_.num_state_slots > 0 ? state_align() : kv_.block_size();
   auto prefill_cap = [&](const Sequence& r) -> int32_t {
     if (waiting_.empty() && plan.sequences.empty()) return budget;
     const int64_t keys = std::max<int64_t>(half, r.num_computed_tokens);
-    return static_cast<int32_t>(std::max<int64_t>(kv_.block_size(), half * half / keys));
+    return static_cast<int32_t>(std::max<int64_t>(least, half * half / keys));
   };
   // Decodes first, then prompt chunks (each pass in admission order): a request already
   // generating gets its token every step, whatever prompt is being computed beside it.
   const std::vector<SequenceId> order = running_;
+  prompt_room_ = budget;
   for (const bool decodes : {true, false}) {
+    if (!decodes) prompt_room_ = budget;  // what this step's prompts start from
     for (SequenceId id : order) {
       if (budget <= 0) break;
       const Sequence* found = find(id);
@@ -154,8 +162,10 @@ bool Scheduler::schedule_running(StepPlan& plan, int32_t& budget) {
       const int32_t num_new =
           (decodes ? std::min({num_wanted, budget, 1})
                    : align_chunk(r, r.num_computed_tokens,
-                                 std::min({num_wanted, budget, prefill_cap(r)}))) +
+                                 std::min({num_wanted, budget, prefill_cap(r)}),
+                                 std::min(prompt_room_, prefill_cap(r)))) +
           num_proposed;
+      if (num_new == 0) continue;  // a hybrid prompt waiting for room to split where it should
       bool allocated = false;
       for (;;) {
         if (kv_.allocate_slots(r.id, r.num_computed_tokens, num_new)) {
@@ -210,10 +220,11 @@ void Scheduler::schedule_waiting(StepPlan& plan, int32_t& budget) {
       prefix.num_host_tier_tokens =
           std::min(loaded->second.num_host_tokens, prefix.num_lower_tier_tokens);
     }
-    const int32_t num_new = align_chunk(r, prefix.num_tokens,
-                                        std::min(r.num_tokens() - prefix.num_tokens, budget));
-    // First come, first served: a request that does not fit blocks the ones behind it.
-    if (!kv_.allocate_slots(r.id, 0, num_new, &prefix)) break;
+    const int32_t num_new = align_chunk(
+        r, prefix.num_tokens, std::min(r.num_tokens() - prefix.num_tokens, budget), prompt_room_);
+    // First come, first served: a request that does not fit blocks the ones behind it (a hybrid
+    // one waiting for room to split where it should, too).
+    if (num_new == 0 || !kv_.allocate_slots(r.id, 0, num_new, &prefix)) break;
     waiting_.pop_front();
     loaded_.erase(r.id);
     if (r.status == SequenceStatus::kWaiting) r.num_cached_tokens = prefix.num_tokens;

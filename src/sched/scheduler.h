@@ -66,6 +66,13 @@ struct SchedulerConfig {
   // A hybrid request's prompt chunk is cut to end at its last full block boundary, and every
   // step that ends on a block boundary saves one. 0: no hits for hybrid requests.
   int32_t num_state_checkpoints = 0;
+  // Hybrid models: where a prompt is split, in tokens (a multiple of the block size; 0: the block
+  // size). A prompt chunk that stops short of the prompt's end is cut back to a multiple of it
+  // (unless that leaves nothing: a budget below it still makes progress), and checkpoints are
+  // kept only at multiples of it. The engine gives the delta rule's chunk (rounded up to whole
+  // blocks), so that a prompt's chunks of the delta rule are the same however it is split: its
+  // values do not depend on the step budget or on what else runs (model/delta_net.h).
+  int32_t state_align = 0;
   std::function<void(const Sequence&)> on_preempt;  // told of each preemption (e.g. to log it)
 };
 
@@ -171,9 +178,14 @@ class Scheduler {
   void check_state_slots() const;
   // Hybrid prefix caching (scheduler_checkpoints.cc).
   bool checkpointing(const Sequence& r) const;
-  // A prompt chunk of `num_new` tokens from position `start`, cut to end at r's last full
-  // block boundary before its last token when it would cross it.
-  int32_t align_chunk(const Sequence& r, int32_t start, int32_t num_new) const;
+  int32_t state_align() const { return config_.state_align > 0 ? config_.state_align : kv_.block_size(); }
+  // A prompt chunk of `num_new` tokens from position `start` of a hybrid request: cut back to a
+  // multiple of state_align() when it stops short of r's end, and to end at r's last such
+  // boundary before its last token when it would cross it (checkpointing). When the cut leaves
+  // nothing, 0 (wait for a step with room) if `room`, the most a step could give it, holds a
+  // whole state_align(); else the chunk uncut (progress first, at a split that rounds
+  // differently).
+  int32_t align_chunk(const Sequence& r, int32_t start, int32_t num_new, int32_t room) const;
   // Cuts `prefix` to its deepest block with a live checkpoint; returns that checkpoint's slot,
   // or -1 (then the prefix is empty).
   int32_t take_checkpoint_hit(CachedPrefix& prefix) const;
@@ -215,6 +227,7 @@ class Scheduler {
   int64_t num_preemptions_ = 0;
   int64_t num_recomputed_tokens_ = 0;
   int32_t num_tokens_last_step_ = 0;
+  int32_t prompt_room_ = 0;  // this step's budget left for prompts after its decodes
 };
 
 }  // namespace pagoda

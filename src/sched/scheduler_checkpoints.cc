@@ -1,11 +1,13 @@
 // Prefix caching for hybrid models (sched/state_checkpoints.h), the scheduler's side:
-//   - a prompt chunk that would run past the request's last full block boundary before its last
-//     token is cut there (vLLM's "align" mode), so the state after exactly that many tokens
-//     exists at a step's end: an identical prompt later hits up to it (a lookup always leaves
-//     the last token to compute);
-//   - every step whose tokens end on a block boundary saves the state there: the chunks of a
-//     long prompt, the end of a prompt whose length is a multiple of the block size, and, while
-//     decoding, every block-size-th token. A request keeps only its latest checkpoint past its
+//   - the boundaries are multiples of state_align() (the delta rule's chunk in whole blocks: 64
+//     tokens for blocks of 16), where prompts are split anyway (align_chunk);
+//   - a prompt chunk that would run past the request's last boundary before its last token is
+//     cut there (vLLM's "align" mode), so the state after exactly that many tokens exists at a
+//     step's end: an identical prompt later hits up to it (a lookup always leaves the last token
+//     to compute);
+//   - every step whose tokens end on a boundary saves the state there: the chunks of a long
+//     prompt, the end of a prompt whose length is a multiple of state_align(), and, while
+//     decoding, every state_align()-th token. A request keeps only its latest checkpoint past its
 //     prompt (each replaces the one before), so a finished request leaves one at the last full
 //     block of its prompt and output: a chat's next turn, whose prompt holds this one's prompt
 //     and reply, continues from there;
@@ -24,11 +26,22 @@ bool Scheduler::checkpointing(const Sequence& r) const {
          !r.prompt_logits;
 }
 
-int32_t Scheduler::align_chunk(const Sequence& r, int32_t start, int32_t num_new) const {
-  if (!checkpointing(r)) return num_new;
-  const int32_t bs = kv_.block_size();
-  const int32_t boundary = (r.num_tokens() - 1) / bs * bs;
-  return start < boundary && start + num_new > boundary ? boundary - start : num_new;
+int32_t Scheduler::align_chunk(const Sequence& r, int32_t start, int32_t num_new,
+                               int32_t room) const {
+  if (config_.num_state_slots == 0) return num_new;
+  const int32_t unit = state_align();
+  int32_t end = start + num_new;
+  if (end < r.num_tokens()) {
+    const int32_t aligned = end / unit * unit;
+    if (aligned > start) {
+      end = aligned;
+    } else if (room >= unit) {
+      return 0;
+    }
+  }
+  if (!checkpointing(r)) return end - start;
+  const int32_t boundary = (r.num_tokens() - 1) / unit * unit;
+  return start < boundary && end > boundary ? boundary - start : end - start;
 }
 
 int32_t Scheduler::take_checkpoint_hit(CachedPrefix& prefix) const {
@@ -51,7 +64,7 @@ int32_t Scheduler::take_checkpoint_hit(CachedPrefix& prefix) const {
 void Scheduler::plan_checkpoint_save(const Sequence& r, ScheduledSequence& s) {
   if (s.state_slot < 0 || !checkpointing(r) || s.num_proposed > 0) return;
   const int32_t end = s.start_position + s.num_new_tokens;
-  if (end % kv_.block_size() != 0) return;
+  if (end % state_align() != 0) return;
   PrefixId replacing = kRootPrefixId;
   if (end > r.num_prompt_tokens()) {
     auto it = output_checkpoint_.find(r.id);

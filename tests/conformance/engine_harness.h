@@ -82,6 +82,7 @@ inline std::vector<GenerationRequest> make_requests(const LoadedModel& m, int co
 
 struct Sample {
   std::vector<TokenId> ids;
+  std::vector<float> logprobs;  // each id's, when the request asked for them
   std::optional<FinishReason> finish;
   TokenId stop_token = kNoToken;
   std::string error;
@@ -104,7 +105,10 @@ inline void record(const OutputEvent& e, std::vector<Sample>& samples, bool& req
   s.ids.insert(s.ids.end(), e.token_ids.begin(), e.token_ids.end());
   if (!e.logprobs.empty()) {
     ASSERT_EQ(e.logprobs.size(), e.token_ids.size());
-    for (size_t i = 0; i < e.token_ids.size(); ++i) EXPECT_EQ(e.logprobs[i].token, e.token_ids[i]);
+    for (size_t i = 0; i < e.token_ids.size(); ++i) {
+      EXPECT_EQ(e.logprobs[i].token, e.token_ids[i]);
+      s.logprobs.push_back(e.logprobs[i].logprob);
+    }
   }
   s.finish = e.finish_reason;
   s.stop_token = e.stop_token;

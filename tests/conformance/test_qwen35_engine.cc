@@ -8,10 +8,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <functional>
 #include <set>
 #include <string>
+#include <tuple>
 
 #include <nlohmann/json.hpp>
 
@@ -51,10 +53,10 @@ class Qwen35Engine : public ::testing::TestWithParam<HybridShape> {
   }
 };
 
-// A sequence's values do not depend on its batch; they do depend, by rounding, on how its
-// prompt is split into steps (the delta rule runs 16 tokens or more in chunks, fewer token by
-// token: delta_net.h), about 1e-6 in the logits. The variants with another budget rest on no
-// greedy choice being that close.
+// A sequence's values do not depend on its batch. A budget below 64 (7 here) splits prompts
+// where the delta rule's chunks do not start, and a preemption recomputes decoded tokens as a
+// prompt: those round differently, about 1e-6 in the logits, and rest on no greedy choice being
+// that close (PromptSplitsDoNotChangeABit checks the budgets that split at multiples of 64).
 TEST_P(Qwen35Engine, BatchInvarianceThroughChunkingAndPreemption) {
   PAGODA_SHARED_OR_SKIP(shared, "");
   LoadedModel m = load(tiny_model(shared));
@@ -103,6 +105,54 @@ TEST_P(Qwen35Engine, BatchInvarianceThroughChunkingAndPreemption) {
     }
   }
   EXPECT_GT(num_hit_tokens, 0);  // the two stories' prompts share prefixes
+}
+
+// Splits of a prompt fall on multiples of the delta rule's chunk (SchedulerConfig::state_align,
+// 64 here) whenever the step's budget has room for one: the prompt's windows of 64 then run the
+// same way in every split, so the logprobs of every output token are bitwise those of the
+// request alone, with the prompt in one step: together with the others, at budgets that are and
+// are not multiples of 64, staggered beside decodes, and hitting prefix-cache checkpoints.
+TEST_P(Qwen35Engine, PromptSplitsDoNotChangeABit) {
+  PAGODA_SHARED_OR_SKIP(shared, "");
+  LoadedModel m = load(tiny_model(shared));
+  auto backend = make_cpu_backend(2);
+  std::vector<TokenId> long_story = encode(m, kStoryA);
+  const std::vector<TokenId> b = encode(m, kStoryB);
+  long_story.insert(long_story.end(), b.begin(), b.end());
+  std::vector<GenerationRequest> requests;
+  for (const size_t len : {300, 250, 200, 131, 64, 70}) {
+    ASSERT_LE(len, long_story.size());
+    GenerationRequest r = greedy_request({long_story.begin(), long_story.begin() +
+                                                                 static_cast<int64_t>(len)},
+                                         6);
+    r.sampling.logprobs = true;
+    requests.push_back(std::move(r));
+  }
+  const RunResult alone =
+      run(*m.model, *backend, config_with(4096, false), requests, Arrival::kAlone);
+  for (const auto& [name, config, arrival] :
+       {std::tuple{"together", config_with(4096, false), Arrival::kTogether},
+        std::tuple{"budget 128", config_with(4096, false, 128), Arrival::kTogether},
+        std::tuple{"budget 100", config_with(4096, false, 100), Arrival::kStaggered},
+        std::tuple{"budget 200, prefix caching", config_with(4096, true, 200),
+                   Arrival::kStaggered}}) {
+    SCOPED_TRACE(name);
+    const RunResult r = run(*m.model, *backend, config, requests, arrival);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      const Sample& want = alone.samples[i][0];
+      const Sample& got = r.samples[i][0];
+      EXPECT_EQ(got.ids, want.ids) << "request " << i;
+      ASSERT_EQ(got.logprobs.size(), want.logprobs.size());
+      for (size_t t = 0; t < want.logprobs.size(); ++t) {
+        EXPECT_EQ(std::bit_cast<uint32_t>(got.logprobs[t]), std::bit_cast<uint32_t>(want.logprobs[t]))
+            << "request " << i << ", output token " << t << ": " << got.logprobs[t] << " against "
+            << want.logprobs[t];
+      }
+    }
+    if (config.enable_prefix_caching) {
+      EXPECT_GT(r.stats.scheduler.kv.num_hit_tokens, 0);
+    }
+  }
 }
 
 // Greedy decoding (a prompt in one step, then a token per step) gives llama.cpp's greedy ids

@@ -22,8 +22,12 @@ using test::make_request;
 constexpr int32_t kSlots = 4;  // running state slots in these tests unless said
 
 SchedulerConfig make_config(int32_t budget, int32_t num_blocks, int32_t num_checkpoints,
-                            int32_t block_size = 4, int32_t max_seqs = kSlots) {
-  return test::state_config(budget, max_seqs, num_blocks, max_seqs, block_size, num_checkpoints);
+                            int32_t block_size = 4, int32_t max_seqs = kSlots,
+                            int32_t state_align = 0) {
+  SchedulerConfig c =
+      test::state_config(budget, max_seqs, num_blocks, max_seqs, block_size, num_checkpoints);
+  c.state_align = state_align;
+  return c;
 }
 
 std::vector<TokenId> tokens_of(const Sequence& r) {
@@ -38,9 +42,16 @@ class FakeStateModel {
  public:
   explicit FakeStateModel(int32_t num_slots) : slots_(static_cast<size_t>(num_slots)) {}
 
-  void run(const Scheduler& s, const StepPlan& plan) {
+  // `align`: checkpoints are restored and saved only at multiples of it (state_align).
+  void run(const Scheduler& s, const StepPlan& plan, int32_t align = 0) {
     for (const ScheduledSequence& r : plan.sequences) {  // restores first, as the engine does
       if (r.restore_state_from >= 0) slot(r.state_slot) = slot(r.restore_state_from);
+      if (align > 0 && r.restore_state_from >= 0) {
+        EXPECT_EQ(r.start_position % align, 0);
+      }
+      if (align > 0 && r.save_state_to >= 0) {
+        EXPECT_EQ((r.start_position + r.num_new_tokens) % align, 0);
+      }
     }
     for (const ScheduledSequence& r : plan.sequences) {
       const std::vector<TokenId> tokens = tokens_of(*s.find(r.seq_id));
@@ -69,7 +80,7 @@ class FakeStateModel {
 std::vector<Sequence> step(Scheduler& s, FakeStateModel& model, StepPlan* plan_out = nullptr) {
   StepPlan plan = s.schedule();
   s.check_invariants();
-  model.run(s, plan);
+  model.run(s, plan, s.config().state_align);
   std::vector<TokenId> sampled;
   for (const ScheduledSequence& r : plan.sequences) {
     if (r.needs_sample) sampled.push_back(1000 + s.find(r.seq_id)->num_tokens());
@@ -293,6 +304,35 @@ TEST(SchedulerCheckpointsTest, PreemptedRequestResumesFromItsCheckpoint) {
 // Random budgets, caches, block sizes, slot and checkpoint counts; prompts drawn from a few
 // shared stems (so that hits happen), arrivals and aborts at random: every step's tokens
 // continue their slot's state, and every invariant holds after every step.
+// With state_align 8 (blocks of 4), a prompt is split at multiples of 8 whenever the budget left
+// for prompts holds 8: alone at budget 10 in chunks of 8; beside 2 decodes (8 left) still so;
+// beside 3 (7 left), in whatever fits (progress first). Checkpoints only at multiples of 8.
+TEST(SchedulerCheckpointsTest, PromptSplitsFallOnStateAlign) {
+  Scheduler s(make_config(10, 64, 8, 4, kSlots, 8));
+  FakeStateModel model(kSlots + 8);
+  s.add_sequence(make_request(1, 30, 5));
+  StepPlan plan;
+  std::vector<int32_t> chunks;
+  while (s.find(1)->num_computed_tokens < 30) {
+    step(s, model, &plan);
+    chunks.push_back(plan.sequences.at(0).num_new_tokens);
+  }
+  EXPECT_EQ(chunks, (std::vector<int32_t>{8, 8, 8, 6}));
+  run_all(s, model);
+
+  for (const int32_t num_decodes : {2, 3}) {
+    Scheduler t(make_config(10, 64, 8, 4, kSlots, 8));
+    FakeStateModel m(kSlots + 8);
+    for (SequenceId id = 1; id <= num_decodes; ++id) t.add_sequence(make_request(id, 2, 50));
+    step(t, m);  // their prompts: now they decode
+    t.add_sequence(make_request(9, 30, 5));
+    step(t, m, &plan);
+    const ScheduledSequence* p = test::scheduled(plan, 9);
+    ASSERT_NE(p, nullptr) << num_decodes << " decodes";
+    EXPECT_EQ(p->num_new_tokens, num_decodes == 2 ? 8 : 7) << num_decodes << " decodes";
+  }
+}
+
 TEST(SchedulerCheckpointsTest, RandomLoadKeepsEveryStateContinuous) {
   int64_t hits = 0;
   for (uint32_t seed = 1; seed <= 40; ++seed) {
@@ -300,8 +340,9 @@ TEST(SchedulerCheckpointsTest, RandomLoadKeepsEveryStateContinuous) {
     auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
     const int32_t max_seqs = uniform(1, 6);
     const int32_t num_checkpoints = uniform(1, 6);
-    Scheduler s(make_config(uniform(3, 48), uniform(12, 40), num_checkpoints, uniform(2, 8),
-                            max_seqs));
+    const int32_t block_size = uniform(2, 8);
+    Scheduler s(make_config(uniform(3, 48), uniform(12, 40), num_checkpoints, block_size,
+                            max_seqs, block_size * uniform(0, 3)));
     FakeStateModel model(max_seqs + num_checkpoints);
     SequenceId next_id = 1;
     for (int i = 0; i < 200; ++i) {
