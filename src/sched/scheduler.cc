@@ -386,7 +386,7 @@ Sequence Scheduler::finish(SequenceId id, SequenceStatus status) {
   }
   loaded_.erase(id);
   in_flight_.erase(id);
-  output_checkpoint_.erase(id);  // the checkpoint itself stays for later requests
+  own_checkpoints_.erase(id);  // the checkpoints themselves stay for later requests
   std::erase_if(pending_copies_, [id](const auto& c) { return c.first == id; });
   std::erase_if(pending_state_copies_, [id](const auto& c) { return c.first == id; });
   Sequence r = std::move(it->second);

@@ -189,6 +189,8 @@ class Scheduler {
   // Cuts `prefix` to its deepest block with a live checkpoint; returns that checkpoint's slot,
   // or -1 (then the prefix is empty).
   int32_t take_checkpoint_hit(CachedPrefix& prefix) const;
+  // The record of r's checkpoint that a save ending at `end` replaces, or nullptr (it stays).
+  PrefixId* replaced_checkpoint(const Sequence& r, int32_t end);
   // Reserves a checkpoint slot for `s` when its tokens end on a block boundary.
   void plan_checkpoint_save(const Sequence& r, ScheduledSequence& s);
   // At commit (r's blocks hashed) or without it (r null: aborted): binds or frees s's save.
@@ -210,8 +212,13 @@ class Scheduler {
   std::vector<SequenceId> running_;                   // in admission order: newest last
   std::vector<int32_t> free_state_slots_;             // the lowest last
   StateCheckpoints checkpoints_;
-  // Each request's latest checkpoint past its prompt, which its next one replaces.
-  std::unordered_map<SequenceId, PrefixId> output_checkpoint_;
+  // A request's checkpoints that its next one replaces: the latest inside its prompt before the
+  // prompt's last boundary (the one at that boundary is kept), and the latest past its prompt.
+  struct OwnCheckpoints {
+    PrefixId in_prompt = kRootPrefixId;
+    PrefixId past_prompt = kRootPrefixId;
+  };
+  std::unordered_map<SequenceId, OwnCheckpoints> own_checkpoints_;
   std::vector<std::pair<SequenceId, BlockCopy>> pending_copies_;  // from fork(), by child
   std::vector<std::pair<SequenceId, StateCopy>> pending_state_copies_;  // the same, state slots
   struct InFlight {

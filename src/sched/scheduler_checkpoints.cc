@@ -7,10 +7,12 @@
 //     to compute);
 //   - every step whose tokens end on a boundary saves the state there: the chunks of a long
 //     prompt, the end of a prompt whose length is a multiple of state_align(), and, while
-//     decoding, every state_align()-th token. A request keeps only its latest checkpoint past its
-//     prompt (each replaces the one before), so a finished request leaves one at the last full
-//     block of its prompt and output: a chat's next turn, whose prompt holds this one's prompt
-//     and reply, continues from there;
+//     decoding, every state_align()-th token. A request keeps three at most: its latest inside
+//     its prompt before the prompt's last boundary, the one at that boundary, and its latest
+//     past its prompt (each replaces the one before of its kind), so a long prompt does not
+//     fill the set with its chunks, and a finished request leaves one at the last boundary of
+//     its prompt and output: a chat's next turn, whose prompt holds this one's prompt and reply,
+//     continues from there;
 //   - admission takes the deepest cached block whose checkpoint is live as the hit, never the
 //     blocks after it (their state is not kept), and the step restores that checkpoint first.
 #include <algorithm>
@@ -61,16 +63,25 @@ int32_t Scheduler::take_checkpoint_hit(CachedPrefix& prefix) const {
   return slot;
 }
 
+// Which of a request's checkpoints a save ending at `end` replaces (kRootPrefixId: none), and
+// where it is recorded: one inside the prompt before its last boundary supersedes the request's
+// previous such one (a later prompt sharing less of this one hits the latest that it shares),
+// one past the prompt the previous past it; the one at the prompt's last boundary stays.
+PrefixId* Scheduler::replaced_checkpoint(const Sequence& r, int32_t end) {
+  const int32_t unit = state_align();
+  const int32_t last_boundary = (r.num_prompt_tokens() - 1) / unit * unit;
+  if (end < last_boundary) return &own_checkpoints_[r.id].in_prompt;
+  if (end > r.num_prompt_tokens()) return &own_checkpoints_[r.id].past_prompt;
+  return nullptr;
+}
+
 void Scheduler::plan_checkpoint_save(const Sequence& r, ScheduledSequence& s) {
   if (s.state_slot < 0 || !checkpointing(r) || s.num_proposed > 0) return;
   const int32_t end = s.start_position + s.num_new_tokens;
   if (end % state_align() != 0) return;
-  PrefixId replacing = kRootPrefixId;
-  if (end > r.num_prompt_tokens()) {
-    auto it = output_checkpoint_.find(r.id);
-    if (it != output_checkpoint_.end()) replacing = it->second;
-  }
-  s.save_state_to = checkpoints_.reserve(replacing);  // -1: all reserved this step, no save
+  const PrefixId* replaced = replaced_checkpoint(r, end);
+  // -1: every slot is reserved this step, no save
+  s.save_state_to = checkpoints_.reserve(replaced != nullptr ? *replaced : kRootPrefixId);
 }
 
 void Scheduler::finish_checkpoint_save(const ScheduledSequence& s, const Sequence* r) {
@@ -88,7 +99,7 @@ void Scheduler::finish_checkpoint_save(const ScheduledSequence& s, const Sequenc
     return;
   }
   checkpoints_.bind(s.save_state_to, hash, prefix_id);
-  if (end > r->num_prompt_tokens()) output_checkpoint_[r->id] = prefix_id;
+  if (PrefixId* replaced = replaced_checkpoint(*r, end)) *replaced = prefix_id;
 }
 
 }  // namespace pagoda

@@ -261,6 +261,26 @@ TEST(SchedulerCheckpointsTest, DecodeKeepsTheLatestCheckpointPerRequest) {
   run_all(s, model);
 }
 
+// A long prompt run in chunks keeps two checkpoints of its prompt, not one per chunk: its latest
+// before the prompt's last boundary (each replaces the one before) and the one at that boundary.
+// 30 tokens at budget 8 (blocks of 4): saves after 8, 16, 24 and 28; 24 and 28 stay, and the
+// output's latest (32) beside them. A prompt that shares 26 tokens with it hits 24.
+TEST(SchedulerCheckpointsTest, ALongPromptKeepsItsLatestChunkCheckpoint) {
+  Scheduler s(make_config(8, 64, 8));
+  FakeStateModel model(kSlots + 8);
+  s.add_sequence(make_request(1, 30, 5));
+  std::vector<Sequence> done = run_all(s, model);
+  ASSERT_EQ(done.size(), 1u);
+  EXPECT_EQ(s.stats().num_state_checkpoints, 3);
+  std::vector<TokenId> branch(done[0].prompt.begin(), done[0].prompt.begin() + 26);
+  branch.insert(branch.end(), {7, 7, 7, 7, 7, 7});
+  s.add_sequence(with_prompt(2, branch, 1));
+  StepPlan plan;
+  step(s, model, &plan);
+  EXPECT_EQ(plan.sequences[0].start_position, 24);
+  run_all(s, model);
+}
+
 // A checkpoint whose block the pool evicted is dropped and never hit.
 TEST(SchedulerCheckpointsTest, EvictedBlockDropsItsCheckpoint) {
   Scheduler s(make_config(64, 4, 4));  // 4 blocks of 4
