@@ -139,6 +139,7 @@ void Speculator::plan_lookahead(Scheduler& scheduler) {
   int32_t room = config_.max_proposals_per_step < 0 ? std::numeric_limits<int32_t>::max()
                                                      : config_.max_proposals_per_step;
   auto grant = [&](SequenceId id, int32_t lookahead) {
+    stats_.num_trimmed += std::max(0, lookahead - room);
     lookahead = std::min(lookahead, room);
     room -= lookahead;
     scheduler.set_num_lookahead_tokens(id, lookahead);
@@ -152,6 +153,7 @@ void Speculator::plan_lookahead(Scheduler& scheduler) {
     // Only a sequence whose next step decodes proposes: its prompt is all computed.
     const bool decoding = r != nullptr && r->status == SequenceStatus::kRunning &&
                           r->num_computed_tokens == r->num_tokens() - 1;
+    if (st.max_k > 0 && decoding && !crowded && room == 0) stats_.num_trimmed += st.k;
     if (st.max_k > 0 && decoding && !crowded && room > 0) {
       if (config_.method != SpecMethod::kDraft) {
         st.ngram = propose_ngram(r->tokens(), st.k, config_.ngram);

@@ -63,6 +63,9 @@ struct SpeculativeStats {
   int64_t num_proposed = 0;
   int64_t num_accepted = 0;
   int64_t num_draft_tokens = 0;  // token rows the draft model ran (catch-up and proposals)
+  // Proposals withheld by SpeculativeConfig::max_proposals_per_step (a hybrid model's state
+  // snapshots): what the sequences would have proposed past the step's bound.
+  int64_t num_trimmed = 0;
   std::array<int64_t, kMaxSpeculativeTokens> proposed_at{};  // proposals at position i
   std::array<int64_t, kMaxSpeculativeTokens> accepted_at{};
   double acceptance_rate() const {

@@ -318,6 +318,9 @@ void ServerMetrics::render_engines(std::ostringstream& out, const ModelStats& mo
          [](S s) { return double(s.speculative.num_proposed); });
   series(out, "pagoda_spec_accepted_tokens_total", "counter", "Speculative tokens accepted.",
          models, [](S s) { return double(s.speculative.num_accepted); });
+  series(out, "pagoda_spec_trimmed_tokens_total", "counter",
+         "Speculative tokens not proposed for the step's bound (a hybrid model's state snapshots).",
+         models, [](S s) { return double(s.speculative.num_trimmed); });
   series(out, "pagoda_spec_verify_steps_total", "counter",
          "Sequence-steps that verified at least one proposal.", models,
          [](S s) { return double(s.speculative.num_verify_steps); });

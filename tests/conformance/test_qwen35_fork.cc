@@ -357,6 +357,8 @@ TEST_P(Qwen35Fork, ProposalsStayWithinTheStateSnapshots) {
     EXPECT_EQ(ids_of(unbounded), expected);
     EXPECT_GT(bounded.stats.speculative.num_proposed, 0);
     EXPECT_LT(bounded.stats.speculative.num_proposed, unbounded.stats.speculative.num_proposed);
+    EXPECT_GT(bounded.stats.speculative.num_trimmed, 0);
+    EXPECT_EQ(unbounded.stats.speculative.num_trimmed, 0);
     config.num_state_snapshots = 0;  // none: no proposals at all
     const RunResult none = run(*m.model, *backend, config, requests, Arrival::kTogether);
     EXPECT_EQ(ids_of(none), expected);

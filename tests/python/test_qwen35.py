@@ -331,8 +331,9 @@ def test_serves_batched_and_chunked(pagoda_bin, tiny):
     sequences than prompts, give the texts each gives alone on a plain server. The split of a
     prompt into steps is not the same in the two servers, and the delta rule's chunked form
     (runs of 16 tokens or more) and token-by-token form (shorter ones) round differently, so the
-    logits differ by about 1e-6 (test_delta_net.cc); equal texts rest on no draw falling that
-    close to a boundary between two tokens, not on equal logits."""
+    logits differ by about 1e-6 (test_delta_net.cc: a budget of 16 is below the 64 tokens prompts
+    are otherwise split at); equal texts rest on no draw falling that close to a boundary
+    between two tokens, not on equal logits."""
     prompts = [f"Once upon a time there was a little {w} who lived near the river and"
                for w in ["girl", "dog", "king", "robot", "tree", "bird"]]
     plain = Server(pagoda_bin, tiny, "-t", "2", "--kv-tokens", "4096")
@@ -398,3 +399,34 @@ def test_serve_prefix_hits_give_the_cold_texts(pagoda_bin, tiny):
         warm.stop()
     assert got == want
     assert hits > 0
+
+
+def test_serve_speculation_within_the_state_snapshots(pagoda_bin, tiny):
+    """`serve --state-snapshots 2` with n-gram speculation of 4 tokens: three greedy requests at
+    once (each proposing, 12 proposals wanted a step) give a plain server's texts, proposals are
+    still made, and the ones the budget held back are counted in /metrics. Without the budget
+    the verifying pass would keep a state snapshot for every proposal."""
+    prompts = [f"The {w} sat on the mat. The {w} sat on the mat. The {w} sat on the"
+               for w in ["cat", "dog", "bird"]]
+
+    def greedy(url, prompt):
+        body = {"prompt": prompt, "max_tokens": 24, "temperature": 0}
+        return post(url, "/v1/completions", body)["choices"][0]["text"]
+
+    plain = Server(pagoda_bin, tiny, "-t", "2", "--kv-tokens", "4096")
+    try:
+        want = [greedy(plain.url, p) for p in prompts]
+    finally:
+        plain.stop()
+    spec = Server(pagoda_bin, tiny, "-t", "2", "--kv-tokens", "4096", "--spec-method", "ngram",
+                  "--num-speculative-tokens", "4", "--state-snapshots", "2")
+    try:
+        with concurrent.futures.ThreadPoolExecutor(len(prompts)) as pool:
+            got = list(pool.map(lambda p: greedy(spec.url, p), prompts))
+        proposed = spec.metric("pagoda_spec_proposed_tokens_total")
+        trimmed = spec.metric("pagoda_spec_trimmed_tokens_total")
+    finally:
+        spec.stop()
+    assert got == want
+    assert proposed > 0
+    assert trimmed > 0
