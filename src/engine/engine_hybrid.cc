@@ -52,10 +52,7 @@ void Engine::setup_hybrid() {
                                               config_.max_num_seqs + num_checkpoints, &backend_);
   state->set_max_snapshots(num_snapshots);
   kv_->set_state(std::move(state));
-  SpeculativeConfig& spec = config_.speculative;
-  spec.max_proposals_per_step = spec.max_proposals_per_step < 0
-                                    ? num_snapshots
-                                    : std::min(spec.max_proposals_per_step, num_snapshots);
+  config_.speculative.bound_proposals_per_step(num_snapshots);
 }
 
 void Engine::copy_state_checkpoints(const StepPlan& plan, bool restores) {

@@ -75,9 +75,7 @@ Speculator::Speculator(const SpeculativeConfig& config, Backend& backend, int32_
       auto state = std::make_unique<StateStorage>(draft, num_slots, &backend_);
       state->set_max_snapshots(num_snapshots);
       draft_kv_->set_state(std::move(state));
-      config_.max_proposals_per_step = config_.max_proposals_per_step < 0
-                                           ? num_snapshots
-                                           : std::min(config_.max_proposals_per_step, num_snapshots);
+      config_.bound_proposals_per_step(num_snapshots);
       for (int32_t slot = num_slots - 1; slot >= 0; --slot) free_draft_slots_.push_back(slot);
     }
   }
@@ -153,13 +151,16 @@ void Speculator::plan_lookahead(Scheduler& scheduler) {
     // Only a sequence whose next step decodes proposes: its prompt is all computed.
     const bool decoding = r != nullptr && r->status == SequenceStatus::kRunning &&
                           r->num_computed_tokens == r->num_tokens() - 1;
-    if (st.max_k > 0 && decoding && !crowded && room == 0) stats_.num_trimmed += st.k;
-    if (st.max_k > 0 && decoding && !crowded && room > 0) {
-      if (config_.method != SpecMethod::kDraft) {
-        st.ngram = propose_ngram(r->tokens(), st.k, config_.ngram);
-        lookahead = static_cast<int32_t>(st.ngram.size());
+    if (st.max_k > 0 && decoding && !crowded) {
+      if (room == 0) {
+        stats_.num_trimmed += st.k;  // the bound is spent: not even looked for
+      } else {
+        if (config_.method != SpecMethod::kDraft) {
+          st.ngram = propose_ngram(r->tokens(), st.k, config_.ngram);
+          lookahead = static_cast<int32_t>(st.ngram.size());
+        }
+        if (lookahead == 0 && uses_draft() && take_draft_slot(st)) want_draft.push_back(id);
       }
-      if (lookahead == 0 && uses_draft() && take_draft_slot(st)) want_draft.push_back(id);
     }
     grant(id, lookahead);
   }

@@ -20,6 +20,7 @@
 //   - a hybrid draft's slots are each held by one state or free, never both.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -56,6 +57,10 @@ struct SpeculativeConfig {
   // keeps a state snapshot per proposal (model/state_storage.h), so the engine sets this to the
   // snapshots it budgeted (EngineConfig::num_state_snapshots); a hybrid draft bounds it too.
   int32_t max_proposals_per_step = -1;
+  // Lowers max_proposals_per_step to `n` (a bound of its own, where there was none).
+  void bound_proposals_per_step(int32_t n) {
+    max_proposals_per_step = max_proposals_per_step < 0 ? n : std::min(max_proposals_per_step, n);
+  }
 };
 
 struct SpeculativeStats {

@@ -140,7 +140,6 @@ bool Scheduler::schedule_running(StepPlan& plan, int32_t& budget) {
   // Decodes first, then prompt chunks (each pass in admission order): a request already
   // generating gets its token every step, whatever prompt is being computed beside it.
   const std::vector<SequenceId> order = running_;
-  prompt_room_ = budget;
   for (const bool decodes : {true, false}) {
     if (!decodes) prompt_room_ = budget;  // what this step's prompts start from
     for (SequenceId id : order) {

@@ -63,13 +63,14 @@ struct SchedulerConfig {
   int32_t num_state_slots = 0;
   // Hybrid prefix caching: state checkpoint slots after the running ones, each the recurrent
   // state after a chain of full blocks, least recently used evicted (sched/state_checkpoints.h).
-  // A hybrid request's prompt chunk is cut to end at its last full block boundary, and every
-  // step that ends on a block boundary saves one. 0: no hits for hybrid requests.
+  // A hybrid request's prompt chunk is cut to end at its last boundary (a multiple of
+  // state_align, next), and every step that ends on one saves one. 0: no hits for hybrid
+  // requests.
   int32_t num_state_checkpoints = 0;
   // Hybrid models: where a prompt is split, in tokens (a multiple of the block size; 0: the block
   // size). A prompt chunk that stops short of the prompt's end is cut back to a multiple of it
-  // (unless that leaves nothing: a budget below it still makes progress), and checkpoints are
-  // kept only at multiples of it. The engine gives the delta rule's chunk (rounded up to whole
+  // (where that leaves nothing, it waits for a step with room, unless the step's budget for
+  // prompts is below one: then it goes uncut), and checkpoints are kept only at multiples of it. The engine gives the delta rule's chunk (rounded up to whole
   // blocks), so that a prompt's chunks of the delta rule are the same however it is split: its
   // values do not depend on the step budget or on what else runs (model/delta_net.h).
   int32_t state_align = 0;
@@ -178,7 +179,9 @@ class Scheduler {
   void check_state_slots() const;
   // Hybrid prefix caching (scheduler_checkpoints.cc).
   bool checkpointing(const Sequence& r) const;
-  int32_t state_align() const { return config_.state_align > 0 ? config_.state_align : kv_.block_size(); }
+  int32_t state_align() const {
+    return config_.state_align > 0 ? config_.state_align : kv_.block_size();
+  }
   // A prompt chunk of `num_new` tokens from position `start` of a hybrid request: cut back to a
   // multiple of state_align() when it stops short of r's end, and to end at r's last such
   // boundary before its last token when it would cross it (checkpointing). When the cut leaves
@@ -191,7 +194,7 @@ class Scheduler {
   int32_t take_checkpoint_hit(CachedPrefix& prefix) const;
   // The record of r's checkpoint that a save ending at `end` replaces, or nullptr (it stays).
   PrefixId* replaced_checkpoint(const Sequence& r, int32_t end);
-  // Reserves a checkpoint slot for `s` when its tokens end on a block boundary.
+  // Reserves a checkpoint slot for `s` when its tokens end on a multiple of state_align().
   void plan_checkpoint_save(const Sequence& r, ScheduledSequence& s);
   // At commit (r's blocks hashed) or without it (r null: aborted): binds or frees s's save.
   void finish_checkpoint_save(const ScheduledSequence& s, const Sequence* r);
