@@ -144,7 +144,8 @@ TEST_P(Qwen35Engine, PromptSplitsDoNotChangeABit) {
       EXPECT_EQ(got.ids, want.ids) << "request " << i;
       ASSERT_EQ(got.logprobs.size(), want.logprobs.size());
       for (size_t t = 0; t < want.logprobs.size(); ++t) {
-        EXPECT_EQ(std::bit_cast<uint32_t>(got.logprobs[t]), std::bit_cast<uint32_t>(want.logprobs[t]))
+        EXPECT_EQ(std::bit_cast<uint32_t>(got.logprobs[t]),
+                  std::bit_cast<uint32_t>(want.logprobs[t]))
             << "request " << i << ", output token " << t << ": " << got.logprobs[t] << " against "
             << want.logprobs[t];
       }
@@ -256,15 +257,6 @@ TEST_P(Qwen35Engine, FeaturesWithoutStateHandlingAreRefused) {
   while (engine.has_work()) engine.step();
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, Qwen35Engine, ::testing::ValuesIn(kHybridShapes),
-                         hybrid_shape_name);
-
-}  // namespace
-}  // namespace pagoda
-
-namespace pagoda {
-namespace {
-
 // The state budgets' defaults: checkpoints twice --max-seqs, snapshots 8 for each sequence that
 // may speculate at once, each at most what 512 MiB holds (about 20 MiB a slot for the 0.8B shape);
 // given counts win; other models have neither.
@@ -291,6 +283,10 @@ TEST(HybridStateBudgets, DefaultsFollowTheSequencesAndStayWithin512MiB) {
   EXPECT_EQ(num_state_checkpoints(c, big->config), 0);
   EXPECT_EQ(num_state_snapshots(c, plain->config), 0);
 }
+
+
+INSTANTIATE_TEST_SUITE_P(Shapes, Qwen35Engine, ::testing::ValuesIn(kHybridShapes),
+                         hybrid_shape_name);
 
 }  // namespace
 }  // namespace pagoda

@@ -106,6 +106,18 @@ Sequence with_prompt(SequenceId id, std::vector<TokenId> prompt, int32_t max_tok
   return r;
 }
 
+// Adds `r` and runs everything to the end; returns where r's first step started (its hit).
+int32_t first_start_of(Scheduler& s, FakeStateModel& model, Sequence r) {
+  const SequenceId id = r.id;
+  s.add_sequence(std::move(r));
+  StepPlan plan;
+  step(s, model, &plan);
+  const ScheduledSequence* first = test::scheduled(plan, id);
+  EXPECT_NE(first, nullptr);
+  run_all(s, model);
+  return first != nullptr ? first->start_position : -1;
+}
+
 TEST(StateCheckpointsTest, ReserveBindFindEvictLeastRecentlyUsed) {
   BlockPool pool(8, 4);
   std::vector<std::pair<BlockHash, PrefixId>> blocks;
@@ -247,18 +259,11 @@ TEST(SchedulerCheckpointsTest, DecodeKeepsTheLatestCheckpointPerRequest) {
 
   std::vector<TokenId> turn = first;
   turn.insert(turn.end(), {7, 8, 9});
-  s.add_sequence(with_prompt(2, turn, 1));
-  StepPlan plan;
-  step(s, model, &plan);
-  EXPECT_EQ(plan.sequences[0].start_position, 16);
-  run_all(s, model);
+  EXPECT_EQ(first_start_of(s, model, with_prompt(2, turn, 1)), 16);
 
   std::vector<TokenId> branch(first.begin(), first.begin() + 13);
   branch.push_back(5);
-  s.add_sequence(with_prompt(3, branch, 1));
-  step(s, model, &plan);
-  EXPECT_EQ(plan.sequences[0].start_position, 4);
-  run_all(s, model);
+  EXPECT_EQ(first_start_of(s, model, with_prompt(3, branch, 1)), 4);
 }
 
 // A long prompt run in chunks keeps two checkpoints of its prompt, not one per chunk: its latest
@@ -274,11 +279,7 @@ TEST(SchedulerCheckpointsTest, ALongPromptKeepsItsLatestChunkCheckpoint) {
   EXPECT_EQ(s.stats().num_state_checkpoints, 3);
   std::vector<TokenId> branch(done[0].prompt.begin(), done[0].prompt.begin() + 26);
   branch.insert(branch.end(), {7, 7, 7, 7, 7, 7});
-  s.add_sequence(with_prompt(2, branch, 1));
-  StepPlan plan;
-  step(s, model, &plan);
-  EXPECT_EQ(plan.sequences[0].start_position, 24);
-  run_all(s, model);
+  EXPECT_EQ(first_start_of(s, model, with_prompt(2, branch, 1)), 24);
 }
 
 // A checkpoint whose block the pool evicted is dropped and never hit.
@@ -291,11 +292,7 @@ TEST(SchedulerCheckpointsTest, EvictedBlockDropsItsCheckpoint) {
   s.add_sequence(make_request(2, 15, 1, 500));    // takes every block
   run_all(s, model);
   EXPECT_EQ(s.stats().num_state_checkpoints, 1);  // its own, after 12
-  s.add_sequence(make_request(3, 8, 1));
-  StepPlan plan;
-  step(s, model, &plan);
-  EXPECT_EQ(plan.sequences[0].start_position, 0);
-  run_all(s, model);
+  EXPECT_EQ(first_start_of(s, model, make_request(3, 8, 1)), 0);
 }
 
 // A preempted request resumes from its latest checkpoint rather than from zero.
